@@ -1,0 +1,209 @@
+"""A dataset: one folder per job holding its canonical tables as Parquet and a manifest.
+
+Layout::
+
+    DATASET/
+      manifest.json            job id, sources, tables, tracekit version
+      collectives/             one folder per table
+        <part>.parquet         one or more parts (one per ingested source, or one per rank)
+
+A table is the union of its parts. Parts make re-ingest idempotent (a source always writes the
+same part names, so writing it again replaces rather than duplicates) and let independent
+workers write in parallel. Every write goes to a hidden temporary file first and is renamed into
+place, so an interrupted write leaves the previous contents intact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from tracekit import schema
+from tracekit.errors import InputError
+
+MANIFEST = "manifest.json"
+MANIFEST_VERSION = 1
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+@contextmanager
+def atomic_path(final: Path) -> Iterator[Path]:
+    """Yield a hidden temporary path beside ``final``; rename it onto ``final`` on success and
+    remove it on failure, so readers only ever see complete files."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    temporary = final.with_name(f".tmp-{uuid.uuid4().hex}-{final.name}")
+    try:
+        yield temporary
+        os.replace(temporary, final)
+    finally:
+        if temporary.exists():
+            temporary.unlink()
+
+
+def _tracekit_version() -> str:
+    from tracekit import __version__
+
+    return __version__
+
+
+@dataclass
+class Dataset:
+    """An opened dataset folder. Tables are read lazily; the manifest is kept in memory and
+    saved with :meth:`save_manifest`."""
+
+    path: Path
+    manifest: dict[str, Any]
+
+    @property
+    def job(self) -> str:
+        return self.manifest["job"]
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def parts(self, name: str) -> list[Path]:
+        """The Parquet parts of table ``name`` in a stable order (hidden temporaries excluded)."""
+        schema.table(name)
+        folder = self.path / name
+        if not folder.is_dir():
+            return []
+        return sorted(p for p in folder.rglob("*.parquet") if not p.name.startswith("."))
+
+    def has_table(self, name: str) -> bool:
+        return bool(self.parts(name))
+
+    def table(self, name: str) -> pl.LazyFrame:
+        """Table ``name`` as a LazyFrame with the canonical schema (empty when absent)."""
+        parts = self.parts(name)
+        if not parts:
+            return schema.table(name).empty().lazy()
+        return pl.scan_parquet(parts, schema=schema.table(name).schema, hive_partitioning=False)
+
+    __getitem__ = table
+
+    @property
+    def tables(self) -> dict[str, pl.LazyFrame]:
+        """Every table that has at least one part, by name."""
+        return {name: self.table(name) for name in schema.TABLES if self.has_table(name)}
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def write_part(self, name: str, frame: pl.DataFrame, part: str) -> Path:
+        """Write ``frame`` as part ``part`` of table ``name``, atomically replacing a part of
+        the same name. Raises SchemaError (naming table and column) on a mismatched frame."""
+        schema.validate(name, frame)
+        final = self.path / name / f"{part}.parquet"
+        with atomic_path(final) as temporary:
+            frame.write_parquet(temporary, compression="zstd", statistics=True)
+        return final
+
+    def write_table(self, name: str, frame: pl.DataFrame) -> Path:
+        """Replace table ``name`` by ``frame`` (one part). The new part is complete on disk
+        before any old part is removed."""
+        final = self.write_part(name, frame, "data")
+        for old in self.parts(name):
+            if old != final:
+                old.unlink()
+        return final
+
+    def remove_parts(self, name: str, prefix: str, keep: set[Path] | None = None) -> None:
+        """Remove the parts of ``name`` whose file name starts with ``prefix``, except ``keep``."""
+        for old in self.parts(name):
+            if old.name.startswith(prefix) and (keep is None or old not in keep):
+                old.unlink()
+
+    # -- manifest ----------------------------------------------------------------------------
+
+    def source(self, sha256: str) -> dict[str, Any] | None:
+        """The manifest record of an ingested source with this content hash, if any."""
+        return next((s for s in self.manifest["sources"] if s["sha256"] == sha256), None)
+
+    def record_source(self, record: dict[str, Any]) -> None:
+        """Add or replace (by sha256) a source record in the manifest."""
+        sources = [s for s in self.manifest["sources"] if s["sha256"] != record["sha256"]]
+        sources.append(record)
+        sources.sort(key=lambda s: s["path"])
+        self.manifest["sources"] = sources
+
+    def refresh_table_stats(self) -> None:
+        """Recompute rows, time span, ranks and hosts of every table from its parts."""
+        stats: dict[str, Any] = {}
+        for name, frame in self.tables.items():
+            spec = schema.table(name)
+            exprs = [pl.len().alias("rows")]
+            if spec.time_column:
+                exprs += [pl.col(spec.time_column).min().alias("t_min_ns"),
+                          pl.col(spec.time_column).max().alias("t_max_ns")]
+            if "rank" in spec.schema:
+                exprs.append(pl.col("rank").drop_nulls().n_unique().alias("ranks"))
+            if "host" in spec.schema:
+                exprs.append(pl.col("host").drop_nulls().n_unique().alias("hosts"))
+            row = frame.select(exprs).collect().row(0, named=True)
+            row["parts"] = len(self.parts(name))
+            stats[name] = row
+        self.manifest["tables"] = stats
+
+    def save_manifest(self) -> None:
+        """Refresh table statistics and write the manifest atomically."""
+        self.refresh_table_stats()
+        self.manifest["updated"] = _now()
+        self.manifest["tracekit_version"] = _tracekit_version()
+        with atomic_path(self.path / MANIFEST) as temporary:
+            temporary.write_text(json.dumps(self.manifest, indent=2, sort_keys=True) + "\n")
+
+
+def create_dataset(path: str | Path, job: str | None = None) -> Dataset:
+    """Open the dataset at ``path``, creating the folder and its manifest when missing.
+
+    ``job`` defaults to the folder name. Opening an existing dataset with a different job id is
+    an error, so two jobs never mix in one dataset.
+    """
+    path = Path(path)
+    if (path / MANIFEST).exists():
+        dataset = open_dataset(path)
+        if job is not None and job != dataset.job:
+            raise InputError(f"dataset belongs to job {dataset.job!r}, not {job!r}", str(path))
+        return dataset
+    if path.exists() and not path.is_dir():
+        raise InputError("exists and is not a folder", str(path))
+    path.mkdir(parents=True, exist_ok=True)
+    dataset = Dataset(
+        path,
+        {
+            "manifest_version": MANIFEST_VERSION,
+            "job": job or path.resolve().name,
+            "created": _now(),
+            "sources": [],
+            "tables": {},
+            "build": {},
+        },
+    )
+    dataset.save_manifest()
+    return dataset
+
+
+def open_dataset(path: str | Path) -> Dataset:
+    """Open an existing dataset folder; a clear error when it is not one."""
+    path = Path(path)
+    manifest_path = path / MANIFEST
+    if not path.exists():
+        raise InputError("no such dataset folder", str(path))
+    if not manifest_path.is_file():
+        raise InputError(f"not a tracekit dataset (no {MANIFEST}); create one with "
+                         "`tracekit ingest SOURCES -o DATASET`", str(path))
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise InputError(f"unreadable manifest: {error}", str(manifest_path)) from None
+    return Dataset(path, manifest)

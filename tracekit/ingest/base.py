@@ -1,0 +1,184 @@
+"""The reader interface every input format implements, and the pieces readers share.
+
+A reader knows one format family: it recognises a file from its first bytes (``sniff``) and
+turns it into canonical tables (``read``), chunk by chunk so a file larger than memory streams.
+Readers never print and never write; the ingest pipeline does both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import BinaryIO, ClassVar
+
+import polars as pl
+
+from tracekit import schema
+from tracekit.errors import InputError
+
+SNIFF_BYTES = 64 * 1024
+"""How much of a file readers see when sniffing its format."""
+
+LINE_BATCH_BYTES = 64 * 1024 * 1024
+"""Text readers parse this many bytes of whole lines at a time; bounds memory per reader."""
+
+
+@dataclass
+class Source:
+    """One input file: a path on disk or a member of an archive.
+
+    ``name`` is what users see in messages and in the quarantine (``a.tar.gz!rank0.log`` for an
+    archive member). ``opener`` returns a fresh binary stream positioned at the start.
+    """
+
+    name: str
+    size: int
+    opener: Callable[[], BinaryIO]
+    _sha256: str | None = None
+    _head: bytes | None = None
+
+    def open(self) -> BinaryIO:
+        return self.opener()
+
+    @property
+    def head(self) -> bytes:
+        """The first :data:`SNIFF_BYTES` bytes."""
+        if self._head is None:
+            with self.open() as stream:
+                self._head = stream.read(SNIFF_BYTES)
+        return self._head
+
+    @property
+    def head_text(self) -> str:
+        """:attr:`head` decoded as UTF-8, undecodable bytes replaced."""
+        return self.head.decode("utf-8", errors="replace")
+
+    @property
+    def file_name(self) -> str:
+        """The last path component (of the member, for an archive member)."""
+        return self.name.rsplit("!", 1)[-1].replace("\\", "/").rsplit("/", 1)[-1]
+
+    @property
+    def sha256(self) -> str:
+        if self._sha256 is None:
+            digest = hashlib.sha256()
+            with self.open() as stream:
+                while block := stream.read(1 << 22):
+                    digest.update(block)
+            self._sha256 = digest.hexdigest()
+        return self._sha256
+
+    @classmethod
+    def from_bytes(cls, name: str, data: bytes) -> Source:
+        """A source held in memory (tests, small archive members)."""
+        return cls(name, len(data), lambda: io.BytesIO(data))
+
+
+@dataclass
+class Chunk:
+    """What a reader produced from one stretch of a source.
+
+    ``lines`` counts input lines (or records) consumed, ``skipped`` those that belong to no
+    table of this format (other subsystems, comments), and the quarantine frame holds those
+    that belong to the format but could not be parsed. For line formats
+    ``rows + skipped + quarantined == lines``.
+    """
+
+    tables: dict[str, pl.DataFrame] = field(default_factory=dict)
+    quarantine: pl.DataFrame | None = None
+    lines: int = 0
+    skipped: int = 0
+    bytes_read: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+class Reader:
+    """Base of all format readers. Subclasses set the class attributes and implement
+    :meth:`sniff` and :meth:`read`."""
+
+    format: ClassVar[str]
+    """Short format name users pass to ``--format`` (``nccl-debug``, ``hook-csv``, ...)."""
+    version: ClassVar[str] = "1"
+    """Parser version, recorded in the manifest; bump it when output for the same input changes."""
+    tables: ClassVar[tuple[str, ...]]
+    """Canonical tables this reader can produce."""
+    priority: ClassVar[int] = 100
+    """Lower sniffs first; give specific formats a lower number than catch-all ones."""
+    description: ClassVar[str] = ""
+
+    def sniff(self, source: Source) -> bool:
+        """True when ``source`` is in this format; look at ``source.head`` and the file name."""
+        raise NotImplementedError
+
+    def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
+        """Parse ``source`` into chunks of canonical tables."""
+        raise NotImplementedError
+
+
+@dataclass
+class LineBatch:
+    """A run of whole lines of a text source: ``lines`` (without line ends) and the 1-based
+    number of the first one."""
+
+    lines: pl.Series
+    first_line_no: int
+    bytes_read: int
+
+    def frame(self) -> pl.DataFrame:
+        """The lines as a frame with ``line_no`` and ``line`` columns."""
+        return pl.DataFrame({"line": self.lines}).with_row_index(
+            "line_no", offset=self.first_line_no
+        ).with_columns(pl.col("line_no").cast(pl.Int64))
+
+
+def iter_line_batches(source: Source, batch_bytes: int = LINE_BATCH_BYTES) -> Iterator[LineBatch]:
+    """Split a text source into batches of whole lines without a Python loop per line.
+
+    Line ends may be ``\\n`` or ``\\r\\n``; undecodable bytes are replaced rather than fatal (a
+    torn multi-byte character must not lose the rest of the line). A last line without a line
+    end is still returned, so readers can quarantine it as truncated.
+    """
+    line_no = 1
+    carry = b""
+    with source.open() as stream:
+        while True:
+            block = stream.read(batch_bytes)
+            data = carry + block
+            if not block:
+                if data:
+                    yield _batch(data, line_no, len(data))
+                return
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                carry = data
+                continue
+            whole, carry = data[: cut + 1], data[cut + 1 :]
+            batch = _batch(whole[:-1], line_no, len(whole))
+            line_no += len(batch.lines)
+            yield batch
+
+
+def _batch(data: bytes, first_line_no: int, bytes_read: int) -> LineBatch:
+    text = data.decode("utf-8", errors="replace")
+    lines = pl.Series("line", [text]).str.split("\n").explode()
+    lines = lines.str.strip_suffix("\r")
+    return LineBatch(lines, first_line_no, bytes_read)
+
+
+def quarantine_frame(source: Source, bad: pl.DataFrame) -> pl.DataFrame:
+    """Build quarantine rows from a frame with ``line_no``, ``line`` and ``reason`` columns."""
+    return bad.select(
+        pl.lit(source.name).alias("source"),
+        pl.col("line_no").cast(pl.Int64),
+        pl.col("reason").cast(pl.String),
+        pl.col("line").str.slice(0, schema.RAW_LINE_LIMIT).alias("raw"),
+    )
+
+
+def require_option(options: dict[str, str], key: str, source: Source, why: str) -> str:
+    """An option value a reader cannot do without; a clear error naming the file otherwise."""
+    if key not in options:
+        raise InputError(f"{why}; pass it with --option {key}=VALUE", source.name)
+    return options[key]

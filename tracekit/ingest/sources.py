@@ -1,0 +1,128 @@
+"""Turn the paths a user names into :class:`Source` objects: files, folders and tar archives.
+
+Archives are read member by member without extracting anything to disk. Members with absolute
+names, ``..`` components or links are refused (a dump is untrusted input), and the decompressed
+size is capped so a compression bomb cannot fill the disk or memory.
+"""
+
+from __future__ import annotations
+
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+
+from tracekit.errors import InputError
+from tracekit.ingest.base import Source
+
+ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
+MAX_ARCHIVE_BYTES = 64 * 1024**3
+"""Default cap on the decompressed size of one archive."""
+SPOOL_IN_MEMORY_BYTES = 64 * 1024**2
+"""Archive members up to this size are held in memory, larger ones spill to a temporary file."""
+IGNORED_NAMES = {"manifest.json", ".DS_Store"}
+
+
+def is_archive(path: Path | str) -> bool:
+    return str(path).lower().endswith(ARCHIVE_SUFFIXES)
+
+
+def iter_sources(paths: list[Path], max_archive_bytes: int = MAX_ARCHIVE_BYTES) -> Iterator[Source]:
+    """Every input file under ``paths`` in a stable order (folders walked sorted, recursively).
+
+    Missing paths are an error before anything is read, so a typo never half-ingests a dump.
+    """
+    for path in paths:
+        if not path.exists():
+            raise InputError("no such file or folder", str(path))
+    for path in paths:
+        if path.is_dir():
+            files = sorted(p for p in path.rglob("*") if p.is_file() and not _hidden(p, path))
+        else:
+            files = [path]
+        for file in files:
+            if file.name in IGNORED_NAMES:
+                continue
+            if is_archive(file):
+                yield from iter_archive(file, max_archive_bytes)
+            else:
+                yield _file_source(file)
+
+
+def _hidden(path: Path, root: Path) -> bool:
+    return any(part.startswith(".") for part in path.relative_to(root).parts)
+
+
+def _file_source(path: Path) -> Source:
+    try:
+        size = path.stat().st_size
+        with path.open("rb"):
+            pass
+    except OSError as error:
+        raise InputError(f"cannot read: {error.strerror}", str(path)) from None
+    return Source(str(path), size, lambda: path.open("rb"))
+
+
+def iter_archive(path: Path, max_bytes: int = MAX_ARCHIVE_BYTES) -> Iterator[Source]:
+    """The regular-file members of a tar archive as sources, after safety checks."""
+    try:
+        archive = tarfile.open(path, mode="r:*")
+    except (tarfile.TarError, OSError) as error:
+        raise InputError(f"not a readable tar archive: {error}", str(path)) from None
+    total = 0
+    with archive:
+        for member in archive:
+            name = f"{path}!{member.name}"
+            _check_member(member, name)
+            if not member.isfile():
+                continue
+            total += member.size
+            if total > max_bytes:
+                raise InputError(
+                    f"archive expands beyond {max_bytes} bytes; raise the limit with "
+                    "--max-archive-bytes if this is expected", str(path))
+            stream = archive.extractfile(member)
+            if stream is None:
+                continue
+            spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY_BYTES)
+            while block := stream.read(1 << 22):
+                spool.write(block)
+            yield _spooled_source(name, member.size, spool)
+            spool.close()
+
+
+def _check_member(member: tarfile.TarInfo, name: str) -> None:
+    parts = PurePosixPath(member.name).parts
+    if member.name.startswith(("/", "\\")) or (parts and ":" in parts[0]):
+        raise InputError("archive member has an absolute path; refusing to read it", name)
+    if ".." in parts:
+        raise InputError("archive member path contains '..'; refusing to read it", name)
+    if member.issym() or member.islnk():
+        raise InputError("archive member is a link; refusing to read it", name)
+
+
+class _Unclosable:
+    """A view of a spooled file that rewinds on open and survives readers' ``with`` blocks."""
+
+    def __init__(self, spool):
+        self._spool = spool
+
+    def __enter__(self):
+        return self._spool
+
+    def __exit__(self, *exc):
+        return False
+
+    def __getattr__(self, name):
+        return getattr(self._spool, name)
+
+    def close(self) -> None:
+        """Readers close what they open; the spool lives until the next archive member."""
+
+
+def _spooled_source(name: str, size: int, spool) -> Source:
+    def opener():
+        spool.seek(0)
+        return _Unclosable(spool)
+
+    return Source(name, size, opener)

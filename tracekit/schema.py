@@ -1,0 +1,378 @@
+"""Every canonical table of a tracekit dataset: columns, dtypes, units and meaning.
+
+This module is the single place where table layouts live. Readers, analyses and the dataset
+store all check their frames against it, so a column means the same thing everywhere.
+
+Conventions (DESIGN.md): timestamps are ``Int64`` nanoseconds since the Unix epoch (UTC) and end
+in ``_ns``; durations are ``Float64`` seconds and end in ``_s`` unless the name carries another
+unit (``elapsed_ms``, ``sm_clock_mhz``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from tracekit.errors import SchemaError
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: its dtype, its unit (empty when dimensionless) and one line of meaning."""
+
+    name: str
+    dtype: pl.DataType
+    unit: str
+    meaning: str
+
+
+@dataclass(frozen=True)
+class Table:
+    """A canonical table: its columns in order, the columns that identify a row, and the column
+    that places a row in time (used for time spans in the manifest)."""
+
+    name: str
+    meaning: str
+    columns: tuple[Column, ...]
+    key: tuple[str, ...]
+    time_column: str | None = None
+
+    @property
+    def schema(self) -> pl.Schema:
+        return pl.Schema({c.name: c.dtype for c in self.columns})
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    def empty(self) -> pl.DataFrame:
+        """A frame with no rows and exactly this table's schema."""
+        return pl.DataFrame(schema=self.schema)
+
+
+def _c(name: str, dtype: pl.DataType, unit: str, meaning: str) -> Column:
+    return Column(name, dtype, unit, meaning)
+
+
+I32, I64, F64, STR, BOOL = pl.Int32(), pl.Int64(), pl.Float64(), pl.String(), pl.Boolean()
+NS = "ns since epoch (UTC)"
+
+JOB = _c("job", STR, "", "job identifier (the dataset's job id unless the source names one)")
+RANK = _c("rank", I32, "", "global rank of the process (torch.distributed rank)")
+HOST = _c("host", STR, "", "host name, normalised (short name, no domain)")
+
+COLLECTIVES = Table(
+    "collectives",
+    "one collective or point-to-point call on one rank, in the order the rank issued it",
+    (
+        JOB,
+        RANK,
+        HOST,
+        _c("pid", I64, "", "operating-system process id of the caller"),
+        _c("cuda_dev", I32, "", "CUDA device index seen by the process (often 0 per process)"),
+        _c("comm", STR, "", "communicator handle as printed by the source (e.g. 0x7f3a5c001200)"),
+        _c("nranks", I32, "", "number of ranks in the communicator"),
+        _c("op", STR, "", "operation: allreduce, allgather, reducescatter, broadcast, reduce, "
+           "send, recv, alltoall, gather, scatter, barrier"),
+        _c("seq", I64, "", "0-based call number of this rank on this communicator (per host, pid, "
+           "comm); not NCCL's opCount"),
+        _c("op_count", I64, "", "NCCL's own opCount when the source prints it"),
+        _c("count", I64, "elements", "element count passed to the call"),
+        _c("dtype", STR, "", "element type: int8, uint8, int32, uint32, int64, uint64, float16, "
+           "float32, float64, bfloat16, float8e4m3, float8e5m2"),
+        _c("bytes", I64, "bytes", "payload size of the call (count x element size)"),
+        _c("peer", I32, "", "peer rank of a send / recv, or root of a rooted collective"),
+        _c("t_start_ns", I64, NS, "time the call was issued (null when the source has no clock)"),
+        _c("t_end_ns", I64, NS, "time the call completed (null when the source has no end)"),
+    ),
+    key=("job", "rank", "comm", "seq"),
+    time_column="t_start_ns",
+)
+
+COMMS = Table(
+    "comms",
+    "one rank's membership of one communicator, from NCCL init lines or the hook",
+    (
+        JOB,
+        _c("comm", STR, "", "communicator handle as printed by the source"),
+        _c("comm_id", STR, "", "NCCL commId hash shared by all members (null for split comms "
+           "that print none)"),
+        RANK,
+        _c("comm_rank", I32, "", "rank of this member inside the communicator"),
+        _c("nranks", I32, "", "number of ranks in the communicator"),
+        HOST,
+        _c("pid", I64, "", "operating-system process id of the member"),
+        _c("cuda_dev", I32, "", "CUDA device index seen by the process"),
+        _c("nvml_dev", I32, "", "physical GPU index on the host (NVML)"),
+        _c("bus_id", STR, "", "PCI bus id of the GPU, lower case (e.g. 0000:1b:00.0)"),
+        _c("t_init_ns", I64, NS, "time the communicator was initialised (null when unknown)"),
+    ),
+    key=("job", "comm", "host", "pid"),
+    time_column="t_init_ns",
+)
+
+ITERATIONS = Table(
+    "iterations",
+    "one training iteration on one rank (or the whole job when rank is null)",
+    (
+        JOB,
+        _c("rank", I32, "", "global rank; null for job-level iterations from a framework log"),
+        _c("iteration", I64, "", "iteration number (framework's own when known, else 0-based)"),
+        _c("t_start_ns", I64, NS, "iteration start"),
+        _c("t_end_ns", I64, NS, "iteration end"),
+        _c("duration_s", F64, "s", "iteration time"),
+        _c("source", STR, "", "where it comes from: acf (reconstructed from collectives) or "
+           "framework (Megatron, MLPerf, what-if trace, step table)"),
+        _c("quality", STR, "", "ok, or why the boundaries are uncertain (resync, gap, disturbed)"),
+    ),
+    key=("job", "source", "rank", "iteration"),
+    time_column="t_start_ns",
+)
+
+MEGATRON_STEPS = Table(
+    "megatron_steps",
+    "one Megatron-LM (or Megatron-DeepSpeed) training_log iteration line",
+    (
+        JOB,
+        _c("iteration", I64, "", "iteration number printed on the line"),
+        _c("train_iters", I64, "", "total iterations of the run"),
+        _c("ts_ns", I64, NS, "timestamp printed on the line (null before core_v0.6)"),
+        _c("consumed_samples", I64, "samples", "samples consumed so far"),
+        _c("consumed_tokens", I64, "tokens", "tokens consumed so far (Megatron-DeepSpeed)"),
+        _c("elapsed_ms", F64, "ms", "mean time per iteration over the log interval"),
+        _c("interval_iters", I64, "", "iterations the elapsed time averages over"),
+        _c("throughput_tflops", F64, "TFLOP/s/GPU", "model throughput per GPU when printed"),
+        _c("learning_rate", F64, "", "learning rate"),
+        _c("global_batch_size", I64, "samples", "global batch size"),
+        _c("lm_loss", F64, "", "language-model loss"),
+        _c("loss_scale", F64, "", "mixed-precision loss scale"),
+        _c("grad_norm", F64, "", "gradient norm"),
+        _c("num_zeros", F64, "", "number of zero gradients"),
+        _c("params_norm", F64, "", "parameter norm"),
+        _c("skipped_iters", I64, "", "iterations skipped in the interval"),
+        _c("nan_iters", I64, "", "iterations with NaN in the interval"),
+        _c("extra_json", STR, "", "other key: value fields of the line, as a JSON object"),
+    ),
+    key=("job", "iteration"),
+    time_column="ts_ns",
+)
+
+MEGATRON_TIMERS = Table(
+    "megatron_timers",
+    "one Megatron timer reading: a per-iteration average over the log interval",
+    (
+        JOB,
+        _c("iteration", I64, "", "last iteration of the interval the reading covers"),
+        _c("interval_iters", I64, "", "iterations in the interval (covers iteration - "
+           "interval_iters + 1 .. iteration)"),
+        _c("name", STR, "", "timer name (forward-backward, optimizer, ...)"),
+        _c("rank", I32, "", "rank of the reading (timing-log-option all), else null"),
+        _c("min_ms", F64, "ms", "minimum over ranks (or this rank's value)"),
+        _c("max_ms", F64, "ms", "maximum over ranks (or this rank's value)"),
+    ),
+    key=("job", "iteration", "name", "rank"),
+)
+
+GPU_METRICS = Table(
+    "gpu_metrics",
+    "one sample of one GPU metric",
+    (
+        _c("ts_ns", I64, NS, "sample time"),
+        HOST,
+        _c("gpu", I32, "", "GPU index on the host"),
+        _c("gpu_uuid", STR, "", "GPU UUID when the source gives it"),
+        _c("bus_id", STR, "", "PCI bus id, lower case, when the source gives it"),
+        _c("gpu_instance", STR, "", "MIG instance (GPU-I / GPU-CI id) when the sample is per "
+           "instance"),
+        _c("metric", STR, "", "canonical metric name with its unit (sm_clock_mhz, gpu_temp_c, "
+           "power_w, clocks_event_reasons, ...)"),
+        _c("value", F64, "", "value in the unit the metric name states"),
+        _c("source", STR, "", "exporter the sample comes from (dcgm-exporter, dcgmi-dmon, ...)"),
+    ),
+    key=("host", "gpu", "gpu_instance", "metric", "ts_ns"),
+    time_column="ts_ns",
+)
+
+NIC_COUNTERS = Table(
+    "nic_counters",
+    "one sample of one RNIC counter, with its rate since the previous sample",
+    (
+        _c("ts_ns", I64, NS, "sample time"),
+        HOST,
+        _c("device", STR, "", "RDMA device or netdev (mlx5_0, eth0)"),
+        _c("port", I32, "", "port number (1-based, as in sysfs)"),
+        _c("counter", STR, "", "counter name as the driver prints it (np_cnp_sent, ...)"),
+        _c("value", I64, "", "raw counter value"),
+        _c("rate_per_s", F64, "1/s", "increase per second since the previous sample; null on the "
+           "first sample and across resets"),
+    ),
+    key=("host", "device", "port", "counter", "ts_ns"),
+    time_column="ts_ns",
+)
+
+HOST_METRICS = Table(
+    "host_metrics",
+    "one sample of a host metric: CPU load, IPMI sensors, ...",
+    (
+        _c("ts_ns", I64, NS, "sample time"),
+        HOST,
+        _c("source", STR, "", "where the sample comes from (ipmitool, ipmi-exporter, procstat, ...)"),
+        _c("metric", STR, "", "canonical metric name (cpu_util_pct, inlet_temp_c, ...)"),
+        _c("value", F64, "", "value in unit"),
+        _c("unit", STR, "", "unit of value"),
+        _c("status", STR, "", "sensor status when the source gives one (ok, nc, cr, nr)"),
+    ),
+    key=("host", "source", "metric", "ts_ns"),
+    time_column="ts_ns",
+)
+
+LABELS = Table(
+    "labels",
+    "one ground-truth episode of a labeled job (fail-slow or benign disturbance)",
+    (
+        JOB,
+        _c("episode", I32, "", "episode number within the job"),
+        _c("fail_slow", BOOL, "", "true for a fail-slow, false for a benign disturbance "
+           "(GC pause, evaluation, checkpoint)"),
+        _c("kind", STR, "", "compute, communication, compound, or noise"),
+        _c("cause", STR, "", "gpu-thermal, gpu-degradation, cpu-contention, network-congestion, "
+           "... joined by + when compound"),
+        _c("target", STR, "", "culprit in words: rank:13, gpu:b07/5, host:b07, link:b03-b07"),
+        _c("target_rank", I32, "", "culprit rank when one rank is at fault"),
+        _c("target_host", STR, "", "culprit host"),
+        _c("target_gpu", I32, "", "culprit GPU index on target_host"),
+        _c("target_link", STR, "", "culprit link as host-host, sorted"),
+        _c("t_start_ns", I64, NS, "episode start"),
+        _c("t_end_ns", I64, NS, "episode end"),
+        _c("start_iteration", I64, "", "first affected iteration"),
+        _c("end_iteration", I64, "", "last affected iteration"),
+        _c("severity", F64, "x", "slowdown factor of the culprit (1.4 = 40 % slower)"),
+    ),
+    key=("job", "episode"),
+    time_column="t_start_ns",
+)
+
+EVENTS = Table(
+    "events",
+    "one change point found by a detector",
+    (
+        JOB,
+        _c("rank", I32, "", "rank of the series, null for the job-level series"),
+        _c("detector", STR, "", "detector name (window, bocd, bocd+v, ...)"),
+        _c("iteration", I64, "", "first iteration after the change"),
+        _c("ts_ns", I64, NS, "time of that iteration's start"),
+        _c("before_s", F64, "s", "mean iteration time before the change"),
+        _c("after_s", F64, "s", "mean iteration time after the change"),
+        _c("ratio", F64, "x", "after_s / before_s"),
+    ),
+    key=("job", "detector", "rank", "iteration"),
+    time_column="ts_ns",
+)
+
+EPISODES = Table(
+    "episodes",
+    "one detected fail-slow episode with its cost and, once attributed, its culprit",
+    (
+        JOB,
+        _c("episode", I32, "", "episode number within the job"),
+        _c("detector", STR, "", "detector that found it"),
+        _c("t_start_ns", I64, NS, "episode start"),
+        _c("t_end_ns", I64, NS, "episode end (null while still open at the end of the trace)"),
+        _c("start_iteration", I64, "", "first slow iteration"),
+        _c("end_iteration", I64, "", "last slow iteration"),
+        _c("iterations", I64, "", "iterations affected"),
+        _c("duration_s", F64, "s", "episode duration"),
+        _c("baseline_s", F64, "s", "healthy iteration time before the episode"),
+        _c("slowdown", F64, "x", "mean iteration time in the episode over the healthy baseline"),
+        _c("lost_s", F64, "s", "time lost to the episode versus the healthy baseline"),
+        _c("jct_slowdown", F64, "", "lost_s as a share of the job's healthy completion time"),
+        _c("ranks", STR, "", "ranks that changed with it, comma separated"),
+        _c("kind", STR, "", "compute, communication, compound or unknown"),
+        _c("cause", STR, "", "attributed cause, or insufficient-evidence"),
+        _c("target", STR, "", "attributed culprit (rank:13, gpu:b07/5, link:b03-b07)"),
+        _c("confidence", F64, "", "confidence of the attribution, 0..1"),
+        _c("evidence", STR, "", "the numbers behind the verdict, in words"),
+    ),
+    key=("job", "detector", "episode"),
+    time_column="t_start_ns",
+)
+
+QUARANTINE = Table(
+    "quarantine",
+    "one input line that belongs to a recognised format but could not be parsed",
+    (
+        _c("source", STR, "", "input path (archive members as archive.tar.gz!member)"),
+        _c("line_no", I64, "", "1-based line number in the source"),
+        _c("reason", STR, "", "why the line was refused"),
+        _c("raw", STR, "", "the line, cut to 500 characters"),
+    ),
+    key=("source", "line_no"),
+)
+
+TABLES: dict[str, Table] = {
+    t.name: t
+    for t in (
+        COLLECTIVES,
+        COMMS,
+        ITERATIONS,
+        MEGATRON_STEPS,
+        MEGATRON_TIMERS,
+        GPU_METRICS,
+        NIC_COUNTERS,
+        HOST_METRICS,
+        LABELS,
+        EVENTS,
+        EPISODES,
+        QUARANTINE,
+    )
+}
+
+RAW_LINE_LIMIT = 500
+"""Quarantined lines are cut to this many characters so one huge torn line cannot bloat a dataset."""
+
+
+def table(name: str) -> Table:
+    """The canonical table called ``name``; a clear error for an unknown name."""
+    try:
+        return TABLES[name]
+    except KeyError:
+        known = ", ".join(sorted(TABLES))
+        raise SchemaError(f"unknown table {name!r}; known tables: {known}") from None
+
+
+def conform(name: str, frame: pl.DataFrame) -> pl.DataFrame:
+    """Add the table's missing columns as nulls and put columns in canonical order.
+
+    Readers use this so they only build the columns their format has. Columns that exist keep
+    their dtype, so a wrong dtype is still caught by :func:`validate`.
+    """
+    spec = table(name)
+    missing = [pl.lit(None, dtype=c.dtype).alias(c.name) for c in spec.columns
+               if c.name not in frame.columns]
+    if missing:
+        frame = frame.with_columns(missing)
+    extra = [c for c in frame.columns if c not in spec.schema]
+    if extra:
+        raise SchemaError(f"table {name!r}: unexpected column {extra[0]!r}")
+    return frame.select(spec.column_names)
+
+
+def validate(name: str, frame: pl.DataFrame | pl.LazyFrame) -> None:
+    """Raise :class:`SchemaError` naming the table and column when ``frame`` does not have
+    exactly the canonical columns, in order, with the canonical dtypes."""
+    spec = table(name)
+    got = frame.collect_schema() if isinstance(frame, pl.LazyFrame) else frame.schema
+    for column in spec.columns:
+        if column.name not in got:
+            raise SchemaError(f"table {name!r}: missing column {column.name!r}")
+        if got[column.name] != column.dtype:
+            raise SchemaError(
+                f"table {name!r}: column {column.name!r} has dtype {got[column.name]}, "
+                f"expected {column.dtype}"
+            )
+    for column_name in got:
+        if column_name not in spec.schema:
+            raise SchemaError(f"table {name!r}: unexpected column {column_name!r}")
+    if list(got) != spec.column_names:
+        raise SchemaError(f"table {name!r}: columns out of order, expected {spec.column_names}")
