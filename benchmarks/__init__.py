@@ -1,0 +1,1 @@
+"""Speed and memory benchmarks; each ``bench_*.py`` module has a ``main()``."""

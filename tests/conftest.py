@@ -1,0 +1,29 @@
+"""Shared fixtures: where the real format samples and public datasets live.
+
+``../shared/`` sits beside the checkout on developer machines and in CI.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+FORMATS = SHARED / "formats"
+REAL = SHARED / "real"
+
+
+@pytest.fixture(scope="session")
+def formats_dir() -> Path:
+    if not FORMATS.is_dir():
+        pytest.fail(f"format samples not found at {FORMATS}")
+    return FORMATS
+
+
+@pytest.fixture(scope="session")
+def real_dir() -> Path:
+    if not REAL.is_dir():
+        pytest.fail(f"real datasets not found at {REAL}")
+    return REAL
