@@ -1,4 +1,4 @@
-"""Run every benchmark (``python -m benchmarks``) or the ones named (``python -m benchmarks ingest``)."""
+"""Run every benchmark (``python -m benchmarks``) or those named (``... benchmarks ingest``)."""
 
 from __future__ import annotations
 

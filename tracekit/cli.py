@@ -105,11 +105,12 @@ def info(dataset: Annotated[Path, typer.Argument(help="Dataset folder.")]) -> No
     manifest = opened.manifest
     table = Table(title=f"dataset {dataset} — job {opened.job}")
     for column in ("table", "rows", "time span", "ranks", "hosts"):
-        table.add_column(column, justify="right" if column in ("rows", "ranks", "hosts") else "left")
+        numeric = column in ("rows", "ranks", "hosts")
+        table.add_column(column, justify="right" if numeric else "left")
     for name, stats in manifest["tables"].items():
-        table.add_row(name, f"{stats['rows']:,}", format_span(stats.get("t_min_ns"),
-                      stats.get("t_max_ns")) if "t_min_ns" in stats else "",
-                      str(stats.get("ranks", "")), str(stats.get("hosts", "")))
+        span = format_span(stats["t_min_ns"], stats["t_max_ns"]) if "t_min_ns" in stats else ""
+        table.add_row(name, f"{stats['rows']:,}", span, str(stats.get("ranks", "")),
+                      str(stats.get("hosts", "")))
     console.print(table)
     sources = manifest["sources"]
     quarantined = sum(s["quarantined"] for s in sources)

@@ -217,7 +217,7 @@ HOST_METRICS = Table(
     (
         _c("ts_ns", I64, NS, "sample time"),
         HOST,
-        _c("source", STR, "", "where the sample comes from (ipmitool, ipmi-exporter, procstat, ...)"),
+        _c("source", STR, "", "where the sample comes from (ipmitool, ipmi-exporter, ...)"),
         _c("metric", STR, "", "canonical metric name (cpu_util_pct, inlet_temp_c, ...)"),
         _c("value", F64, "", "value in unit"),
         _c("unit", STR, "", "unit of value"),
@@ -329,7 +329,7 @@ TABLES: dict[str, Table] = {
 }
 
 RAW_LINE_LIMIT = 500
-"""Quarantined lines are cut to this many characters so one huge torn line cannot bloat a dataset."""
+"""Quarantined lines are cut to this many characters: one huge torn line cannot bloat a dataset."""
 
 
 def table(name: str) -> Table:

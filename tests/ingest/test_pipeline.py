@@ -1,0 +1,98 @@
+"""The ingest loop every format shares: manifest records, idempotence, appends, failures."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+
+import pytest
+
+from tracekit import open_dataset
+from tracekit.errors import InputError
+from tracekit.ingest.hook_csv import HEADER
+from tracekit.ingest.pipeline import ingest
+
+T0 = 1_700_000_000_000_000_000
+
+
+def hook_log(rank: int, calls: int) -> str:
+    rows = [
+        f"{i},{T0 + i * 1_000_000},5000,host-a,{100 + rank},{rank},0,0xc0{rank},2,{i},"
+        f"AllReduce,256,7,0x1,0x1,-1"
+        for i in range(calls)
+    ]
+    return "\n".join([HEADER, *rows]) + "\n"
+
+
+@pytest.fixture
+def dump(tmp_path):
+    folder = tmp_path / "dump"
+    folder.mkdir()
+    (folder / "rank0.csv").write_text(hook_log(0, 5))
+    (folder / "rank1.csv").write_text(hook_log(1, 3) + "7,123\n")
+    return folder
+
+
+def test_manifest_records_each_source_with_hash_and_counts(dump, tmp_path):
+    summary = ingest([dump], tmp_path / "ds")
+    assert [s.status for s in summary.sources] == ["ingested", "ingested"]
+    manifest = json.loads((tmp_path / "ds" / "manifest.json").read_text())
+    by_name = {s["path"].rsplit("/", 1)[-1]: s for s in manifest["sources"]}
+    rank1 = by_name["rank1.csv"]
+    assert rank1["sha256"] == hashlib.sha256((dump / "rank1.csv").read_bytes()).hexdigest()
+    assert rank1["size"] == (dump / "rank1.csv").stat().st_size
+    assert rank1["format"] == "hook-csv"
+    assert rank1["rows"] == {"collectives": 3}
+    assert (rank1["lines"], rank1["skipped"], rank1["quarantined"]) == (5, 1, 1)
+    assert manifest["tables"]["collectives"]["rows"] == 8
+    assert manifest["tables"]["collectives"]["ranks"] == 2
+
+
+def test_reingest_is_idempotent_and_new_files_only_append(dump, tmp_path):
+    ingest([dump], tmp_path / "ds")
+    before = open_dataset(tmp_path / "ds")["collectives"].collect().sort("rank", "seq")
+    again = ingest([dump], tmp_path / "ds")
+    assert [s.status for s in again.sources] == ["unchanged", "unchanged"]
+    (dump / "rank2.csv").write_text(hook_log(2, 4))
+    third = ingest([dump], tmp_path / "ds")
+    assert [s.status for s in third.sources] == ["unchanged", "unchanged", "ingested"]
+    after = open_dataset(tmp_path / "ds")["collectives"].collect().sort("rank", "seq")
+    assert after.filter(after["rank"] < 2).equals(before)
+    assert after.height == before.height + 4
+
+
+def test_duplicate_file_under_another_name_adds_no_rows(dump, tmp_path):
+    shutil.copy(dump / "rank0.csv", dump / "rank0-copy.csv")
+    ingest([dump], tmp_path / "ds")
+    assert open_dataset(tmp_path / "ds")["collectives"].collect().height == 8
+
+
+def test_quarantine_names_file_and_line(dump, tmp_path):
+    ingest([dump], tmp_path / "ds")
+    quarantine = open_dataset(tmp_path / "ds")["quarantine"].collect()
+    assert quarantine.height == 1
+    row = quarantine.row(0, named=True)
+    assert row["source"].endswith("rank1.csv")
+    assert row["line_no"] == 5
+    assert row["raw"] == "7,123"
+
+
+def test_unknown_file_fails_alone_and_others_complete(dump, tmp_path):
+    (dump / "notes.txt").write_text("nothing tracekit knows\n")
+    summary = ingest([dump], tmp_path / "ds")
+    failed = summary.failed
+    assert len(failed) == 1 and "notes.txt" in failed[0].error
+    assert "cannot tell the format" in failed[0].error
+    assert open_dataset(tmp_path / "ds")["collectives"].collect().height == 8
+
+
+def test_missing_path_raises_before_anything_is_written(tmp_path):
+    with pytest.raises(InputError, match="absent.log: no such file"):
+        ingest([tmp_path / "absent.log"], tmp_path / "ds")
+    assert not (tmp_path / "ds").exists()
+
+
+def test_forced_unknown_format_lists_known_formats(dump, tmp_path):
+    with pytest.raises(InputError, match="known formats: .*hook-csv"):
+        ingest([dump], tmp_path / "ds", format="no-such-format")

@@ -1,0 +1,92 @@
+"""The dataset store: manifest contents, atomic writes, lazy tables."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+from tracekit import create_dataset, open_dataset, schema
+from tracekit.errors import InputError, SchemaError
+
+
+def iterations_frame(n: int, job: str = "job-a") -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "job": [job] * n,
+            "rank": list(range(n)),
+            "iteration": list(range(n)),
+            "t_start_ns": [1_000_000_000 * i for i in range(n)],
+            "t_end_ns": [1_000_000_000 * (i + 1) for i in range(n)],
+            "duration_s": [1.0] * n,
+            "source": ["acf"] * n,
+            "quality": ["ok"] * n,
+        },
+        schema=schema.ITERATIONS.schema,
+    )
+
+
+def test_create_then_open_gives_tables_as_lazy_frames(tmp_path):
+    dataset = create_dataset(tmp_path / "ds", job="job-a")
+    dataset.write_table("iterations", iterations_frame(4))
+    dataset.save_manifest()
+    opened = open_dataset(tmp_path / "ds")
+    assert opened.job == "job-a"
+    assert set(opened.tables) == {"iterations"}
+    assert isinstance(opened["iterations"], pl.LazyFrame)
+    assert opened["iterations"].collect().equals(iterations_frame(4))
+    assert opened["collectives"].collect().schema == schema.COLLECTIVES.schema
+
+
+def test_manifest_records_table_rows_span_and_ranks(tmp_path):
+    dataset = create_dataset(tmp_path / "ds", job="job-a")
+    dataset.write_table("iterations", iterations_frame(5))
+    dataset.save_manifest()
+    manifest = json.loads((tmp_path / "ds" / "manifest.json").read_text())
+    stats = manifest["tables"]["iterations"]
+    assert stats["rows"] == 5
+    assert stats["ranks"] == 5
+    assert (stats["t_min_ns"], stats["t_max_ns"]) == (0, 4_000_000_000)
+    assert manifest["job"] == "job-a"
+    assert manifest["tracekit_version"]
+
+
+def test_mismatched_frame_is_refused_and_nothing_written(tmp_path):
+    dataset = create_dataset(tmp_path / "ds")
+    bad = iterations_frame(2).with_columns(pl.col("iteration").cast(pl.Int32))
+    with pytest.raises(SchemaError, match="'iterations'.*'iteration'"):
+        dataset.write_table("iterations", bad)
+    assert not dataset.has_table("iterations")
+
+
+def test_interrupted_write_leaves_previous_table_intact(tmp_path, monkeypatch):
+    dataset = create_dataset(tmp_path / "ds")
+    dataset.write_table("iterations", iterations_frame(3))
+
+    def crash(self, path, **kwargs):
+        with open(path, "wb") as half_written:
+            half_written.write(b"PAR1 garbage")
+        raise KeyboardInterrupt("power cut")
+
+    monkeypatch.setattr(pl.DataFrame, "write_parquet", crash)
+    with pytest.raises(KeyboardInterrupt):
+        dataset.write_table("iterations", iterations_frame(10))
+    monkeypatch.undo()
+    assert dataset["iterations"].collect().height == 3
+    leftovers = [p.name for p in (tmp_path / "ds" / "iterations").iterdir()]
+    assert leftovers == ["data.parquet"]
+
+
+def test_other_job_id_is_refused(tmp_path):
+    create_dataset(tmp_path / "ds", job="job-a")
+    with pytest.raises(InputError, match="belongs to job 'job-a'"):
+        create_dataset(tmp_path / "ds", job="job-b")
+
+
+def test_open_missing_or_foreign_folder_says_what_is_wrong(tmp_path):
+    with pytest.raises(InputError, match="no such dataset folder"):
+        open_dataset(tmp_path / "absent")
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(InputError, match="not a tracekit dataset"):
+        open_dataset(tmp_path / "plain")
