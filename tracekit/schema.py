@@ -310,6 +310,88 @@ QUARANTINE = Table(
     key=("source", "line_no"),
 )
 
+OP_TRACES = Table(
+    "op_traces",
+    "one timed operation of one rank in one training step (per-rank op traces, e.g. the "
+    "ByteDance what-if format)",
+    (
+        JOB,
+        RANK,
+        _c("dp_rank", I32, "", "data-parallel rank of the worker"),
+        _c("pp_stage", I32, "", "pipeline stage of the worker"),
+        _c("step", I64, "", "training step (iteration) the operation belongs to"),
+        _c("op", STR, "", "operation type, a Megatron timer name (forward-compute, "
+           "backward-send, grads-reduce-scatter, optimizer, ...)"),
+        _c("seq", I64, "", "0-based order of this operation type within the step on this rank"),
+        _c("start_s", F64, "s", "start, seconds after the step's start"),
+        _c("duration_s", F64, "s", "operation time"),
+        _c("t_start_ns", I64, NS, "absolute start when the source gives one, else null"),
+        _c("micro_batch", I32, "", "micro-batch id (compute operations), else null"),
+        _c("model_chunk", I32, "", "model chunk (virtual stage) within the pipeline stage, "
+           "else null"),
+        _c("global_model_chunk", I32, "", "model chunk id in the whole model, else null"),
+    ),
+    key=("job", "rank", "step", "op", "seq"),
+    time_column="t_start_ns",
+)
+
+STRAGGLER_REPORTS = Table(
+    "straggler_reports",
+    "one statistic of a Megatron --log-straggler report: a metric's min or max across ranks, "
+    "or one of the bottom / top N ranks, with the rank holding it",
+    (
+        JOB,
+        _c("ts_ns", I64, NS, "timestamp printed on the report (null for bottom / top lines)"),
+        _c("iteration", I64, "", "last iteration line printed before the report"),
+        _c("metric", STR, "", "rtt_ms, power_w, temp_c, util_pct, clock_mhz, data_rtt_ms or "
+           "throughput_tflops"),
+        _c("stat", STR, "", "min, max, bottom or top"),
+        RANK,
+        _c("value", F64, "", "value in the unit the metric name states (power converted from "
+           "the mW Megatron prints)"),
+    ),
+    key=("job", "iteration", "metric", "stat", "rank"),
+    time_column="ts_ns",
+)
+
+TRAINING_EVENTS = Table(
+    "training_events",
+    "one event a training framework logs besides its iterations: run, block and eval start / "
+    "stop (MLPerf), validation results and memory reports (Megatron)",
+    (
+        JOB,
+        _c("rank", I32, "", "rank that logged it, null for job-level events"),
+        _c("source", STR, "", "framework log it comes from: megatron or mlperf"),
+        _c("event", STR, "", "run_start, run_stop, block_start, eval_stop, validation, memory, "
+           "..."),
+        _c("iteration", I64, "", "iteration the event refers to, when known"),
+        _c("ts_ns", I64, NS, "time the event was logged (null when the line has no clock)"),
+        _c("value", F64, "", "the event's main number (validation loss, eval accuracy, max "
+           "allocated MB), else null"),
+        _c("detail", STR, "", "the event's other fields as a JSON object"),
+    ),
+    key=("job", "source", "event", "rank", "iteration", "ts_ns"),
+    time_column="ts_ns",
+)
+
+PARALLEL_LAYOUT = Table(
+    "parallel_layout",
+    "the parallel layout of a job as its framework or trace metadata states it",
+    (
+        JOB,
+        _c("source", STR, "", "where it comes from: megatron (arguments line) or whatif (meta "
+           "yaml)"),
+        _c("world_size", I32, "", "number of ranks"),
+        _c("tp_size", I32, "", "tensor-parallel size"),
+        _c("pp_size", I32, "", "pipeline-parallel size"),
+        _c("dp_size", I32, "", "data-parallel size"),
+        _c("cp_size", I32, "", "context-parallel size"),
+        _c("vpp_size", I32, "", "virtual pipeline stages per pipeline rank"),
+        _c("extra_json", STR, "", "other fields of the source, as a JSON object"),
+    ),
+    key=("job", "source"),
+)
+
 TABLES: dict[str, Table] = {
     t.name: t
     for t in (
@@ -325,6 +407,10 @@ TABLES: dict[str, Table] = {
         EVENTS,
         EPISODES,
         QUARANTINE,
+        OP_TRACES,
+        STRAGGLER_REPORTS,
+        TRAINING_EVENTS,
+        PARALLEL_LAYOUT,
     )
 }
 
