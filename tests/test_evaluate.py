@@ -1,0 +1,162 @@
+"""Evaluation against hand-computed fractions on a tiny corpus of five jobs.
+
+Jobs: c1, c2 compute (c1 positive), n1, n2, n3 communication (n1, n2 positive; n3 holds only a
+benign GC pause). Detector ``a`` flags c1, n1, n3; detector ``b`` flags n2 only.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from tracekit import schema
+from tracekit.errors import InputError
+from tracekit.evaluate import (
+    Fraction,
+    evaluate,
+    read_baseline,
+    regressions,
+    write_baseline,
+)
+
+S = 1_000_000_000
+
+
+def _labels() -> pl.DataFrame:
+    rows = [
+        # job, episode, fail_slow, kind, cause, target, rank, host, gpu, link, start, end, it0
+        ("c1", 0, True, "compute", "gpu-thermal", "gpu:b07/5", 13, "b07", 5, None, 100, 200, 10),
+        ("n1", 0, True, "communication", "network-congestion", "link:b03-b07", None, None, None,
+         "b03-b07", 100, 300, 20),
+        ("n1", 1, True, "compute", "cpu-contention+gpu-thermal", "host:b01", None, "b01", None,
+         None, 500, 600, 50),
+        ("n2", 0, True, "communication", "network-congestion", "link:b01-b02", None, None, None,
+         "b01-b02", 50, 80, 5),
+        ("n3", 0, False, "noise", "gc-pause", None, None, None, None, None, 40, 41, 4),
+    ]
+    names = ["job", "episode", "fail_slow", "kind", "cause", "target", "target_rank",
+             "target_host", "target_gpu", "target_link", "t_start_ns", "t_end_ns",
+             "start_iteration"]
+    frame = pl.DataFrame(rows, schema=[(n, schema.LABELS.schema[n]) for n in names],
+                         orient="row")
+    return schema.conform("labels", frame.with_columns(pl.col("t_start_ns", "t_end_ns") * S))
+
+
+def _episodes() -> pl.DataFrame:
+    rows = [
+        # detector, job, episode, start, end, it0, cause, target
+        ("a", "c1", 0, 103, 190, 13, "gpu-thermal", "rank:13"),
+        ("a", "n1", 0, 90, 120, 18, "network-congestion", "link:b07-b03"),
+        ("a", "n1", 1, 150, None, 30, None, None),
+        ("a", "n3", 0, 40, 41, 4, "gc-pause", None),
+        ("b", "n2", 0, 60, 70, 8, "gpu-thermal", "link:b01-b02"),
+        ("b", "n2", 1, 70, 75, 9, None, None),
+    ]
+    names = ["detector", "job", "episode", "t_start_ns", "t_end_ns", "start_iteration",
+             "cause", "target"]
+    frame = pl.DataFrame(rows, schema=[(n, schema.EPISODES.schema[n]) for n in names],
+                         orient="row")
+    return schema.conform("episodes", frame.with_columns(pl.col("t_start_ns", "t_end_ns") * S))
+
+
+JOBS = pl.DataFrame({"job": ["c1", "c2", "n1", "n2", "n3"],
+                     "category": ["compute", "compute", "communication", "communication",
+                                  "communication"]})
+
+
+@pytest.fixture(scope="module")
+def evaluation():
+    return evaluate(JOBS, _labels(), _episodes())
+
+
+def test_fraction_prints_like_the_paper():
+    assert str(Fraction(106, 107)) == "99.1 (106/107)"
+    assert str(Fraction(0, 65)) == "0.0 (0/65)"
+    assert str(Fraction(0, 0)) == "n/a (0/0)"
+
+
+def test_job_outcomes(evaluation):
+    outcome = {(r["detector"], r["job"]): r["outcome"]
+               for r in evaluation.outcomes.iter_rows(named=True)}
+    assert outcome == {
+        ("a", "c1"): "tp", ("a", "c2"): "tn", ("a", "n1"): "tp", ("a", "n2"): "fn",
+        ("a", "n3"): "fp",
+        ("b", "c1"): "fn", ("b", "c2"): "tn", ("b", "n1"): "fn", ("b", "n2"): "tp",
+        ("b", "n3"): "tn",
+    }
+
+
+def test_job_table_fractions(evaluation):
+    table = {(r["detector"], r["category"]): r for r in evaluation.job_table.iter_rows(named=True)}
+    a_comm = table[("a", "communication")]
+    assert (a_comm["accuracy_text"], a_comm["fpr_text"], a_comm["fnr_text"]) == (
+        "33.3 (1/3)", "100.0 (1/1)", "50.0 (1/2)")
+    a_all = table[("a", "all")]
+    assert (a_all["accuracy_text"], a_all["fpr_text"], a_all["fnr_text"]) == (
+        "60.0 (3/5)", "50.0 (1/2)", "33.3 (1/3)")
+    b_comp = table[("b", "compute")]
+    assert (b_comp["accuracy_text"], b_comp["fpr_text"], b_comp["fnr_text"]) == (
+        "50.0 (1/2)", "0.0 (0/1)", "100.0 (1/1)")
+    assert evaluation.job_table.filter(pl.col("detector") == "a")["category"].to_list() == [
+        "communication", "compute", "all"]
+
+
+def test_episode_matches_delay_and_attribution(evaluation):
+    a = evaluation.matches.filter(pl.col("detector") == "a")
+    rows = {(r["job"], r["label_episode"]): r for r in a.iter_rows(named=True)}
+    c1 = rows[("c1", 0)]
+    assert (c1["detected_episode"], c1["delay_s"], c1["delay_iterations"]) == (0, 3.0, 3)
+    assert c1["target_correct"] is True and c1["cause_correct"] is True
+    n1 = rows[("n1", 0)]  # detected before the labeled onset: zero delay; link order ignored
+    assert (n1["detected_episode"], n1["delay_s"], n1["delay_iterations"]) == (0, 0.0, 0)
+    assert n1["target_correct"] is True
+    n1b = rows[("n1", 1)]  # the open episode (no end) overlaps it, but was not attributed
+    assert (n1b["detected_episode"], n1b["delay_s"]) == (1, 0.0)
+    assert n1b["target_correct"] is None and n1b["cause_correct"] is None
+    assert rows[("n2", 0)]["detected"] is False
+    b_n2 = evaluation.matches.filter((pl.col("detector") == "b") & (pl.col("job") == "n2"))
+    assert b_n2["target_correct"].to_list() == [True]
+    assert b_n2["cause_correct"].to_list() == [False]
+    assert b_n2["delay_iterations"].to_list() == [3]
+
+
+def test_episode_table(evaluation):
+    table = {r["detector"]: r for r in evaluation.episode_table.iter_rows(named=True)}
+    a, b = table["a"], table["b"]
+    assert a["precision_text"] == "75.0 (3/4)"  # the GC-pause detection is a false positive
+    assert a["recall_text"] == "75.0 (3/4)"
+    assert a["delay_s_median"] == 0.0 and a["delay_s_max"] == 3.0
+    assert a["localisation_text"] == "100.0 (2/2)"
+    assert a["cause_accuracy_text"] == "100.0 (2/2)"
+    assert b["precision_text"] == "100.0 (2/2)"
+    assert b["recall_text"] == "25.0 (1/4)"
+    assert b["cause_accuracy_text"] == "0.0 (0/1)"
+
+
+def test_silent_detector_still_counted():
+    result = evaluate(JOBS, _labels(), _episodes(), detectors=["a", "b", "quiet"])
+    quiet = result.job_table.filter((pl.col("detector") == "quiet")
+                                    & (pl.col("category") == "all")).row(0, named=True)
+    assert (quiet["accuracy_text"], quiet["fnr_text"]) == ("40.0 (2/5)", "100.0 (3/3)")
+    row = result.episode_table.filter(pl.col("detector") == "quiet").row(0, named=True)
+    assert (row["recall_text"], row["precision_text"], row["localisation_text"]) == (
+        "0.0 (0/4)", "n/a (0/0)", "not attributed")
+
+
+def test_regression_detects_a_weakened_detector(tmp_path, evaluation):
+    path = tmp_path / "accuracy.json"
+    write_baseline(path, evaluation.metrics(), corpus="tiny")
+    baseline = read_baseline(path)
+    assert regressions(evaluation.metrics(), baseline) == []
+    weakened = evaluate(JOBS, _labels(), _episodes().filter(
+        ~((pl.col("detector") == "a") & (pl.col("job") == "c1"))))
+    found = {(r.where, r.metric) for r in regressions(weakened.metrics(), baseline)}
+    assert ("a/compute", "accuracy") in found
+    assert ("a/compute", "fnr") in found
+    assert ("a/episodes", "recall") in found
+    assert not any(where.startswith("b/") for where, _ in found)
+
+
+def test_missing_baseline_is_a_clear_error(tmp_path):
+    with pytest.raises(InputError, match="--update-baseline"):
+        read_baseline(tmp_path / "none.json")
