@@ -107,6 +107,11 @@ COMMS = Table(
         _c("nvml_dev", I32, "", "physical GPU index on the host (NVML)"),
         _c("bus_id", STR, "", "PCI bus id of the GPU, lower case (e.g. 0000:1b:00.0)"),
         _c("t_init_ns", I64, NS, "time the communicator was initialised (null when unknown)"),
+        _c("parent_comm", STR, "", "handle of the parent of a split comm (ncclCommSplit); "
+           "members of one child share the parent's comm_id and split_color"),
+        _c("split_color", I64, "", "color passed to ncclCommSplit (null for other comms)"),
+        _c("comm_name", STR, "", "name the framework gave the comm (NCCL Inspector comm_name, "
+           "PyTorch process-group desc) when the source prints one"),
     ),
     key=("job", "comm", "host", "pid"),
     time_column="t_init_ns",

@@ -1,0 +1,482 @@
+"""``NCCL_DEBUG=INFO`` logs: COLL lines become ``collectives``, Init lines become ``comms``.
+
+A COLL line is printed when a rank *enqueues* a call (``src/enqueue.cc``); an Init line maps a
+process-local communicator pointer to its rank, size, device and bus id (``src/init.cc``, six
+variants across NCCL 2.14-2.30). Real logs interleave many processes and subsystems, carry
+launcher prefixes (``srun -l``, ``mpirun --tag-output``, Ray, torchrun), optional timestamps
+(NCCL 2.26+ strftime prefix, collector epoch / ISO prefixes) and torn lines where two processes'
+writes were spliced. docs/collective-formats.md describes every rule used here.
+
+Parsing splits whole lines into tokens with polars string expressions; the rare spliced lines
+are cut into their two records first. Join state (process -> global rank, per-communicator call
+counters) carries across line batches, so a file larger than memory streams.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from tracekit import schema
+from tracekit.ingest import nccl_names
+from tracekit.ingest.base import Chunk, Reader, Source, iter_line_batches, quarantine_frame
+
+INFO_MARK = " NCCL INFO "
+"""Separates the envelope (``[prefix]host:pid:tid [dev]``) from the message on INFO lines."""
+
+ENVELOPE_PATTERN = r"[^\s:\[\]<>()]+:\d+:\d+ \[\d+\] "
+"""``host:pid:tid [cudaDev] `` as printed by ``ncclDebugLog``; used to find spliced lines."""
+
+SPLICE_PATTERN = (r"(?:\[\d{4}-\d\d-\d\d[^\]]*\] )?" + ENVELOPE_PATTERN
+                  + r"(?:NCCL INFO |\S+ NCCL WARN )")
+"""Start of a second NCCL record inside one physical line (its optional 2.26+ timestamp too)."""
+
+COLL_MARKERS = ("opCount ", "Init START", "Init COMPLETE", "[nranks=")
+"""Text that only COLL and Init messages contain: a line holding one of these but no usable
+envelope is a torn NCCL record (quarantined), not an unrelated line (skipped)."""
+
+INIT_LIKE = r"^(?:\[Rank \d+\] )?(?:\w+ )?comm \S+ rank \d+ nranks "
+"""Start of an Init START / COMPLETE message (lower-case ``nranks``; the 2.20+ ``comm .. rank ..
+nRanks .. nNodes`` topology line is not an Init line)."""
+
+INIT_PATTERN = (
+    r"^(?:\[Rank \d+\] )?(?:(?P<api>\w+) )?comm (?P<comm>0x[0-9a-fA-F]+|\(nil\)) "
+    r"rank (?P<comm_rank>\d+) nranks (?P<nranks>\d+) cudaDev (?P<init_cuda_dev>\d+)"
+    r"(?: nvmlDev (?P<nvml_dev>\d+))? busId (?P<bus_id>[0-9a-fA-F]+)"
+    r"(?: parent (?P<parent_comm>0x[0-9a-fA-F]+|\(nil\))(?: (?:splitCount|childCount) \d+)?"
+    r" color (?P<split_color>-?\d+) key -?\d+)?"
+    r"(?: commId (?P<comm_id>0x[0-9a-fA-F]+))? ?- Init (?P<stage>START|COMPLETE)\s*$"
+)
+"""Every Init variant from NCCL 2.14 to HEAD (FORMATS.md 1.3): optional ``[Rank n] `` (HEAD
+START), optional API name (2.21+), optional nvmlDev (2.18+), split form with parent / color /
+key and splitCount (2.24-2.30) or childCount (HEAD), optional commId (absent on 2.23+ splits),
+and the 2.23 typo ``key 0- Init START``."""
+
+COLL_FIELDS = (
+    "op_name", "opCount", "op_count", "sendbuff", "sendbuff_v", "recvbuff", "recvbuff_v",
+    "count", "count_v", "datatype", "datatype_v", "op", "op_v", "root", "root_v", "comm",
+    "comm_v", "nranks_v", "stream", "stream_v", "task", "task_v", "globalrank", "globalrank_v",
+)
+"""Space-separated tokens of a COLL message; ``*_v`` are values, the rest literal keywords.
+The last four are RCCL's ``task %d globalrank %d`` suffix."""
+
+COLL_KEYWORDS = ("opCount", "sendbuff", "recvbuff", "count", "datatype", "op", "root", "comm",
+                 "stream")
+
+TIMESTAMP_PATTERN = (
+    r"(?:(?P<date>\d{4}-\d\d-\d\d)[T ](?P<time>\d\d:\d\d:\d\d)(?:[.,](?P<frac>\d{1,9}))?"
+    r"(?P<zone>Z|[+-]\d\d:?\d\d)?)"
+    r"|(?:(?:^|[\s\[])(?P<epoch>\d{10})(?:\.(?P<epoch_frac>\d{1,9}))?(?:[\s\]]|$))"
+)
+"""Timestamps found before the envelope: NCCL 2.26+ ``[%F %T] `` (optionally with ``%Nf``
+sub-seconds), ISO 8601 from a log collector (``kubectl logs --timestamps``, journald) and epoch
+seconds. Times without a zone are local times of the host; the ``tz`` option names the zone."""
+
+NO_TIMESTAMP_NOTE = (
+    "no timestamps in this log: calls keep their order and seq, but time-based analysis "
+    "(iteration times in seconds, time spans) needs them; enable NCCL_DEBUG_TIMESTAMP_LEVELS=INFO "
+    "(NCCL 2.26+) or have the log collector prefix each line with a time"
+)
+
+
+@dataclass
+class _JoinState:
+    """What later batches need from earlier ones."""
+
+    process_ranks: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema={
+        "host": pl.String, "pid": pl.Int64, "cuda_dev": pl.Int32, "nranks": pl.Int32,
+        "is_split": pl.Boolean, "rank": pl.Int32}))
+    """Best candidate so far for the global rank of each (process, device); see
+    :func:`_update_process_ranks`."""
+    calls: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema={
+        "host": pl.String, "pid": pl.Int64, "comm": pl.String, "calls": pl.Int64}))
+    """Calls seen so far per (host, pid, comm): the next call's seq."""
+    comms_seen: pl.DataFrame | None = None
+    """Init records already written to ``comms`` (START and COMPLETE repeat them)."""
+    versions: list[str] = field(default_factory=list)
+    coll_rows: int = 0
+    timed_rows: int = 0
+    unranked_rows: int = 0
+    unknown_dtypes: int = 0
+
+
+class NcclDebugReader(Reader):
+    format = "nccl-debug"
+    version = "1"
+    tables = ("collectives", "comms")
+    priority = 20
+    description = "NCCL_DEBUG=INFO log with COLL and INIT lines (NCCL 2.14-2.30, any prefix)"
+
+    def sniff(self, source: Source) -> bool:
+        text = source.head_text
+        return INFO_MARK in text and (": opCount " in text or "- Init " in text)
+
+    def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
+        time_zone = options.get("tz", "UTC")
+        state = _JoinState()
+        unterminated = None if _ends_with_line_end(source) else 0
+        batches = iter_line_batches(source)
+        batch = next(batches, None)
+        while batch is not None:
+            following = next(batches, None)
+            lines = batch.frame()
+            if following is None and unterminated is not None and lines.height:
+                unterminated = lines["line_no"][-1]
+            yield _parse_batch(source, lines, batch.bytes_read, state, time_zone, unterminated)
+            batch = following
+        yield Chunk(notes=_notes(state, time_zone))
+
+
+def _ends_with_line_end(source: Source) -> bool:
+    """Whether the last byte is a line end: a last line without one may be cut anywhere."""
+    if source.size == 0:
+        return True
+    with source.open() as stream:
+        stream.seek(source.size - 1)
+        return stream.read(1) == b"\n"
+
+
+def _notes(state: _JoinState, time_zone: str) -> list[str]:
+    notes = []
+    if state.versions:
+        notes.append("NCCL " + ", ".join(state.versions))
+    if state.coll_rows and state.timed_rows == 0:
+        notes.append(NO_TIMESTAMP_NOTE)
+    elif state.timed_rows < state.coll_rows:
+        notes.append(f"{state.coll_rows - state.timed_rows:,} of {state.coll_rows:,} calls have "
+                     "no timestamp")
+    if state.timed_rows and time_zone == "UTC":
+        notes.append("timestamps without a zone were read as UTC; pass --option tz=ZONE "
+                     "(e.g. Europe/Paris) if the hosts log local time")
+    if state.unranked_rows:
+        notes.append(f"{state.unranked_rows:,} calls come from processes without an Init line in "
+                     "this log, so their rank is unknown; log with NCCL_DEBUG_SUBSYS=INIT,COLL")
+    if state.unknown_dtypes:
+        notes.append(f"{state.unknown_dtypes:,} calls use a datatype code tracekit does not know; "
+                     "their dtype and bytes are null")
+    return notes
+
+
+# -- one batch ------------------------------------------------------------------------------
+
+
+def _parse_batch(source: Source, lines: pl.DataFrame, bytes_read: int, state: _JoinState,
+                 time_zone: str, unterminated: int | None) -> Chunk:
+    """Parse one batch of whole lines; ``unterminated`` is the number of the file's last line
+    when it has no line end (so COLL / Init text on it may be cut short)."""
+    records = _split_spliced(lines)
+    _collect_versions(records, state)
+    parts = records.with_columns(
+        pl.col("line").str.splitn(INFO_MARK, 2).struct.rename_fields(["head", "msg"])
+        .alias("_p")).unnest("_p")
+    parts = parts.with_columns(_envelope(pl.col("head")).alias("_env")).unnest("_env")
+    parts = _repair_spliced_hosts(parts, state)
+    has_marker = pl.any_horizontal(
+        [pl.col("line").str.contains(m, literal=True) for m in COLL_MARKERS])
+    is_coll = pl.col("msg").str.contains(": opCount ", literal=True)
+    is_init = (pl.col("msg").str.contains("- Init ", literal=True)
+               | pl.col("msg").str.contains(INIT_LIKE))
+    kind = (
+        pl.when(pl.col("msg").is_null() | pl.col("pid").is_null())
+        .then(pl.when(has_marker).then(pl.lit("torn")).otherwise(pl.lit("other")))
+        .when(is_coll).then(pl.lit("coll"))
+        .when(is_init).then(pl.lit("init"))
+        .otherwise(pl.lit("other"))
+    )
+    cut_short = ((pl.col("line_no") == (-1 if unterminated is None else unterminated))
+                 & kind.is_in(["torn", "coll", "init"]))
+    parts = parts.with_columns(pl.when(cut_short).then(pl.lit("cut")).otherwise(kind)
+                               .alias("kind"))
+    torn = parts.filter(pl.col("kind").is_in(["torn", "cut"])).with_columns(
+        pl.when(pl.col("kind") == "cut")
+        .then(pl.lit("truncated last line (the file ends without a line end)"))
+        .otherwise(pl.lit("torn line: NCCL COLL/Init text without its host:pid:tid [dev] prefix"))
+        .alias("reason"))
+    skipped = parts.filter(pl.col("kind") == "other").height
+
+    inits, bad_inits = _parse_inits(parts.filter(pl.col("kind") == "init"), time_zone)
+    _update_process_ranks(state, inits)
+    calls, bad_calls = _parse_calls(parts.filter(pl.col("kind") == "coll"), time_zone)
+    collectives = _number_and_rank(calls, state)
+    comms, repeated_inits = _new_comms(inits, state)
+
+    bad = pl.concat([f.select("line_no", "line", "reason") for f in (torn, bad_inits, bad_calls)])
+    return Chunk(
+        tables={"collectives": collectives, "comms": comms},
+        quarantine=quarantine_frame(source, bad.sort("line_no")),
+        lines=records.height,
+        skipped=skipped + repeated_inits,
+        bytes_read=bytes_read,
+    )
+
+
+def _split_spliced(lines: pl.DataFrame) -> pl.DataFrame:
+    """Cut lines that hold two NCCL records (a process's write spliced into another's) into
+    two records with the same line number, so the complete one is not lost."""
+    if "spliced" not in lines.columns:
+        lines = lines.with_columns(pl.lit(False).alias("spliced"))
+    suspect = (pl.col("line").str.count_matches(" NCCL ", literal=True) > 1)
+    spliced = lines.filter(suspect)
+    if spliced.height == 0:
+        return lines
+    # The first record's own envelope starts the line; look for the next one after it.
+    spliced = spliced.with_columns(
+        pl.col("line").str.splitn(" NCCL ", 2).struct.field("field_1").alias("_rest"))
+    spliced = spliced.with_columns(
+        (pl.col("line").str.len_chars() - pl.col("_rest").str.len_chars()).alias("_skip"))
+    spliced = spliced.with_columns(
+        (pl.col("_rest").str.find(SPLICE_PATTERN) + pl.col("_skip")).alias("_cut"))
+    spliced = spliced.filter(pl.col("_cut").is_not_null())
+    if spliced.height == 0:
+        return lines
+    heads = spliced.select("line_no", pl.col("line").str.head(pl.col("_cut")), "spliced")
+    tails = spliced.select("line_no", pl.col("line").str.slice(pl.col("_cut")),
+                           pl.lit(True).alias("spliced"))
+    tails = _split_spliced(tails)  # a line may hold more than two records
+    kept = lines.join(spliced.select("line_no"), on="line_no", how="anti")
+    return pl.concat([kept, heads, tails]).sort("line_no", maintain_order=True)
+
+
+def _repair_spliced_hosts(parts: pl.DataFrame, state: _JoinState) -> pl.DataFrame:
+    """The record spliced into another line may start right after a torn character, so its
+    host can carry a stray prefix (``2agpu-a17``). Use the host known for the same pid whose
+    name ends the captured one."""
+    suspects = parts.filter(pl.col("spliced") & pl.col("pid").is_not_null())
+    if suspects.height == 0:
+        return parts
+    known = pl.concat([
+        parts.filter(~pl.col("spliced") & pl.col("pid").is_not_null()).select("host", "pid"),
+        state.process_ranks.select("host", "pid"),
+        state.calls.select("host", "pid"),
+    ]).unique().rename({"host": "known_host"})
+    repaired = (
+        suspects.select("line_no", "host", "pid").join(known, on="pid")
+        .filter(pl.col("host").str.ends_with(pl.col("known_host")))
+        .sort(pl.col("known_host").str.len_chars(), descending=True)
+        .unique(["line_no", "host", "pid"], keep="first")
+    )
+    return parts.join(repaired, on=["line_no", "host", "pid"], how="left").with_columns(
+        pl.col("known_host").fill_null(pl.col("host")).alias("host")).drop("known_host")
+
+
+def _collect_versions(records: pl.DataFrame, state: _JoinState) -> None:
+    found = records.select(
+        pl.col("line").str.extract(r"NCCL version (\d+\.\d+\.\d+\S*)", 1).drop_nulls().unique(
+            maintain_order=True))
+    for version in found.to_series().to_list():
+        if version not in state.versions:
+            state.versions.append(version)
+
+
+def _envelope(head: pl.Expr) -> pl.Expr:
+    """``[prefix]host:pid:tid [dev]`` at the end of the text before `` NCCL INFO `` as a struct
+    of prefix, host, pid, tid and cuda_dev (pid null when the text is no envelope). Splitting
+    on spaces and colons instead of a regex keeps this at scan speed."""
+    words = head.str.split(" ")
+    dev_word = words.list.get(-1, null_on_oob=True)
+    ident_word = words.list.get(-2, null_on_oob=True)
+    ident = ident_word.str.split(":")
+    host = ident.list.get(-3, null_on_oob=True)
+    pid = ident.list.get(-2, null_on_oob=True).cast(pl.Int64, strict=False)
+    cuda_dev = (dev_word.str.strip_prefix("[").str.strip_suffix("]")
+                .cast(pl.Int32, strict=False))
+    valid = (pid.is_not_null() & cuda_dev.is_not_null() & dev_word.str.starts_with("[")
+             & (host.str.len_bytes() > 0)
+             & ident.list.get(-1, null_on_oob=True).str.contains(r"^\d+$"))
+    prefix_chars = (head.str.len_chars() - dev_word.str.len_chars() - 1
+                    - host.str.len_chars() - ident.list.get(-2, null_on_oob=True).str.len_chars()
+                    - ident.list.get(-1, null_on_oob=True).str.len_chars() - 2)
+    return pl.struct(
+        pl.when(valid).then(head.str.head(prefix_chars)).alias("prefix"),
+        pl.when(valid).then(host).alias("host"),
+        pl.when(valid).then(pid).alias("pid"),
+        pl.when(valid).then(cuda_dev).alias("cuda_dev"),
+    )
+
+
+def _timestamp_ns(prefix: pl.Expr, time_zone: str) -> pl.Expr:
+    """Nanoseconds since the epoch of the timestamp in a line's prefix (null when none)."""
+    found = prefix.str.extract_groups(TIMESTAMP_PATTERN)
+    date, clock = found.struct.field("date"), found.struct.field("time")
+    frac_ns = found.struct.field("frac").str.pad_end(9, "0").cast(pl.Int64).fill_null(0)
+    zone = found.struct.field("zone")
+    wall = pl.concat_str([date, clock], separator=" ").str.strptime(
+        pl.Datetime("ns"), "%Y-%m-%d %H:%M:%S", strict=False)
+    local_ns = (wall.dt.replace_time_zone(time_zone, ambiguous="earliest",
+                                          non_existent="null").dt.epoch("ns"))
+    offset_text = zone.str.replace(":", "", literal=True)
+    offset_s = (offset_text.str.slice(1, 2).cast(pl.Int64, strict=False) * 3600
+                + offset_text.str.slice(3, 2).cast(pl.Int64, strict=False) * 60)
+    offset_s = pl.when(offset_text.str.starts_with("-")).then(-offset_s).otherwise(offset_s)
+    zoned_ns = wall.dt.epoch("ns") - pl.when(zone == "Z").then(0).otherwise(offset_s) * 10**9
+    epoch_ns = (found.struct.field("epoch").cast(pl.Int64, strict=False) * 10**9
+                + found.struct.field("epoch_frac").str.pad_end(9, "0").cast(pl.Int64)
+                .fill_null(0))
+    return (pl.when(zone.is_not_null()).then(zoned_ns).otherwise(local_ns) + frac_ns).fill_null(
+        epoch_ns)
+
+
+# -- Init lines -----------------------------------------------------------------------------
+
+
+def _parse_inits(rows: pl.DataFrame, time_zone: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Init START / COMPLETE records and the refused ones (torn or truncated)."""
+    parsed = rows.with_columns(
+        pl.col("msg").str.extract_groups(INIT_PATTERN).alias("_i")).unnest("_i")
+    bad = parsed.filter(pl.col("comm").is_null()).with_columns(
+        pl.lit("incomplete Init line (torn or truncated)").alias("reason"))
+    good = parsed.filter(pl.col("comm").is_not_null()).select(
+        "line_no", "host", "pid",
+        pl.col("comm"),
+        pl.col("comm_id"),
+        pl.col("comm_rank").cast(pl.Int32),
+        pl.col("nranks").cast(pl.Int32),
+        pl.col("init_cuda_dev").cast(pl.Int32).alias("cuda_dev"),
+        pl.col("nvml_dev").cast(pl.Int32),
+        _bus_id(pl.col("bus_id")).alias("bus_id"),
+        pl.col("parent_comm"),
+        pl.col("split_color").cast(pl.Int64),
+        _timestamp_ns(pl.col("prefix"), time_zone).alias("t_init_ns"),
+    )
+    return good, bad
+
+
+def _bus_id(hex_digits: pl.Expr) -> pl.Expr:
+    """NCCL prints the PCI bus id as ``%lx`` of its hex digits (``18000``); rebuild the usual
+    ``0000:18:00.0`` form (domain, bus, device, function)."""
+    digits = hex_digits.str.to_lowercase().str.pad_start(9, "0")
+    return pl.concat_str([digits.str.slice(0, 4), pl.lit(":"), digits.str.slice(4, 2),
+                          pl.lit(":"), digits.str.slice(6, 2), pl.lit("."),
+                          digits.str.slice(8, 1)])
+
+
+def _update_process_ranks(state: _JoinState, inits: pl.DataFrame) -> None:
+    """A process's global rank is its rank on the world communicator: the largest comm it is a
+    member of, preferring a comm created by ncclCommInitRank* over a split of the same size
+    (a split child is never larger than its parent, so the world comm wins whenever it is in
+    the log). When the world comm's Init is missing, the largest comm seen stands in. Ranks
+    are kept per (host, pid, cuda_dev) because one process may drive several GPUs
+    (ncclCommInitAll), one rank each."""
+    candidates = inits.select(
+        "host", "pid", "cuda_dev", "nranks",
+        pl.col("parent_comm").is_not_null().alias("is_split"), pl.col("comm_rank").alias("rank"))
+    state.process_ranks = (
+        pl.concat([state.process_ranks, candidates])
+        .sort(["nranks", "is_split"], descending=[True, False], maintain_order=True)
+        .unique(["host", "pid", "cuda_dev"], keep="first", maintain_order=True)
+    )
+
+
+def _global_rank(frame: pl.DataFrame, state: _JoinState) -> pl.DataFrame:
+    """``frame`` with a ``rank`` column: the global rank of its (host, pid, cuda_dev), or of
+    its (host, pid) when the device matches no Init line (a thread whose current device
+    differs from the comm's)."""
+    by_device = state.process_ranks.select("host", "pid", "cuda_dev", "rank")
+    by_process = by_device.unique(["host", "pid"], keep="first", maintain_order=True).select(
+        "host", "pid", pl.col("rank").alias("_process_rank"))
+    return (frame.join(by_device, on=["host", "pid", "cuda_dev"], how="left")
+            .join(by_process, on=["host", "pid"], how="left")
+            .with_columns(pl.col("rank").fill_null(pl.col("_process_rank")))
+            .drop("_process_rank"))
+
+
+def _new_comms(inits: pl.DataFrame, state: _JoinState) -> tuple[pl.DataFrame, int]:
+    """``comms`` rows for Init records not written before (START and COMPLETE print the same
+    membership); returns them and how many records were repeats."""
+    identity = ["host", "pid", "comm", "comm_rank", "nranks", "comm_id", "parent_comm"]
+    fresh = inits.unique(identity, keep="first", maintain_order=True)
+    if state.comms_seen is not None:
+        fresh = fresh.join(state.comms_seen, on=identity, how="anti", nulls_equal=True)
+    seen = fresh.select(identity)
+    state.comms_seen = seen if state.comms_seen is None else pl.concat([state.comms_seen, seen])
+    comms = _global_rank(fresh, state).select(
+        pl.lit(None, dtype=pl.String).alias("job"), "comm", "comm_id", "rank", "comm_rank",
+        "nranks", "host", "pid", "cuda_dev", "nvml_dev", "bus_id", "t_init_ns", "parent_comm",
+        "split_color")
+    return schema.conform("comms", comms), inits.height - fresh.height
+
+
+# -- COLL lines -----------------------------------------------------------------------------
+
+
+def _parse_calls(rows: pl.DataFrame, time_zone: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """COLL records (one per enqueued call) and the refused ones."""
+    tokens = rows.with_columns(
+        pl.col("msg").str.split_exact(" ", len(COLL_FIELDS) - 1)
+        .struct.rename_fields(list(COLL_FIELDS)).alias("_t")).unnest("_t")
+    values = tokens.with_columns(
+        pl.col("op_count").str.to_integer(base=16, strict=False).alias("_op_count"),
+        pl.col("count_v").cast(pl.Int64, strict=False).alias("_count"),
+        pl.col("datatype_v").cast(pl.Int64, strict=False).alias("_datatype"),
+        pl.col("root_v").cast(pl.Int32, strict=False).alias("_root"),
+        pl.col("nranks_v").str.strip_prefix("[nranks=").str.strip_suffix("]")
+        .cast(pl.Int32, strict=False).alias("_nranks"),
+        pl.col("globalrank_v").cast(pl.Int32, strict=False).alias("_globalrank"),
+    )
+    keywords_ok = pl.all_horizontal([pl.col(k) == k for k in COLL_KEYWORDS])
+    reason = (
+        pl.when(pl.col("stream_v").is_null())
+        .then(pl.lit("incomplete COLL line (torn or truncated)"))
+        .when(~keywords_ok | ~pl.col("nranks_v").str.starts_with("[nranks="))
+        .then(pl.lit("COLL line with unexpected fields"))
+        .when(pl.col("_op_count").is_null()).then(pl.lit("opCount is not hexadecimal"))
+        .when(pl.col("_count").is_null()).then(pl.lit("count is not an integer"))
+        .when(pl.col("_datatype").is_null()).then(pl.lit("datatype is not an integer"))
+        .when(pl.col("_root").is_null()).then(pl.lit("root is not an integer"))
+        .when(pl.col("_nranks").is_null()).then(pl.lit("nranks is not an integer"))
+        .when(pl.col("task").is_not_null() & (pl.col("_globalrank").is_null()
+                                              | (pl.col("globalrank") != "globalrank")))
+        .then(pl.lit("COLL line with unexpected trailing fields"))
+    )
+    checked = values.with_columns(reason.alias("reason"))
+    bad = checked.filter(pl.col("reason").is_not_null())
+    good = checked.filter(pl.col("reason").is_null())
+    op_raw = pl.col("op_name").str.strip_suffix(":")
+    op = nccl_names.op_name(op_raw).fill_null(op_raw.str.to_lowercase())
+    dtype = nccl_names.dtype_name(pl.col("_datatype"))
+    calls = good.select(
+        "line_no",
+        pl.col("host"),
+        pl.col("pid"),
+        pl.col("cuda_dev"),
+        pl.col("comm_v").alias("comm"),
+        pl.col("_nranks").alias("nranks"),
+        op.alias("op"),
+        pl.col("_op_count").alias("op_count"),
+        pl.col("_count").alias("count"),
+        dtype.alias("dtype"),
+        (pl.col("_count") * nccl_names.dtype_size(dtype)).alias("bytes"),
+        pl.when(op.is_in((*nccl_names.P2P_OPS, *nccl_names.ROOTED_OPS)))
+        .then(pl.col("_root")).alias("peer"),
+        _timestamp_ns(pl.col("prefix"), time_zone).alias("t_start_ns"),
+        pl.col("_globalrank").alias("global_rank"),
+    )
+    return calls, bad
+
+
+def _number_and_rank(calls: pl.DataFrame, state: _JoinState) -> pl.DataFrame:
+    """Give each call its 0-based number on its (host, pid, comm) and its process's global
+    rank, continuing the counts of earlier batches."""
+    key = ["host", "pid", "comm"]
+    numbered = calls.join(state.calls, on=key, how="left").with_columns(
+        (pl.col("calls").fill_null(0) + pl.int_range(pl.len()).over(key)).alias("seq"))
+    counts = calls.group_by(key, maintain_order=True).len("calls")
+    state.calls = (pl.concat([state.calls, counts.with_columns(pl.col("calls").cast(pl.Int64))])
+                   .group_by(key, maintain_order=True).agg(pl.col("calls").sum()))
+    ranked = _global_rank(numbered, state)
+    collectives = ranked.select(
+        pl.lit(None, dtype=pl.String).alias("job"),
+        pl.col("global_rank").fill_null(pl.col("rank")).alias("rank"),
+        "host", "pid", "cuda_dev", "comm", "nranks", "op", "seq", "op_count", "count", "dtype",
+        "bytes", "peer", "t_start_ns",
+    )
+    state.coll_rows += collectives.height
+    state.timed_rows += collectives["t_start_ns"].is_not_null().sum()
+    state.unranked_rows += collectives["rank"].is_null().sum()
+    state.unknown_dtypes += collectives["dtype"].is_null().sum()
+    return schema.conform("collectives", collectives)
+
+
+READERS = [NcclDebugReader()]
