@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import polars as pl
+
+from tracekit.dataset import create_dataset
+from tracekit.report.document import write_report
+from tracekit.report.job import choose_detector, episode_table, job_report
+
+
+def test_job_report_files_figures_and_numbers(job_dataset, tmp_path):
+    report = job_report(job_dataset)
+    written = write_report(report, tmp_path / "out")
+    assert [p.name for p in written.figures] == ["timeline.png", "timeline.svg"]
+    assert all(p.stat().st_size > 10_000 for p in written.figures)
+    page = written.html.read_text()
+    markdown = written.markdown.read_text()
+    for text in ("120 iterations over 2.2 min on 4 ranks", "1 fail-slow episode(s), 2 change",
+                 "Time lost to fail-slows: 14.0 s (JCT slowdown 11.67 %)", "gpu-thermal",
+                 "rank:2", "x1.5", "SM clock of gpu h0/2"):
+        assert text in page and text in markdown, text
+    svg = (tmp_path / "out" / "figures" / "timeline.svg").read_text()
+    # panel titles, axis units and the episode label are drawn (svg keeps text as glyph ids,
+    # so check the page's embedded figure caption and the title comments instead)
+    assert "<svg" in page and "http://" not in page.split("<svg", 1)[0]
+    assert svg.count("<g id=\"axes_") == 4  # iterations, SM clock, temperature, CNP
+    assert "![Iteration time per rank" in markdown
+
+
+def test_ground_truth_section_matches_label(job_dataset):
+    report = job_report(job_dataset)
+    truth = next(s for s in report.sections if s.title == "Ground truth").tables[0].frame
+    row = truth.row(0, named=True)
+    assert (row["detected as"], row["delay (s)"], row["delay (iterations)"]) == (0, 3.0, 2)
+    assert row["culprit right"] is True and row["cause right"] is True
+
+
+def test_unattributed_episode_says_so(job_dataset):
+    episodes = job_dataset.table("episodes").collect().with_columns(
+        pl.lit(None, pl.String).alias(c) for c in ("cause", "target"))
+    table = episode_table(episodes)
+    assert table["cause"].to_list() == ["not attributed"]
+    assert table["culprit"].to_list() == ["-"]
+
+
+def test_detector_choice_prefers_bocd_v():
+    frame = pl.DataFrame({"detector": ["window", "bocd", "bocd+v", "zz"]})
+    assert choose_detector(frame) == "bocd+v"
+    assert choose_detector(frame.filter(pl.col("detector") == "zz")) == "zz"
+    assert choose_detector(frame, "window") == "window"
+    assert choose_detector(frame.clear()) is None
+
+
+def test_empty_dataset_report_explains(tmp_path):
+    report = job_report(create_dataset(tmp_path / "empty"))
+    assert "No iterations in this dataset" in report.sections[0].paragraphs[0]

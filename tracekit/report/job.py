@@ -1,0 +1,134 @@
+"""The report of one job: what happened, when, how badly, which culprit and why.
+
+Built from a dataset's canonical tables only, so it works on whatever stages have run: without
+episodes it says so; without attribution every episode reads "not attributed".
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from tracekit.dataset import Dataset
+from tracekit.evaluate import episode_matches
+from tracekit.report.document import Report, ReportFigure, ReportTable
+from tracekit.report.figures import EVIDENCE_PANELS, iteration_timeline
+from tracekit.report.tables import percent
+
+PREFERRED_DETECTORS = ("bocd+v", "bocd", "window")
+"""Detector whose episodes a job report shows when several ran: the paper's best first."""
+
+NOT_ATTRIBUTED = "not attributed"
+
+
+def choose_detector(episodes: pl.DataFrame, detector: str | None = None) -> str | None:
+    """``detector`` when given, else the most trusted detector that has episodes."""
+    if detector is not None:
+        return detector
+    present = episodes["detector"].drop_nulls().unique().to_list()
+    ranked = [d for d in PREFERRED_DETECTORS if d in present] + sorted(
+        d for d in present if d not in PREFERRED_DETECTORS)
+    return ranked[0] if ranked else None
+
+
+def _utc(column: str) -> pl.Expr:
+    return pl.from_epoch(pl.col(column), time_unit="ns").dt.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def episode_table(episodes: pl.DataFrame) -> pl.DataFrame:
+    """Episodes as a reader wants them: times, cost, culprit, cause, evidence; unattributed
+    episodes say so instead of leaving blanks."""
+    return episodes.sort("t_start_ns").select(
+        pl.col("episode").alias("#"),
+        _utc("t_start_ns").alias("start (UTC)"),
+        pl.col("duration_s").round(1).alias("duration (s)"),
+        pl.format("{}-{}", "start_iteration", "end_iteration").alias("iterations"),
+        pl.format("x{}", pl.col("slowdown").round(3)).alias("slowdown"),
+        pl.col("lost_s").round(1).alias("lost (s)"),
+        percent(pl.col("jct_slowdown"), 2).alias("JCT slowdown"),
+        pl.col("kind").fill_null("-"),
+        pl.col("cause").fill_null(NOT_ATTRIBUTED),
+        pl.col("target").fill_null("-").alias("culprit"),
+        pl.col("confidence").round(2),
+        pl.col("evidence").fill_null("-"),
+    )
+
+
+def _collect(dataset: Dataset, name: str) -> pl.DataFrame:
+    return dataset.table(name).collect()
+
+
+def _evidence(dataset: Dataset, t_min_ns: int, t_max_ns: int) -> tuple[pl.DataFrame,
+                                                                        pl.DataFrame]:
+    """GPU metrics and CNP counters inside the job's time span (only what the figure shows)."""
+    in_span = pl.col("ts_ns").is_between(t_min_ns, t_max_ns)
+    metrics = [name for name, _, _ in EVIDENCE_PANELS]
+    gpu = dataset.table("gpu_metrics").filter(in_span & pl.col("metric").is_in(metrics)).collect()
+    nic = dataset.table("nic_counters").filter(in_span & pl.col("counter").str.contains("cnp")
+                                               ).collect()
+    return gpu, nic
+
+
+def job_report(dataset: Dataset, detector: str | None = None) -> Report:
+    """The report of the job in ``dataset``: summary, episodes, timeline with evidence, and,
+    when the dataset holds labels, how the detection compares with the ground truth."""
+    iterations = _collect(dataset, "iterations")
+    all_episodes = _collect(dataset, "episodes")
+    detector = choose_detector(all_episodes, detector)
+    episodes = all_episodes.filter(pl.col("detector").eq_missing(detector))
+    events = _collect(dataset, "events").filter(pl.col("detector").eq_missing(detector))
+    labels = _collect(dataset, "labels")
+    report = Report(f"tracekit report: job {dataset.job}")
+
+    summary = report.section("Summary")
+    if iterations.height == 0:
+        summary.paragraphs.append("No iterations in this dataset: run `tracekit analyze` (or the "
+                                  "iterations stage) first.")
+        return report
+    ranks = iterations["rank"].drop_nulls().n_unique()
+    span_s = (iterations["t_end_ns"].max() - iterations["t_start_ns"].min()) / 1e9
+    median_s = iterations["duration_s"].median()
+    summary.paragraphs.append(
+        f"{iterations['iteration'].n_unique():,} iterations over {span_s / 60:.1f} min on "
+        f"{ranks} ranks; median iteration time {median_s:.3f} s.")
+    if detector is None:
+        summary.paragraphs.append("No detector has run on this dataset.")
+    else:
+        summary.paragraphs.append(f"Detector {detector}: {episodes.height} fail-slow episode(s), "
+                                  f"{events.height} change point(s).")
+        if episodes.height:
+            lost = episodes["lost_s"].sum()
+            jct = episodes["jct_slowdown"].sum()
+            summary.paragraphs.append(f"Time lost to fail-slows: {lost:.1f} s "
+                                      f"(JCT slowdown {100 * jct:.2f} %).")
+    if episodes.height:
+        report.sections[-1].tables.append(ReportTable(f"Fail-slow episodes ({detector})",
+                                                      episode_table(episodes)))
+    timeline = report.section("Timeline")
+    gpu, nic = _evidence(dataset, iterations["t_start_ns"].min(), iterations["t_end_ns"].max())
+    figure = iteration_timeline(iterations, events, episodes, gpu, nic,
+                                title=f"Job {dataset.job}: iteration time and evidence")
+    timeline.figures.append(ReportFigure(
+        "timeline", figure,
+        f"Iteration time per rank with {detector or 'no detector'} change points (dashed) and "
+        "fail-slow episodes (shaded, labeled with cause, culprit and slowdown), over the "
+        "evidence recorded at the time."))
+    if labels.height:
+        truth = report.section("Ground truth")
+        matches = episode_matches(labels, episodes, [detector] if detector else [])
+        truth.tables.append(ReportTable("Labeled episodes and their detection", labels.select(
+            pl.col("episode").alias("label"), "fail_slow", "kind", "cause", "target",
+            _utc("t_start_ns").alias("start (UTC)"),
+            ((pl.col("t_end_ns") - pl.col("t_start_ns")) / 1e9).round(1).alias("duration (s)"),
+            pl.col("severity").round(2),
+        ).join(matches.select(pl.col("label_episode").alias("label"),
+                              pl.col("detected_episode").alias("detected as"),
+                              pl.col("delay_s").round(1).alias("delay (s)"),
+                              pl.col("delay_iterations").alias("delay (iterations)"),
+                              pl.col("target_correct").alias("culprit right"),
+                              pl.col("cause_correct").alias("cause right")),
+               on="label", how="left")))
+    quarantined = sum(s.get("quarantined", 0) for s in dataset.manifest.get("sources", []))
+    if quarantined:
+        report.section("Input quality").paragraphs.append(
+            f"{quarantined:,} input lines were quarantined (see the dataset's quarantine table).")
+    return report

@@ -1,0 +1,66 @@
+"""Frames as Markdown and HTML tables, and the number formats reports share."""
+
+from __future__ import annotations
+
+import html
+
+import polars as pl
+
+
+def _cells(frame: pl.DataFrame) -> list[list[str]]:
+    text = frame.select(pl.all().cast(pl.String).fill_null("-"))
+    return [list(row) for row in text.iter_rows()]
+
+
+def markdown_table(frame: pl.DataFrame) -> str:
+    """A GitHub-flavoured Markdown table (``|`` in cells escaped)."""
+    def escape(cell: str) -> str:
+        return cell.replace("|", "\\|").replace("\n", " ")
+
+    header = "| " + " | ".join(escape(c) for c in frame.columns) + " |"
+    rule = "| " + " | ".join("---" for _ in frame.columns) + " |"
+    rows = ["| " + " | ".join(escape(c) for c in row) + " |" for row in _cells(frame)]
+    return "\n".join([header, rule, *rows])
+
+
+def html_table(frame: pl.DataFrame, caption: str | None = None) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in frame.columns)
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+                   for row in _cells(frame))
+    cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
+    return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+
+
+def percent(expr: pl.Expr, digits: int = 1) -> pl.Expr:
+    """A share (0..1) as ``12.3 %`` text; ``-`` when null."""
+    return pl.format("{} %", (100 * expr).round(digits)).fill_null("-")
+
+
+def accuracy_table(job_table: pl.DataFrame) -> pl.DataFrame:
+    """The paper's Tables 3 and 4 side by side: one row per detector, accuracy / FPR / FNR
+    (with fractions) per category."""
+    categories = list(dict.fromkeys(job_table["category"].to_list()))
+    wide = job_table.select("detector", "category", "accuracy_text", "fpr_text", "fnr_text")
+    out = wide.select("detector").unique(maintain_order=True)
+    for category in categories:
+        part = wide.filter(pl.col("category") == category).select(
+            "detector",
+            pl.col("accuracy_text").alias(f"{category}: accuracy"),
+            pl.col("fpr_text").alias(f"{category}: FPR"),
+            pl.col("fnr_text").alias(f"{category}: FNR"))
+        out = out.join(part, on="detector", how="left")
+    return out
+
+
+def episode_accuracy_table(episode_table: pl.DataFrame) -> pl.DataFrame:
+    """Episode-level precision, recall, delay, localisation and cause accuracy per detector."""
+    return episode_table.select(
+        "detector",
+        pl.col("precision_text").alias("precision"),
+        pl.col("recall_text").alias("recall"),
+        pl.col("delay_iterations_median").round(1).alias("median delay (iterations)"),
+        pl.col("delay_s_median").round(1).alias("median delay (s)"),
+        pl.col("delay_s_max").round(1).alias("worst delay (s)"),
+        pl.col("localisation_text").alias("localisation"),
+        pl.col("cause_accuracy_text").alias("cause"),
+    )
