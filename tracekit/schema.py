@@ -194,6 +194,9 @@ GPU_METRICS = Table(
            "power_w, clocks_event_reasons, ...)"),
         _c("value", F64, "", "value in the unit the metric name states"),
         _c("source", STR, "", "exporter the sample comes from (dcgm-exporter, dcgmi-dmon, ...)"),
+        _c("rate_per_s", F64, "1/s", "for counter metrics (energy_mj, pcie_replays, ...): "
+           "increase per second since the previous sample; null for gauges, first samples "
+           "and across resets"),
     ),
     key=("host", "gpu", "gpu_instance", "metric", "ts_ns"),
     time_column="ts_ns",

@@ -1,0 +1,235 @@
+"""Prometheus text exposition, range-query JSON and long CSV, on the real-format samples."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from tracekit import schema
+from tracekit.dataset import open_dataset
+from tracekit.errors import InputError
+from tracekit.ingest import registry
+from tracekit.ingest.base import Source
+from tracekit.ingest.pipeline import ingest
+from tracekit.ingest.prometheus import (
+    PrometheusCsvReader,
+    PrometheusJsonReader,
+    PrometheusTextReader,
+    parse_exposition,
+)
+
+TS = "1760433600"
+TS_NS = 1_760_433_600 * 10**9
+
+
+def _source(path: Path, name: str | None = None) -> Source:
+    return Source.from_bytes(name or str(path), path.read_bytes())
+
+
+def _read(reader, source: Source, options: dict[str, str] | None = None):
+    chunks = list(reader.read(source, options or {}))
+    assert len(chunks) == 1
+    return chunks[0]
+
+
+def _lines(text: str) -> pl.DataFrame:
+    return pl.DataFrame({"line": text.split("\n")}).with_row_index("line_no", offset=1) \
+        .with_columns(pl.col("line_no").cast(pl.Int64))
+
+
+def test_parse_exposition_values_labels_and_timestamps():
+    parsed = parse_exposition(_lines(
+        "# TYPE a_total counter\n"
+        'a_total{x="1",y="q\\"uo,te=\\"d"} 1.281553e+06 1760433600123\n'
+        "b NaN\n"
+        'c{z="",} +Inf\n'
+        "d -Inf\n"
+        "\n"
+        '{__name__="e", k="v"} 2 1760433600000\n'
+        'f{gpu="0"} ERROR - FAILED TO CONVERT TO STRING\n'
+        'g{bad label} 1\n'
+    ))
+    rows = parsed.samples
+    assert rows["name"].to_list() == ["a_total", "b", "c", "d", "e"]
+    assert rows["value"][0] == 1281553.0 and rows["value"][2] == float("inf")
+    assert rows["value"][1] != rows["value"][1]  # NaN
+    assert rows["value"][3] == float("-inf")
+    assert rows["ts_ms"].to_list() == [1760433600123, None, None, None, 1760433600000]
+    assert rows["labels"].struct.field("y")[0] == 'q"uo,te="d'
+    assert rows["labels"].struct.field("k")[4] == "v"
+    assert rows["type"][0] == "counter"
+    assert parsed.bad["line_no"].to_list() == [8, 9]
+    assert parsed.bad["reason"].to_list() == ["not a sample line", "malformed label set"]
+    assert parsed.skipped == 3  # TYPE line, blank line, empty last line
+
+
+def test_dcgm_exporter_sample_exact_rows(formats_dir):
+    chunk = _read(PrometheusTextReader(), _source(formats_dir / "dcgm_exporter.prom"), {"ts": TS})
+    gpu = chunk.tables["gpu_metrics"]
+    schema.validate("gpu_metrics", gpu)
+    assert gpu.height == 123
+    assert set(gpu["ts_ns"].unique()) == {TS_NS}
+    assert set(gpu["host"].unique()) == {"gpu-a17"}
+
+    def value(gpu_index: int, metric: str) -> float:
+        return gpu.filter((pl.col("gpu") == gpu_index) & (pl.col("metric") == metric))["value"]\
+            .item()
+
+    assert value(0, "power_w") == 612.381
+    assert value(2, "sm_clock_mhz") == 1410
+    assert value(2, "gpu_temp_c") == 83
+    assert value(3, "fb_free_mib") == 81004
+    assert value(2, "pcie_replays") == 17
+    assert value(2, "clocks_event_reasons") == 0x60
+    assert value(2, "clock_event_sw_thermal") == 1 and value(2, "clock_event_hw_thermal") == 1
+    assert value(2, "clock_event_gpu_idle") == 0
+    assert value(3, "clock_event_gpu_idle") == 1
+    assert value(2, "xid_79_errors_count") == 1
+    assert value(2, "clock_events_sw_thermal_count") == 12
+    row = gpu.filter(pl.col("gpu") == 2).row(0, named=True)
+    assert row["gpu_uuid"] == "GPU-0a7e3b94-1c2d-48f0-a3e5-7d9b6c4f2e18"
+    assert row["bus_id"] == "0000:3a:00.0"
+    assert chunk.quarantine is None or chunk.quarantine.height == 0
+
+
+def test_both_dcgm_naming_generations_give_identical_rows(formats_dir):
+    classic = (formats_dir / "dcgm_exporter.prom").read_text()
+    renamed = (
+        classic.replace("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_TEMP_CELSIUS")
+        .replace("DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_MEMORY_TEMP_CELSIUS")
+        .replace("DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_BOARD_POWER_WATTS")
+        .replace("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTIL_RATIO")
+        .replace("DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_XID_ERROR")
+        .replace("DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_SM_UTIL_RATIO")
+        .replace("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_TENSOR_UTIL_RATIO")
+        .replace("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")
+        .replace('Hostname="', 'hostname="')
+    )
+    assert renamed != classic
+    reader = PrometheusTextReader()
+    old = _read(reader, Source.from_bytes("old.prom", classic.encode()), {"ts": TS})
+    new = _read(reader, Source.from_bytes("new.prom", renamed.encode()), {"ts": TS})
+    key = ["gpu", "metric"]
+    assert old.tables["gpu_metrics"].sort(key).equals(new.tables["gpu_metrics"].sort(key))
+
+
+def test_prom_without_timestamps_names_the_file_and_the_fix(formats_dir):
+    source = _source(formats_dir / "dcgm_exporter.prom")
+    with pytest.raises(InputError) as error:
+        list(PrometheusTextReader().read(source, {}))
+    message = str(error.value)
+    assert message.startswith(str(formats_dir / "dcgm_exporter.prom"))
+    assert "--option ts=" in message and "file name" in message
+
+
+def test_timestamp_from_file_name_and_from_samples(formats_dir):
+    text = (formats_dir / "node_exporter_infiniband.prom").read_bytes()
+    chunk = _read(PrometheusTextReader(), Source.from_bytes("ib-20251014T092000.prom", text),
+                  {"host": "gpu-a17"})
+    assert set(chunk.tables["nic_counters"]["ts_ns"].unique()) == {TS_NS}
+    own = b'DCGM_FI_DEV_GPU_TEMP{gpu="1",Hostname="b03"} 50 1760433600250\n'
+    rows = _read(PrometheusTextReader(), Source.from_bytes("x_1700000000.prom", own))\
+        .tables["gpu_metrics"]
+    assert rows["ts_ns"].to_list() == [TS_NS + 250_000_000]
+
+
+def test_node_exporter_infiniband_go_float_and_sysfs_names(formats_dir):
+    chunk = _read(PrometheusTextReader(), _source(formats_dir / "node_exporter_infiniband.prom"),
+                  {"ts": TS, "host": "gpu-a17"})
+    nic = chunk.tables["nic_counters"]
+    schema.validate("nic_counters", nic)
+    values = {(d, c): v for d, c, v in nic.select("device", "counter", "value").iter_rows()}
+    assert values[("mlx5_0", "np_cnp_sent")] == 1_281_553
+    assert values[("mlx5_0", "np_ecn_marked_roce_packets")] == 1_288_923
+    assert values[("mlx5_0", "rp_cnp_handled")] == 2_512_327
+    assert values[("mlx5_0", "port_rcv_data")] == 913_721_220_109  # bytes / 4, as sysfs counts
+    assert nic.height == 14
+    assert chunk.skipped == 16 + 2  # HELP/TYPE comments + state_id gauges
+
+
+def test_node_exporter_cpu_becomes_host_utilisation():
+    scrape = "\n".join(
+        f'node_cpu_seconds_total{{cpu="{cpu}",mode="{mode}"}} {value} {ts}'
+        for ts, values in ((1760433600000, (100, 300, 10, 5)), (1760433610000, (106, 302, 11, 6)))
+        for cpu in ("0", "1")
+        for mode, value in zip(("user", "idle", "iowait", "steal"), values, strict=True)
+    ) + "\nnode_load1 3.5 1760433610000\n"
+    chunk = _read(PrometheusTextReader(), Source.from_bytes("cpu.prom", scrape.encode()),
+                  {"host": "gpu-b03.cluster.local"})
+    host = chunk.tables["host_metrics"]
+    schema.validate("host_metrics", host)
+    got = {m: v for m, v in host.select("metric", "value").iter_rows()}
+    # per cpu: busy = user + steal = +7, total = +10 -> 70 %
+    assert got == {"cpu_util_pct": 70.0, "cpu_iowait_pct": 10.0, "cpu_steal_pct": 10.0,
+                   "load1": 3.5}
+    assert set(host["host"]) == {"gpu-b03"}
+    assert set(host["ts_ns"]) == {TS_NS + 10 * 10**9}
+
+
+def test_ipmi_exporter_values_and_states(formats_dir):
+    host = _read(PrometheusTextReader(), _source(formats_dir / "ipmi_exporter.prom"),
+                 {"ts": TS, "host": "gpu-a17"}).tables["host_metrics"]
+    got = {m: (v, u, s) for m, v, u, s in host.select("metric", "value", "unit", "status")
+           .iter_rows()}
+    assert got["inlet_temp_c"] == (24.0, "C", "ok")
+    assert got["gpu3_temp_c"] == (88.0, "C", "nc")
+    assert got["fan2a_rpm"] == (0.0, "RPM", "cr")
+    assert got["fan3a_rpm"] == (None, "RPM", "ns")
+    assert got["ps2_status"] == (None, "", "cr")
+    assert got["dcmi_power_w"] == (3598.0, "W", None)
+    assert got["vcore_cpu1_v"] == (1.794, "V", "ok")
+    assert host.height == 15
+
+
+def test_range_json_and_long_csv_agree_with_resets_and_gaps(formats_dir):
+    from_json = _read(PrometheusJsonReader(), _source(formats_dir / "prometheus_range.json"))
+    from_csv = _read(PrometheusCsvReader(), _source(formats_dir / "prometheus_range_long.csv"))
+    json_rows = from_json.tables["gpu_metrics"].drop("source")
+    csv_rows = from_csv.tables["gpu_metrics"].drop("source")
+    key = ["gpu", "metric", "ts_ns"]
+    assert json_rows.sort(key).equals(csv_rows.sort(key))
+    energy = json_rows.filter(pl.col("metric") == "energy_mj").sort("ts_ns")
+    # 171998213003 -> 172004251887 in 15 s; the reset at +45 s gives no rate, never a negative
+    assert energy["rate_per_s"].to_list()[:4] == [None, 6038884 / 15, 6038884 / 15, None]
+    assert energy["rate_per_s"].drop_nulls().min() > 0
+    sm = json_rows.filter((pl.col("metric") == "sm_active_ratio") & (pl.col("gpu") == 2))
+    assert sm["ts_ns"].to_list() == [TS_NS + s * 10**9 for s in (0, 15, 30, 60)]  # gap kept
+    assert sm["value"].to_list() == [0.911812, 0.633211, 0.633211, 0.631877]
+
+
+def test_timestamped_duplicate_scrapes_collapse_and_counters_rate():
+    scrapes = "".join(
+        f'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{gpu="0",Hostname="h"}} {energy} {ts}\n'
+        f'DCGM_FI_DEV_GPU_TEMP{{gpu="0",Hostname="h"}} 60 {ts}\n'
+        for energy, ts in ((1000, 1760433600000), (1000, 1760433600000),
+                           (31000, 1760433630000), (31000, 1760433630000))
+    )
+    rows = _read(PrometheusTextReader(), Source.from_bytes("s.prom", scrapes.encode()))\
+        .tables["gpu_metrics"]
+    energy = rows.filter(pl.col("metric") == "energy_mj")
+    assert energy["rate_per_s"].to_list() == [None, 1000.0]
+    assert rows.filter(pl.col("metric") == "gpu_temp_c").height == 2
+
+
+def test_sniffing_prefers_the_right_reader_and_leaves_nccl_inspector(formats_dir):
+    expected = {
+        "dcgm_exporter.prom": "prometheus-text",
+        "node_exporter_infiniband.prom": "prometheus-text",
+        "ipmi_exporter.prom": "prometheus-text",
+        "prometheus_range.json": "prometheus-json",
+        "prometheus_range_long.csv": "prometheus-csv",
+    }
+    for name, fmt in expected.items():
+        assert registry.sniff(_source(formats_dir / name)).format == fmt
+    inspector = next(formats_dir.glob("nccl_inspector_metrics_*.prom"))
+    assert not PrometheusTextReader().sniff(_source(inspector))
+
+
+def test_ingest_is_idempotent(formats_dir, tmp_path):
+    out = tmp_path / "ds"
+    for _ in range(2):
+        summary = ingest([formats_dir / "prometheus_range.json"], out)
+        assert not summary.failed
+    assert open_dataset(out).table("gpu_metrics").collect().height == 16

@@ -1,0 +1,118 @@
+"""One name per host and per GPU, whatever the source calls them.
+
+dcgm-exporter says ``Hostname="gpu-a17"`` (or ``hostname``), Prometheus adds
+``instance="10.20.3.17:9400"``, AcmeTrace only has IP columns, NCCL prints a PCI bus id
+(``0000:18:00.0``) where DCGM prints ``00000000:18:00.0``. The rules here make them agree so DCGM
+rows join NCCL ranks; a mapping file (``kind,alias,canonical``, kinds ``host`` and ``gpu``) lets
+users add what cannot be derived, e.g. which IP is which host.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from tracekit.errors import InputError
+
+_IPV4 = r"^\d{1,3}(?:\.\d{1,3}){3}$"
+
+
+def short_host(name: pl.Expr) -> pl.Expr:
+    """Host names as the canonical tables hold them: lower case, no ``:port``, no domain (an IP
+    address keeps its dots). ``10.20.3.17:9400`` -> ``10.20.3.17``, ``GPU-A17.dc1.corp`` ->
+    ``gpu-a17``; empty strings become null."""
+    bare = name.str.strip_chars().str.to_lowercase().str.replace(r"^\[?([^\]]*?)\]?:\d+$", "${1}")
+    short = pl.when(bare.str.contains(_IPV4)).then(bare).otherwise(bare.str.replace(r"\..*$", ""))
+    return pl.when(short != "").then(short)
+
+
+def normalise_bus_id(bus_id: pl.Expr) -> pl.Expr:
+    """PCI bus ids in NCCL's form: lower case, 4-digit domain (``00000000:18:00.0`` ->
+    ``0000:18:00.0``)."""
+    lowered = bus_id.str.strip_chars().str.to_lowercase()
+    return lowered.str.replace(r"^[0-9a-f]*([0-9a-f]{4}):([0-9a-f]{2}:[0-9a-f]{2}\.[0-7])$",
+                               "${1}:${2}")
+
+
+@dataclass
+class IdentityMap:
+    """Aliases to canonical names, per kind: ``host`` (IP or instance -> host name) and ``gpu``
+    (UUID or bus id -> ``host/index``)."""
+
+    hosts: dict[str, str] = field(default_factory=dict)
+    gpus: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: str | Path | None) -> IdentityMap:
+        """Read a mapping CSV with a ``kind,alias,canonical`` header; None gives an empty map."""
+        if path is None:
+            return cls()
+        try:
+            with open(path, newline="", encoding="utf-8") as stream:
+                rows = list(csv.DictReader(stream))
+        except OSError as error:
+            raise InputError(f"cannot read identity map: {error.strerror}", str(path)) from None
+        mapping = cls()
+        for line_no, row in enumerate(rows, start=2):
+            kind, alias, canonical = (row.get(k, "") or "" for k in ("kind", "alias", "canonical"))
+            target = {"host": mapping.hosts, "gpu": mapping.gpus}.get(kind.strip())
+            if target is None or not alias.strip() or not canonical.strip():
+                raise InputError("expected columns kind,alias,canonical with kind host or gpu",
+                                 str(path), line_no)
+            target[alias.strip().lower()] = canonical.strip()
+        return mapping
+
+    def host(self, name: pl.Expr) -> pl.Expr:
+        """``short_host`` of ``name``, then mapped through the host aliases."""
+        short = short_host(name)
+        if not self.hosts:
+            return short
+        keys = {short_alias: value for alias, value in self.hosts.items()
+                for short_alias in (alias, pl.select(short_host(pl.lit(alias))).item())
+                if short_alias}
+        return short.replace(keys)
+
+
+def learn_hosts(frame: pl.DataFrame, name_column: str, instance_column: str) -> dict[str, str]:
+    """Aliases seen in one source: rows that carry both a host name and a scrape ``instance``
+    tell which IP is which host, so rows of the same dump that only carry ``instance`` (e.g.
+    node_exporter beside dcgm-exporter) get the same host."""
+    if name_column not in frame.columns or instance_column not in frame.columns:
+        return {}
+    pairs = frame.select(
+        short_host(pl.col(instance_column)).alias("alias"),
+        short_host(pl.col(name_column)).alias("canonical"),
+    ).drop_nulls().unique()
+    return dict(zip(pairs["alias"].to_list(), pairs["canonical"].to_list(), strict=True))
+
+
+def gpu_directory(gpu_metrics: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
+    """Every (host, gpu index, UUID, bus id) that gpu_metrics has seen together, one row per
+    GPU: the table to resolve a UUID or bus id to a host's GPU index."""
+    frame = gpu_metrics.lazy() if isinstance(gpu_metrics, pl.DataFrame) else gpu_metrics
+    return (
+        frame.filter(pl.col("gpu").is_not_null() & pl.col("host").is_not_null())
+        .group_by("host", "gpu")
+        .agg(pl.col("gpu_uuid").drop_nulls().first(), pl.col("bus_id").drop_nulls().first())
+        .sort("host", "gpu")
+        .collect()
+    )
+
+
+def resolve_gpus(frame: pl.DataFrame, directory: pl.DataFrame, bus_id: str = "bus_id",
+                 host: str = "host") -> pl.DataFrame:
+    """Add ``gpu`` (the host's GPU index) to rows that only name a GPU by bus id (NCCL
+    ``comms``), using a :func:`gpu_directory`."""
+    lookup = directory.select(
+        pl.col("host").alias(host),
+        normalise_bus_id(pl.col("bus_id")).alias("_bus"),
+        pl.col("gpu").alias("gpu_index"),
+    ).drop_nulls("_bus").unique([host, "_bus"])
+    return (
+        frame.with_columns(normalise_bus_id(pl.col(bus_id)).alias("_bus"))
+        .join(lookup, on=[host, "_bus"], how="left")
+        .drop("_bus")
+    )

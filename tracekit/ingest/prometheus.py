@@ -1,0 +1,492 @@
+"""Prometheus data: text exposition scrapes, range-query JSON and long CSV dumps.
+
+One parser (:func:`parse_exposition`) reads the text format of every exporter (dcgm-exporter of
+all label generations, node_exporter, ipmi_exporter, ``promtool tsdb dump``); the three readers
+turn samples into the same shape (name, labels, value, ts_ns) and :func:`route_samples` sends
+each family to its table: DCGM to ``gpu_metrics``, ``node_infiniband_*`` to ``nic_counters``,
+``node_cpu_seconds_total`` / ``node_load*`` and ``ipmi_*`` to ``host_metrics``. NCCL Inspector
+series (``nccl_*``) belong to the collective ingest and are left alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from tracekit import schema
+from tracekit.errors import InputError
+from tracekit.identity import IdentityMap, learn_hosts, normalise_bus_id
+from tracekit.ingest import metric_names
+from tracekit.ingest.base import Chunk, Reader, Source, iter_line_batches, quarantine_frame
+from tracekit.ingest.counters import collapse_repeats, counter_rates
+from tracekit.ingest.ipmitool import disambiguate, sensor_metric
+from tracekit.ingest.rnic import nic_rows
+from tracekit.ingest.snapshots import SnapshotClock, epoch_ns, missing_time_error
+
+_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+_SAMPLE = rf"^\s*({_NAME})?\s*(?:\{{(.*)\}})?\s*(\S+)(?:\s+(-?\d+))?\s*$"
+_LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*\s*=\s*"(?:[^"\\]|\\[\\"n])*"'
+_LABEL_SET = rf"^\s*(?:{_LABEL}\s*(?:,\s*|$))*$"
+_TYPE = rf"^#\s*TYPE\s+({_NAME})\s+(\w+)"
+
+
+@dataclass
+class Exposition:
+    """Samples of a text exposition batch: ``samples`` (line_no, name, labels struct, value,
+    ts_ms, type), ``bad`` lines (line_no, line, reason) and the count of comment/blank lines."""
+
+    samples: pl.DataFrame
+    bad: pl.DataFrame
+    skipped: int
+
+
+def parse_exposition(lines: pl.DataFrame) -> Exposition:
+    """Parse Prometheus text-format lines (``line_no``, ``line``) into samples, vectorised.
+
+    Values follow Go ``strconv.ParseFloat``: ``%f``, ints, ``1.281553e+06``, ``NaN``, ``+Inf``.
+    The optional trailing integer is the sample's timestamp in ms. Label sets become one polars
+    struct (fields = the union of label names of the batch); ``__name__`` inside the braces
+    (``promtool tsdb dump``) names samples that print none before them.
+    """
+    line = pl.col("line")
+    is_comment = line.str.strip_chars().str.starts_with("#") | (line.str.strip_chars() == "")
+    types = lines.filter(line.str.contains(_TYPE)).select(
+        line.str.extract(_TYPE, 1).alias("name"), line.str.extract(_TYPE, 2).alias("type"),
+    ).unique("name", keep="last")
+    candidates = lines.filter(~is_comment).with_columns(
+        line.str.extract_groups(_SAMPLE).struct.rename_fields(
+            ["_name", "_labels", "_value", "_ts"]).alias("m")
+    ).unnest("m")
+    value = pl.col("_value").cast(pl.Float64, strict=False)
+    reason = (
+        pl.when(pl.col("_value").is_null()).then(pl.lit("not a sample line"))
+        .when(pl.col("_name").is_null() & pl.col("_labels").is_null())
+        .then(pl.lit("sample has no metric name"))
+        .when(pl.col("_labels").is_not_null() & ~pl.col("_labels").str.contains(_LABEL_SET))
+        .then(pl.lit("malformed label set"))
+        .when(value.is_null()).then(pl.format("value {} is not a number", pl.col("_value")))
+    )
+    checked = candidates.with_columns(reason.alias("reason"))
+    bad = checked.filter(pl.col("reason").is_not_null()).select("line_no", "line", "reason")
+    good = checked.filter(pl.col("reason").is_null())
+    as_json = pl.concat_str(
+        pl.lit("{"),
+        pl.col("_labels").fill_null("").str.replace(r",\s*$", "")
+        .str.replace_all(r'(^|,)\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"', '${1}"${2}":"'),
+        pl.lit("}"),
+    )
+    texts = good.select(as_json.alias("labels")).to_series()
+    labels = texts.str.json_decode(infer_schema_length=None) if len(texts) \
+        else pl.Series("labels", [], pl.Struct({}))
+    samples = good.select(
+        "line_no",
+        pl.col("_name").alias("name"),
+        value.alias("value"),
+        pl.col("_ts").cast(pl.Int64, strict=False).alias("ts_ms"),
+    ).with_columns(labels.alias("labels"))
+    if "__name__" in _fields(samples):
+        samples = samples.with_columns(
+            pl.coalesce("name", pl.col("labels").struct.field("__name__")).alias("name"))
+    family = pl.col("name").str.replace(r"_(total|bucket|sum|count|created)$", "")
+    samples = samples.with_columns(
+        pl.coalesce(
+            pl.col("name").replace_strict(dict(types.iter_rows()), default=None),
+            family.replace_strict(dict(types.iter_rows()), default=None),
+        ).alias("type")
+    )
+    return Exposition(samples, bad, lines.height - candidates.height)
+
+
+def _fields(samples: pl.DataFrame) -> list[str]:
+    return [f.name for f in samples.schema["labels"].fields]
+
+
+def label(samples: pl.DataFrame, *names: str) -> pl.Expr:
+    """The first of ``names`` that the batch's label struct has, as a string column (empty
+    strings as null); null when none of them exists."""
+    present = [n for n in names if n in _fields(samples)]
+    if not present:
+        return pl.lit(None, pl.String)
+    values = [pl.col("labels").struct.field(n).replace("", None) for n in present]
+    return pl.coalesce(values) if len(values) > 1 else values[0]
+
+
+@dataclass
+class Routed:
+    tables: dict[str, pl.DataFrame] = field(default_factory=dict)
+    skipped: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def route_samples(samples: pl.DataFrame, identity: IdentityMap) -> Routed:
+    """Send samples (name, labels, value, ts_ns, snap_host) to canonical tables by family.
+
+    Host is the ``Hostname`` / ``hostname`` label, else the scrape ``instance`` (through the
+    aliases learned from rows carrying both, then ``identity``), else the file's host.
+    """
+    learned = learn_hosts(samples.unnest("labels", separator="."), "labels.Hostname",
+                          "labels.instance") if "instance" in _fields(samples) else {}
+    mapping = IdentityMap({**learned, **identity.hosts}, identity.gpus)
+    host = pl.coalesce(
+        mapping.host(label(samples, "Hostname", "hostname", "exported_Hostname",
+                           "exported_hostname")),
+        mapping.host(label(samples, "instance")),
+        mapping.host(pl.col("snap_host")),
+    )
+    framed = samples.with_columns(host.alias("host"))
+    name = pl.col("name")
+    is_dcgm = name.str.starts_with("DCGM_") | name.str.contains(r"^dcgm_[a-z]")
+    is_ib = name.str.starts_with("node_infiniband_")
+    is_cpu = name.is_in(["node_cpu_seconds_total", "node_load1", "node_load5", "node_load15"])
+    is_ipmi = name.str.starts_with("ipmi_")
+    routed = Routed()
+    tables: dict[str, list[pl.DataFrame]] = {}
+    for part, build in ((is_dcgm, _gpu_rows), (is_ib, _ib_rows), (is_cpu, _cpu_rows),
+                        (is_ipmi, _ipmi_rows)):
+        subset = framed.filter(part)
+        if subset.height:
+            table_name, rows, notes, used = build(subset)
+            tables.setdefault(table_name, []).append(rows)
+            routed.notes.extend(notes)
+            routed.skipped += subset.height - used
+    other = framed.filter(~(is_dcgm | is_ib | is_cpu | is_ipmi))
+    routed.skipped += other.height
+    if other.height:
+        families = other["name"].str.replace(r"_.*$", "_*").unique().sort().to_list()
+        routed.notes.append(f"skipped {other.height} samples of other exporters "
+                            f"({', '.join(families[:8])})")
+    routed.tables = {k: pl.concat(v, how="vertical") for k, v in tables.items()}
+    if any(t["host"].null_count() for t in routed.tables.values()):
+        routed.notes.append("some samples name no host (no Hostname or instance label); pass "
+                            "--option host=NAME")
+    return routed
+
+
+def _gpu_rows(samples: pl.DataFrame) -> tuple[str, pl.DataFrame, list[str], int]:
+    metric, scale = metric_names.dcgm_lookup(pl.col("name"))
+    clock_event = label(samples, "clock_event").replace(metric_names.EXPORTER_CLOCK_EVENTS)
+    exporter_metric = (
+        pl.when(pl.col("name") == "DCGM_EXP_CLOCK_EVENTS_COUNT")
+        .then(pl.concat_str(pl.lit("clock_events_"), clock_event, pl.lit("_count")))
+        .when(pl.col("name") == "DCGM_EXP_XID_ERRORS_COUNT")
+        .then(pl.concat_str(pl.lit("xid_"), label(samples, "xid"), pl.lit("_errors_count")))
+    )
+    gpu_instance = label(samples, "GPU_I_ID")
+    rows = samples.with_columns(
+        pl.coalesce(exporter_metric, metric,
+                    metric_names.unknown_dcgm_metric(pl.col("name"))).alias("metric"),
+        (pl.col("value") * scale.fill_null(1.0)).alias("value"),
+        (metric.is_null() & exporter_metric.is_null()).alias("_unknown"),
+    ).select(
+        "ts_ns", "host",
+        label(samples, "gpu").cast(pl.Int32, strict=False).alias("gpu"),
+        label(samples, "UUID", "uuid").alias("gpu_uuid"),
+        normalise_bus_id(label(samples, "pci_bus_id")).alias("bus_id"),
+        pl.when(gpu_instance.is_not_null()).then(pl.concat_str(pl.lit("gi"), gpu_instance))
+        .alias("gpu_instance"),
+        "metric", "value", pl.lit("dcgm-exporter").alias("source"), "_unknown",
+    )
+    unknown = rows.filter(pl.col("_unknown"))["metric"].unique().sort()
+    notes = ([f"DCGM fields without a canonical name kept as: {', '.join(unknown.to_list()[:8])}"]
+             if len(unknown) else [])
+    return "gpu_metrics", gpu_metric_rows(rows.drop("_unknown")), notes, samples.height
+
+
+GPU_SERIES = ["host", "gpu", "gpu_uuid", "gpu_instance", "metric"]
+
+
+def gpu_metric_rows(rows: pl.DataFrame) -> pl.DataFrame:
+    """Canonical ``gpu_metrics`` from decoded samples: clock-event flags added, duplicate
+    samples dropped, counter metrics collapsed and given rates."""
+    with_flags = pl.concat([rows, metric_names.clock_event_flag_rows(rows)], how="vertical")
+    is_counter = pl.col("metric").is_in(list(metric_names.COUNTER_METRICS))
+    gauges = with_flags.filter(~is_counter).unique([*GPU_SERIES, "ts_ns"], keep="last",
+                                                   maintain_order=True)
+    counters = counter_rates(collapse_repeats(with_flags.filter(is_counter), GPU_SERIES),
+                             GPU_SERIES)
+    return pl.concat([schema.conform("gpu_metrics", gauges),
+                      schema.conform("gpu_metrics", counters)], how="vertical")
+
+
+IB_COUNTER_NAMES = {
+    "np_cnp_packets_sent_total": "np_cnp_sent",
+    "np_ecn_marked_roce_packets_received_total": "np_ecn_marked_roce_packets",
+    "rp_cnp_packets_handled_total": "rp_cnp_handled",
+    "rp_cnp_ignored_packets_received_total": "rp_cnp_ignored",
+    "out_of_sequence_packets_received_total": "out_of_sequence",
+    "packet_sequence_errors_total": "packet_seq_err",
+    "out_of_buffer_drops_total": "out_of_buffer",
+    "local_ack_timeout_errors_total": "local_ack_timeout_err",
+    "implied_nak_seq_errors_total": "implied_nak_seq_err",
+    "duplicate_requests_packets_total": "duplicate_request",
+    "rnr_nak_retry_packets_received_total": "rnr_nak_retry_err",
+    "roce_adp_retransmits_total": "roce_adp_retrans",
+    "rx_read_requests_total": "rx_read_requests",
+    "rx_write_requests_total": "rx_write_requests",
+    "rx_atomic_requests_total": "rx_atomic_requests",
+    "rx_icrc_encapsulated_errors_total": "rx_icrc_encapsulated",
+    "port_data_received_bytes_total": "port_rcv_data",
+    "port_data_transmitted_bytes_total": "port_xmit_data",
+    "port_packets_received_total": "port_rcv_packets",
+    "port_packets_transmitted_total": "port_xmit_packets",
+    "port_transmit_wait_total": "port_xmit_wait",
+}
+"""node_exporter infiniband names (collector/infiniband_linux.go) -> the sysfs names mlx5
+prints, so both sources give one counter. Other ``*_total`` keep their name minus ``_total``."""
+
+IB_DATA_WORD_BYTES = 4
+"""sysfs port_rcv_data / port_xmit_data count 4-byte words; node_exporter multiplies by 4."""
+
+
+def _ib_rows(samples: pl.DataFrame) -> tuple[str, pl.DataFrame, list[str], int]:
+    short = pl.col("name").str.strip_prefix("node_infiniband_")
+    counters = samples.filter(short.str.ends_with("_total")).with_columns(
+        short.replace_strict(IB_COUNTER_NAMES, default=short.str.strip_suffix("_total"))
+        .alias("counter"),
+    ).with_columns(
+        pl.when(pl.col("counter").is_in(["port_rcv_data", "port_xmit_data"]))
+        .then(pl.col("value") / IB_DATA_WORD_BYTES).otherwise(pl.col("value")).alias("value"),
+    )
+    rows = counters.select(
+        "ts_ns", "host", label(samples, "device").alias("device"),
+        label(samples, "port").cast(pl.Int32, strict=False).alias("port"),
+        "counter", pl.col("value").round(0).cast(pl.Int64, strict=False).alias("value"),
+    ).drop_nulls("value")
+    return "nic_counters", nic_rows(rows), [], counters.height
+
+
+CPU_IDLE_MODES = ("idle", "iowait")
+"""node_cpu_seconds_total modes that are not busy time (as ``mpstat`` / ``top`` count it)."""
+
+
+def _cpu_rows(samples: pl.DataFrame) -> tuple[str, pl.DataFrame, list[str], int]:
+    """Host CPU from node_exporter: busy share of all CPUs between consecutive scrapes of
+    ``node_cpu_seconds_total`` (cpu_util_pct, plus iowait and steal shares), and load."""
+    mode = label(samples, "mode")
+    cpu = samples.filter(pl.col("name") == "node_cpu_seconds_total") \
+        .with_columns(mode.alias("mode"))
+    totals = cpu.group_by("host", "ts_ns").agg(
+        pl.col("value").sum().alias("total"),
+        pl.col("value").filter(~pl.col("mode").is_in(CPU_IDLE_MODES)).sum().alias("busy"),
+        pl.col("value").filter(pl.col("mode") == "iowait").sum().alias("iowait"),
+        pl.col("value").filter(pl.col("mode") == "steal").sum().alias("steal"),
+    ).sort("host", "ts_ns")
+    delta = {c: pl.col(c) - pl.col(c).shift(1).over("host") for c in
+             ("total", "busy", "iowait", "steal")}
+    valid = (delta["total"] > 0) & (delta["busy"] >= 0) & (delta["iowait"] >= 0) \
+        & (delta["steal"] >= 0)
+    shares = totals.with_columns(
+        pl.when(valid).then(100 * delta[c] / delta["total"]).alias(f"cpu_{c}_pct")
+        for c in ("busy", "iowait", "steal")
+    ).rename({"cpu_busy_pct": "cpu_util_pct"}).unpivot(
+        ["cpu_util_pct", "cpu_iowait_pct", "cpu_steal_pct"], index=["host", "ts_ns"],
+        variable_name="metric", value_name="value",
+    ).drop_nulls("value").with_columns(pl.lit("%").alias("unit"))
+    load = samples.filter(pl.col("name").str.starts_with("node_load")).select(
+        "host", "ts_ns", pl.col("name").str.strip_prefix("node_").alias("metric"), "value",
+        pl.lit("").alias("unit"),
+    )
+    rows = pl.concat([shares, load], how="vertical").with_columns(
+        pl.lit("node-exporter").alias("source"))
+    return "host_metrics", schema.conform("host_metrics", rows), [], samples.height
+
+
+IPMI_FAMILIES = {
+    "ipmi_temperature_celsius": ("c", "C", 1.0),
+    "ipmi_fan_speed_rpm": ("rpm", "RPM", 1.0),
+    "ipmi_fan_speed_ratio": ("pct", "%", 100.0),
+    "ipmi_voltage_volts": ("v", "V", 1.0),
+    "ipmi_current_amperes": ("a", "A", 1.0),
+    "ipmi_power_watts": ("w", "W", 1.0),
+    "ipmi_sensor_value": ("", "", 1.0),
+}
+"""ipmi_exporter value families (collector_ipmi.go) -> (metric suffix, unit, factor); the
+ratio family is a percentage x 0.01 in the exporter."""
+
+IPMI_STATES = {0.0: "ok", 1.0: "nc", 2.0: "cr"}
+"""ipmi_exporter ``*_state``: 0 nominal, 1 warning, 2 critical (NaN: not available)."""
+
+
+def _ipmi_rows(samples: pl.DataFrame) -> tuple[str, pl.DataFrame, list[str], int]:
+    family = pl.col("name")
+    sensor_id, sensor_name = label(samples, "id"), label(samples, "name")
+    keyed = samples.with_columns(sensor_id.alias("_id"), sensor_name.alias("_sensor"))
+    states = keyed.filter(family.str.ends_with("_state")).select(
+        "host", "ts_ns", "_id",
+        pl.col("value").replace_strict(IPMI_STATES, default="ns", return_dtype=pl.String)
+        .alias("status"),
+    ).unique(["host", "ts_ns", "_id"])
+    values = keyed.filter(family.is_in(list(IPMI_FAMILIES)))
+    spec = IPMI_FAMILIES
+    readings = values.with_columns(
+        sensor_metric(pl.col("_sensor"), family.replace_strict({k: v[0] for k, v in spec.items()}))
+        .alias("metric"),
+        family.replace_strict({k: v[1] for k, v in spec.items()}).alias("unit"),
+        (pl.col("value") * family.replace_strict({k: v[2] for k, v in spec.items()}))
+        .alias("value"),
+    ).join(states, on=["host", "ts_ns", "_id"], how="left", nulls_equal=True)
+    dcmi = keyed.filter(family == "ipmi_dcmi_power_consumption_watts").with_columns(
+        pl.lit("dcmi_power_w").alias("metric"), pl.lit("W").alias("unit"),
+        pl.lit(None, pl.String).alias("status"),
+    )
+    rows = pl.concat([readings.select(dcmi.columns), dcmi], how="vertical").with_columns(
+        pl.when(pl.col("value").is_nan()).then(None).otherwise(pl.col("value")).alias("value"),
+        pl.when(pl.col("value").is_nan() & pl.col("status").is_null()).then(pl.lit("ns"))
+        .otherwise(pl.col("status")).alias("status"),
+        pl.lit("ipmi-exporter").alias("source"),
+    )
+    rows = disambiguate(rows.sort("line_no") if "line_no" in rows.columns else rows,
+                        ["host", "ts_ns", "metric"])
+    used = values.height + dcmi.height + keyed.filter(family.str.ends_with("_state")).height
+    return "host_metrics", schema.conform("host_metrics", rows.select(
+        "ts_ns", "host", "source", "metric", "value", "unit", "status")), [], used
+
+
+def _timed(samples: pl.DataFrame, source: Source, what: str) -> pl.DataFrame:
+    if samples.filter(pl.col("ts_ns").is_null()).height:
+        raise missing_time_error(source, what)
+    return samples
+
+
+def _chunk(source: Source, routed: Routed, bad: pl.DataFrame | None, lines: int,
+           skipped: int, bytes_read: int) -> Chunk:
+    return Chunk(
+        tables=routed.tables,
+        quarantine=quarantine_frame(source, bad) if bad is not None and bad.height else None,
+        lines=lines, skipped=skipped, bytes_read=bytes_read, notes=routed.notes,
+    )
+
+
+def _nccl_only(names: pl.Series) -> bool:
+    return bool(len(names)) and bool(names.str.starts_with("nccl_").all())
+
+
+class PrometheusTextReader(Reader):
+    format = "prometheus-text"
+    version = "1"
+    tables = ("gpu_metrics", "nic_counters", "host_metrics")
+    priority = 60
+    description = "Prometheus text exposition: dcgm-exporter, node_exporter (infiniband, cpu), " \
+                  "ipmi_exporter, promtool tsdb dump"
+
+    def sniff(self, source: Source) -> bool:
+        head = source.head_text
+        if source.head.lstrip()[:1] in (b"{", b"[") and '"resultType"' in head:
+            return False
+        lines = pl.DataFrame({"line": head.splitlines()[:-1] or head.splitlines()}) \
+            .with_row_index("line_no")
+        if lines.height == 0:
+            return False
+        parsed = parse_exposition(lines)
+        return parsed.samples.height >= max(1, parsed.bad.height) \
+            and not _nccl_only(parsed.samples["name"])
+
+    def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
+        clock = SnapshotClock.for_source(source, options)
+        identity = IdentityMap.load(options.get("identity_map"))
+        for batch in iter_line_batches(source):
+            lines = clock.stamp(batch.frame())
+            parsed = parse_exposition(lines.filter(~pl.col("is_marker")).select("line_no", "line"))
+            stamped = parsed.samples.join(
+                lines.select("line_no", "snap_ts_ns", "snap_host"), on="line_no", how="left",
+            ).with_columns(pl.coalesce(pl.col("ts_ms") * 1_000_000, "snap_ts_ns").alias("ts_ns"))
+            routed = route_samples(stamped, identity)
+            for table in routed.tables.values():
+                _timed(table, source, "the samples")
+            yield _chunk(source, routed, parsed.bad, lines.height,
+                         parsed.skipped + lines["is_marker"].sum() + routed.skipped,
+                         batch.bytes_read)
+
+
+class PrometheusJsonReader(Reader):
+    format = "prometheus-json"
+    version = "1"
+    tables = ("gpu_metrics", "nic_counters", "host_metrics")
+    priority = 30
+    description = "Prometheus HTTP API query / query_range JSON (matrix or vector results)"
+
+    def sniff(self, source: Source) -> bool:
+        return source.head.lstrip()[:1] == b"{" and '"resultType"' in source.head_text
+
+    def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
+        with source.open() as stream:
+            text = stream.read().decode("utf-8", errors="replace")
+        try:
+            document = pl.Series([text]).str.json_decode(infer_schema_length=None)
+        except pl.exceptions.PolarsError as error:
+            raise InputError(f"not valid JSON: {error}", source.name) from None
+        top = pl.DataFrame({"d": document}).unnest("d")
+        status = top["status"][0] if "status" in top.columns else None
+        if status != "success" or "data" not in top.columns:
+            detail = top["error"][0] if "error" in top.columns else f"status {status!r}"
+            raise InputError(f"the query did not succeed ({detail}); re-export it", source.name)
+        data = top.select("data").unnest("data")
+        kind = data["resultType"][0] if "resultType" in data.columns else None
+        if kind not in ("matrix", "vector"):
+            raise InputError(f"resultType {kind!r} has no series; export a range query "
+                             "(matrix) or an instant query (vector)", source.name)
+        series = data.select("result").explode("result").unnest("result").drop_nulls("metric")
+        series = series.rename({"metric": "labels"}).with_row_index("line_no")
+        if kind == "matrix":
+            samples = series.explode("values").rename({"values": "pair"})
+        else:
+            samples = series.rename({"value": "pair"})
+        samples = samples.drop_nulls("pair")
+        samples = samples.select(
+            "line_no", "labels",
+            pl.col("labels").struct.field("__name__").alias("name")
+            if "__name__" in [f.name for f in samples.schema["labels"].fields]
+            else pl.lit(None, pl.String).alias("name"),
+            pl.col("pair").list.get(1).cast(pl.Float64, strict=False).alias("value"),
+            epoch_ns(pl.col("pair").list.get(0)).alias("ts_ns"),
+            pl.lit(options.get("host"), pl.String).alias("snap_host"),
+        )
+        unnamed = samples.filter(pl.col("name").is_null()).height
+        routed = route_samples(samples.drop_nulls("name"), IdentityMap.load(
+            options.get("identity_map")))
+        if unnamed:
+            routed.notes.append(f"{unnamed} points have no __name__ (a function such as rate() "
+                                "dropped it); query the raw series instead")
+        yield _chunk(source, routed, None, samples.height, routed.skipped + unnamed, source.size)
+
+
+class PrometheusCsvReader(Reader):
+    format = "prometheus-csv"
+    version = "1"
+    tables = ("gpu_metrics", "nic_counters", "host_metrics")
+    priority = 30
+    description = "long CSV dump of Prometheus series: timestamp,__name__,<labels...>,value"
+
+    def sniff(self, source: Source) -> bool:
+        header = source.head_text.split("\n", 1)[0].strip().split(",")
+        return len(header) >= 3 and header[0] == "timestamp" and header[1] == "__name__" \
+            and header[-1] == "value"
+
+    def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
+        with source.open() as stream:
+            frame = pl.read_csv(stream, infer_schema=False, truncate_ragged_lines=True)
+        label_columns = [c for c in frame.columns if c not in ("timestamp", "__name__", "value")]
+        framed = frame.with_row_index("line_no", offset=2).with_columns(
+            epoch_ns(pl.col("timestamp")).alias("ts_ns"),
+            pl.col("value").cast(pl.Float64, strict=False).alias("_value"),
+        )
+        reason = (pl.when(pl.col("ts_ns").is_null()).then(pl.lit("timestamp is not a time"))
+                  .when(pl.col("_value").is_null()).then(pl.lit("value is not a number")))
+        checked = framed.with_columns(reason.alias("reason"))
+        bad = checked.filter(pl.col("reason").is_not_null()).select(
+            pl.col("line_no").cast(pl.Int64), "reason",
+            pl.concat_str(frame.columns, separator=",", ignore_nulls=True).alias("line"))
+        good = checked.filter(pl.col("reason").is_null())
+        samples = good.select(
+            pl.col("line_no").cast(pl.Int64), pl.col("__name__").alias("name"),
+            pl.struct([pl.col(c).replace("", None) for c in label_columns]).alias("labels"),
+            pl.col("_value").alias("value"), "ts_ns",
+            pl.lit(options.get("host"), pl.String).alias("snap_host"),
+        )
+        routed = route_samples(samples, IdentityMap.load(options.get("identity_map")))
+        yield _chunk(source, routed, bad, frame.height + 1, routed.skipped + 1, source.size)
+
+
+READERS = [PrometheusTextReader(), PrometheusJsonReader(), PrometheusCsvReader()]

@@ -1,0 +1,155 @@
+"""RDMA NIC counters: mlx5 sysfs ``hw_counters`` snapshots and ``ethtool -S`` snapshots.
+
+The congestion story of a RoCE fabric is in a few counters (FORMATS.md section 4):
+``np_ecn_marked_roce_packets`` / ``np_cnp_sent`` at the receiver, ``rp_cnp_handled`` at the
+sender, ``out_of_sequence`` / ``packet_seq_err`` for loss, and PFC pause counters in
+``ethtool -S``. Snapshots become ``nic_counters`` rows with rates (wraps and resets handled by
+:mod:`tracekit.ingest.counters`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import polars as pl
+
+from tracekit import schema
+from tracekit.identity import short_host
+from tracekit.ingest.base import Chunk, Reader, Source, iter_line_batches, quarantine_frame
+from tracekit.ingest.counters import collapse_repeats, counter_rates
+from tracekit.ingest.snapshots import SnapshotClock, missing_time_error
+
+QUEUE_COUNTERS_32BIT = frozenset({
+    "rx_write_requests", "rx_read_requests", "rx_atomic_requests", "out_of_buffer",
+    "out_of_sequence", "duplicate_request", "rnr_nak_retry_err", "packet_seq_err",
+    "implied_nak_seq_err", "local_ack_timeout_err", "rx_dct_connect",
+})
+"""mlx5 Q counters, read from firmware as 32-bit values and so wrapping at 2^32 (kernel
+``drivers/infiniband/hw/mlx5/counters.c``, ``be32_to_cpu``); congestion counters are 64-bit."""
+
+NOT_COUNTERS = frozenset({"lifespan"})
+"""hw_counters entries that are settings, not counters (``lifespan``: ms caching window)."""
+
+NIC_SERIES = ["host", "device", "port", "counter"]
+
+_SYSFS = (r"^(?:\S*/)?([^/\s]+)/ports/(\d+)/(hw_counters|counters)/([A-Za-z0-9_]+):\s*(\S*)\s*$")
+
+
+def nic_rows(samples: pl.DataFrame) -> pl.DataFrame:
+    """Canonical ``nic_counters`` from samples with ts_ns, host, device, port, counter and
+    value: repeats collapsed, rates computed with 32-bit wraps for the Q counters."""
+    collapsed = collapse_repeats(samples, NIC_SERIES)
+    width = pl.when(pl.col("counter").is_in(list(QUEUE_COUNTERS_32BIT))).then(32).otherwise(64)
+    rated = counter_rates(collapsed, NIC_SERIES, width_bits=width)
+    return schema.conform("nic_counters", rated.select(
+        pl.col("ts_ns"), pl.col("host"), pl.col("device"), pl.col("port").cast(pl.Int32),
+        pl.col("counter"), pl.col("value").cast(pl.Int64), pl.col("rate_per_s"),
+    ))
+
+
+def _counter_chunk(source: Source, lines: pl.DataFrame, samples: pl.DataFrame,
+                   bad: pl.DataFrame, bytes_read: int) -> Chunk:
+    if samples.filter(pl.col("ts_ns").is_null()).height:
+        raise missing_time_error(source, "the counter snapshots")
+    notes = []
+    if samples.height and samples["host"].null_count():
+        notes.append("no host name in the file; pass --option host=NAME")
+    rows = nic_rows(samples)
+    return Chunk(
+        tables={"nic_counters": rows},
+        quarantine=quarantine_frame(source, bad),
+        lines=lines.height,
+        skipped=lines.height - samples.height - bad.height,
+        bytes_read=bytes_read,
+        notes=notes + ([f"collapsed {samples.height - rows.height} repeated samples"]
+                       if samples.height > rows.height else []),
+    )
+
+
+class Mlx5HwCountersReader(Reader):
+    format = "mlx5-hw-counters"
+    version = "1"
+    tables = ("nic_counters",)
+    priority = 40
+    description = "mlx5 sysfs hw_counters / counters snapshots (grep -H . style, # ts= markers)"
+
+    def sniff(self, source: Source) -> bool:
+        head = source.head_text
+        return "/ports/" in head and ("/hw_counters/" in head or "/counters/port_" in head) \
+            and pl.Series(head.splitlines()).str.contains(_SYSFS).any()
+
+    def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
+        clock = SnapshotClock.for_source(source, options)
+        for batch in iter_line_batches(source):
+            lines = clock.stamp(batch.frame())
+            parsed = lines.filter(~pl.col("is_marker")).with_columns(
+                pl.col("line").str.extract_groups(_SYSFS)
+                .struct.rename_fields(["device", "port", "group", "counter", "raw"]).alias("m"),
+            ).unnest("m")
+            matched = parsed.filter(pl.col("device").is_not_null()
+                                    & ~pl.col("counter").is_in(list(NOT_COUNTERS)))
+            typed = matched.with_columns(
+                pl.col("raw").cast(pl.Int64, strict=False).alias("value"),
+                pl.col("port").cast(pl.Int32),
+            )
+            bad = typed.filter(pl.col("value").is_null()).with_columns(
+                pl.lit("counter value is not an integer").alias("reason"))
+            good = typed.filter(pl.col("value").is_not_null()).select(
+                pl.col("snap_ts_ns").alias("ts_ns"), short_host(pl.col("snap_host")).alias("host"),
+                "device", "port", "counter", "value",
+            )
+            yield _counter_chunk(source, lines, good, bad, batch.bytes_read)
+
+
+_ETHTOOL_STAT = r"^\s+([A-Za-z0-9_.\[\]:-]+):\s*(\S*)\s*$"
+
+
+class EthtoolStatsReader(Reader):
+    format = "ethtool-stats"
+    version = "1"
+    tables = ("nic_counters",)
+    priority = 45
+    description = "ethtool -S snapshots (NIC statistics:), device from the command line or " \
+                  "--option device=NAME"
+
+    def sniff(self, source: Source) -> bool:
+        return any(line.strip() == "NIC statistics:" for line in source.head_text.splitlines()[:20])
+
+    def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
+        clock = SnapshotClock.for_source(source, options)
+        device_carry = options.get("device")
+        for batch in iter_line_batches(source):
+            lines = clock.stamp(batch.frame()).with_columns(
+                pl.col("line").str.extract(r"^\s*\$?\s*ethtool\s+(?:-S|--statistics)\s+(\S+)", 1)
+                .alias("_device"),
+            ).with_columns(
+                pl.col("_device").forward_fill().fill_null(pl.lit(device_carry, pl.String)),
+            )
+            if lines.height:
+                device_carry = lines["_device"][-1]
+            stats = lines.filter(~pl.col("is_marker")).with_columns(
+                pl.col("line").str.extract_groups(_ETHTOOL_STAT)
+                .struct.rename_fields(["counter", "raw"]).alias("m"),
+            ).unnest("m").filter(pl.col("counter").is_not_null())
+            typed = stats.with_columns(pl.col("raw").cast(pl.Int64, strict=False).alias("value"))
+            bad = typed.filter(pl.col("value").is_null()).with_columns(
+                pl.lit("statistic value is not an integer").alias("reason"))
+            good = typed.filter(pl.col("value").is_not_null())
+            if good["_device"].null_count():
+                raise _no_device_error(source)
+            good = good.select(
+                pl.col("snap_ts_ns").alias("ts_ns"), short_host(pl.col("snap_host")).alias("host"),
+                pl.col("_device").alias("device"), pl.lit(None, pl.Int32).alias("port"),
+                "counter", "value",
+            )
+            yield _counter_chunk(source, lines, good, bad, batch.bytes_read)
+
+
+def _no_device_error(source: Source) -> Exception:
+    from tracekit.errors import InputError
+
+    return InputError("cannot tell which netdev these ethtool statistics belong to; keep the "
+                      "'$ ethtool -S <dev>' line or pass --option device=NAME", source.name)
+
+
+READERS = [Mlx5HwCountersReader(), EthtoolStatsReader()]

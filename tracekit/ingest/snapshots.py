@@ -1,0 +1,152 @@
+"""Time and host of snapshot-style monitoring dumps, which rarely print either themselves.
+
+Collectors wrap tools like ``ipmitool sensor`` or ``grep -H . hw_counters/*`` in a loop and mark
+each snapshot with a line of their own: ``# ts=1760433600 host=gpu-a17`` or a bare ``date +%s`` /
+``date -Iseconds`` line. When a file has no such line, its time may sit in the file name
+(``ipmi_1760433600.txt``, ``dcgm-2025-10-14T09:20:00Z.prom``) or come from ``--option ts=...``.
+This module turns those conventions into ``ts_ns`` / ``host`` columns, vectorised over lines.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import polars as pl
+
+from tracekit.errors import InputError
+from tracekit.ingest.base import Source
+
+_NUMERIC = r"\d{9,19}(?:\.\d+)?"
+_ISO = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
+TIMESTAMP_PATTERN = f"(?:{_ISO}|{_NUMERIC})"
+"""An epoch number (s, ms, µs or ns, told apart by magnitude) or an ISO 8601 time."""
+
+_MARKER_TS = rf"^\s*#.*\bts=({TIMESTAMP_PATTERN})"
+_MARKER_HOST = r"^\s*#.*\bhost=(\S+)"
+_BARE_TS = rf"^\s*(?:#\s*)?({TIMESTAMP_PATTERN})\s*$"
+
+_FILE_NAME_TIMES = (
+    (re.compile(r"(?<!\d)(\d{4})-?(\d\d)-?(\d\d)[T_ -]?(\d\d)[:\-]?(\d\d)[:\-]?(\d\d)(?!\d)"),
+     "ymdhms"),
+    (re.compile(r"(?<![\d.])(1\d{9})(\d{3})?(?![\d])"), "epoch"),
+)
+
+
+def epoch_ns(text: pl.Expr) -> pl.Expr:
+    """Nanoseconds since the epoch from a string column holding epoch numbers or ISO times.
+
+    Epoch numbers are told apart by magnitude (10 digits = s, 13 = ms, 16 = µs, 19 = ns) and
+    their fraction is read digit by digit, so ``1760433600.123`` is exact. ISO times without an
+    offset are taken as UTC.
+    """
+    text = text.str.strip_chars()
+    whole = text.str.extract(r"^(\d+)(?:\.\d*)?$", 1)
+    digits = whole.str.len_chars()
+    fraction_ns = (
+        text.str.extract(r"^\d+\.(\d+)$", 1).fill_null("").str.slice(0, 9).str.pad_end(9, "0")
+        .cast(pl.Int64)
+    )
+    scale = (
+        pl.when(digits <= 11).then(pl.lit(1_000_000_000, pl.Int64))
+        .when(digits <= 14).then(pl.lit(1_000_000, pl.Int64))
+        .when(digits <= 17).then(pl.lit(1_000, pl.Int64))
+        .otherwise(pl.lit(1, pl.Int64))
+    )
+    numeric = whole.cast(pl.Int64, strict=False) * scale + pl.when(digits <= 11).then(fraction_ns)\
+        .otherwise(0)
+    iso = text.str.replace(" ", "T").str.replace(",", ".").str.replace(r"Z$", "+00:00")\
+        .str.replace(r"([+-]\d\d)(\d\d)$", "${1}:${2}")
+    with_offset = iso.str.strptime(pl.Datetime("ns", "UTC"), "%Y-%m-%dT%H:%M:%S%.f%:z",
+                                   strict=False)
+    naive = iso.str.strptime(pl.Datetime("ns"), "%Y-%m-%dT%H:%M:%S%.f", strict=False)\
+        .dt.replace_time_zone("UTC")
+    return pl.coalesce(numeric, with_offset.dt.epoch("ns"), naive.dt.epoch("ns"))
+
+
+def parse_time_ns(text: str) -> int | None:
+    """One timestamp string (epoch or ISO) to ns, or None when it is neither."""
+    return pl.select(epoch_ns(pl.lit(text))).item()
+
+
+def file_name_ts_ns(source: Source) -> int | None:
+    """A timestamp embedded in the file name, or None. Dates (``20251014T092000``,
+    ``2025-10-14_09-20-00``) win over bare 10/13-digit epoch numbers."""
+    name = source.file_name
+    for pattern, kind in _FILE_NAME_TIMES:
+        match = pattern.search(name)
+        if not match:
+            continue
+        if kind == "ymdhms":
+            y, mo, d, h, mi, s = match.groups()
+            return parse_time_ns(f"{y}-{mo}-{d}T{h}:{mi}:{s}")
+        return parse_time_ns(match.group(1) + (match.group(2) or ""))
+    return None
+
+
+def option_ts_ns(options: dict[str, str], source: Source, key: str = "ts") -> int | None:
+    """``--option ts=...`` as ns; a clear error when it is not a time."""
+    if key not in options:
+        return None
+    value = parse_time_ns(options[key])
+    if value is None:
+        raise InputError(f"--option {key}={options[key]!r} is not an epoch time or ISO 8601 "
+                         "time (e.g. 1760433600 or 2025-10-14T09:20:00Z)", source.name)
+    return value
+
+
+def missing_time_error(source: Source, what: str) -> InputError:
+    """The error for a dump whose samples cannot be placed in time, with every way to fix it."""
+    return InputError(
+        f"{what} carry no timestamps and the file name holds none; add a '# ts=<epoch>' line "
+        "before each snapshot, put the time in the file name (e.g. name_1760433600.prom) or "
+        "pass --option ts=<epoch seconds or ISO time>",
+        source.name,
+    )
+
+
+@dataclass
+class SnapshotClock:
+    """Stamps lines with the time and host of the snapshot they belong to, across batches.
+
+    A snapshot starts at a marker line (``# ts=... host=...`` or a bare timestamp line); lines
+    before the first marker take the fallback time (file name, then ``--option ts``) and the
+    ``--option host``.
+    """
+
+    fallback_ts_ns: int | None
+    fallback_host: str | None
+    _ts_ns: int | None = None
+    _host: str | None = None
+    _snapshot: int = 0
+
+    @classmethod
+    def for_source(cls, source: Source, options: dict[str, str]) -> SnapshotClock:
+        fallback = file_name_ts_ns(source)
+        if fallback is None:
+            fallback = option_ts_ns(options, source)
+        return cls(fallback, options.get("host"))
+
+    def stamp(self, lines: pl.DataFrame) -> pl.DataFrame:
+        """Add ``is_marker``, ``snapshot`` (0-based), ``snap_ts_ns`` and ``snap_host`` to a frame
+        with a ``line`` column."""
+        line = pl.col("line")
+        ts_text = pl.coalesce(line.str.extract(_MARKER_TS, 1), line.str.extract(_BARE_TS, 1))
+        marked = lines.with_columns(
+            epoch_ns(ts_text).alias("_marker_ts"),
+            line.str.extract(_MARKER_HOST, 1).alias("_marker_host"),
+        ).with_columns(pl.col("_marker_ts").is_not_null().alias("is_marker"))
+        first_ts = self._ts_ns if self._ts_ns is not None else self.fallback_ts_ns
+        first_host = self._host if self._host is not None else self.fallback_host
+        stamped = marked.with_columns(
+            (pl.col("is_marker").cum_sum() + self._snapshot).alias("snapshot"),
+            pl.col("_marker_ts").forward_fill().fill_null(pl.lit(first_ts, pl.Int64))
+            .alias("snap_ts_ns"),
+            pl.col("_marker_host").forward_fill().fill_null(pl.lit(first_host, pl.String))
+            .alias("snap_host"),
+        ).drop("_marker_ts", "_marker_host")
+        if stamped.height:
+            last = stamped.row(stamped.height - 1, named=True)
+            self._ts_ns, self._host = last["snap_ts_ns"], last["snap_host"]
+            self._snapshot = last["snapshot"]
+        return stamped
