@@ -74,6 +74,9 @@ TIMESTAMP_PATTERN = (
 sub-seconds), ISO 8601 from a log collector (``kubectl logs --timestamps``, journald) and epoch
 seconds. Times without a zone are local times of the host; the ``tz`` option names the zone."""
 
+MIN_TIMESTAMP_CHARS = 10
+"""The shortest prefix that can hold a timestamp (epoch seconds)."""
+
 NO_TIMESTAMP_NOTE = (
     "no timestamps in this log: calls keep their order and seq, but time-based analysis "
     "(iteration times in seconds, time spans) needs them; enable NCCL_DEBUG_TIMESTAMP_LEVELS=INFO "
@@ -272,28 +275,26 @@ def _collect_versions(records: pl.DataFrame, state: _JoinState) -> None:
 
 def _envelope(head: pl.Expr) -> pl.Expr:
     """``[prefix]host:pid:tid [dev]`` at the end of the text before `` NCCL INFO `` as a struct
-    of prefix, host, pid, tid and cuda_dev (pid null when the text is no envelope). Splitting
-    on spaces and colons instead of a regex keeps this at scan speed."""
-    words = head.str.split(" ")
-    dev_word = words.list.get(-1, null_on_oob=True)
-    ident_word = words.list.get(-2, null_on_oob=True)
-    ident = ident_word.str.split(":")
-    host = ident.list.get(-3, null_on_oob=True)
-    pid = ident.list.get(-2, null_on_oob=True).cast(pl.Int64, strict=False)
-    cuda_dev = (dev_word.str.strip_prefix("[").str.strip_suffix("]")
-                .cast(pl.Int32, strict=False))
-    valid = (pid.is_not_null() & cuda_dev.is_not_null() & dev_word.str.starts_with("[")
-             & (host.str.len_bytes() > 0)
-             & ident.list.get(-1, null_on_oob=True).str.contains(r"^\d+$"))
-    prefix_chars = (head.str.len_chars() - dev_word.str.len_chars() - 1
-                    - host.str.len_chars() - ident.list.get(-2, null_on_oob=True).str.len_chars()
-                    - ident.list.get(-1, null_on_oob=True).str.len_chars() - 2)
+    of envelope, host, pid and cuda_dev (pid null when the text ends in no envelope). The regex
+    is anchored at the end of this short text, which keeps it at scan speed."""
+    found = head.str.extract_groups(
+        r"(?P<envelope>(?P<host>[^\s:\[\]<>()]+):(?P<pid>\d+):\d+ \[(?P<cuda_dev>\d+)\])$")
     return pl.struct(
-        pl.when(valid).then(head.str.head(prefix_chars)).alias("prefix"),
-        pl.when(valid).then(host).alias("host"),
-        pl.when(valid).then(pid).alias("pid"),
-        pl.when(valid).then(cuda_dev).alias("cuda_dev"),
+        found.struct.field("envelope"),
+        found.struct.field("host"),
+        found.struct.field("pid").cast(pl.Int64, strict=False),
+        found.struct.field("cuda_dev").cast(pl.Int32, strict=False),
     )
+
+
+def _with_timestamps(frame: pl.DataFrame, column: str, time_zone: str) -> pl.DataFrame:
+    """Add ``column``: the time printed before each record's envelope. Batches whose prefixes
+    are all too short to hold a time (none, or ``srun -l``'s ``12: ``) skip the search."""
+    prefix_chars = pl.col("head").str.len_chars() - pl.col("envelope").str.len_chars()
+    if frame.height == 0 or (frame.select(prefix_chars.max()).item() or 0) < MIN_TIMESTAMP_CHARS:
+        return frame.with_columns(pl.lit(None, dtype=pl.Int64).alias(column))
+    return frame.with_columns(
+        _timestamp_ns(pl.col("head").str.head(prefix_chars), time_zone).alias(column))
 
 
 def _timestamp_ns(prefix: pl.Expr, time_zone: str) -> pl.Expr:
@@ -327,7 +328,8 @@ def _parse_inits(rows: pl.DataFrame, time_zone: str) -> tuple[pl.DataFrame, pl.D
         pl.col("msg").str.extract_groups(INIT_PATTERN).alias("_i")).unnest("_i")
     bad = parsed.filter(pl.col("comm").is_null()).with_columns(
         pl.lit("incomplete Init line (torn or truncated)").alias("reason"))
-    good = parsed.filter(pl.col("comm").is_not_null()).select(
+    good = _with_timestamps(parsed.filter(pl.col("comm").is_not_null()), "t_init_ns", time_zone)
+    good = good.select(
         "line_no", "host", "pid",
         pl.col("comm"),
         pl.col("comm_id"),
@@ -338,7 +340,7 @@ def _parse_inits(rows: pl.DataFrame, time_zone: str) -> tuple[pl.DataFrame, pl.D
         _bus_id(pl.col("bus_id")).alias("bus_id"),
         pl.col("parent_comm"),
         pl.col("split_color").cast(pl.Int64),
-        _timestamp_ns(pl.col("prefix"), time_zone).alias("t_init_ns"),
+        "t_init_ns",
     )
     return good, bad
 
@@ -432,7 +434,7 @@ def _parse_calls(rows: pl.DataFrame, time_zone: str) -> tuple[pl.DataFrame, pl.D
     )
     checked = values.with_columns(reason.alias("reason"))
     bad = checked.filter(pl.col("reason").is_not_null())
-    good = checked.filter(pl.col("reason").is_null())
+    good = _with_timestamps(checked.filter(pl.col("reason").is_null()), "t_start_ns", time_zone)
     op_raw = pl.col("op_name").str.strip_suffix(":")
     op = nccl_names.op_name(op_raw).fill_null(op_raw.str.to_lowercase())
     dtype = nccl_names.dtype_name(pl.col("_datatype"))
@@ -450,7 +452,7 @@ def _parse_calls(rows: pl.DataFrame, time_zone: str) -> tuple[pl.DataFrame, pl.D
         (pl.col("_count") * nccl_names.dtype_size(dtype)).alias("bytes"),
         pl.when(op.is_in((*nccl_names.P2P_OPS, *nccl_names.ROOTED_OPS)))
         .then(pl.col("_root")).alias("peer"),
-        _timestamp_ns(pl.col("prefix"), time_zone).alias("t_start_ns"),
+        "t_start_ns",
         pl.col("_globalrank").alias("global_rank"),
     )
     return calls, bad

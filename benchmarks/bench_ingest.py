@@ -1,0 +1,135 @@
+"""Ingest speed of the NCCL debug log and hook CSV readers, end to end (file to Parquet).
+
+Generates a log of ``TRACEKIT_BENCH_MB`` megabytes (default 1024, as ``make bench`` runs it)
+and prints MB/s with two baselines measured in the same run on the same bytes:
+``polars.read_csv`` of the file as one string column (the floor any parser pays to see every
+line) and a plain Python ``re`` loop over the lines (what a straightforward parser costs).
+Each measurement runs in a fresh process so its peak RSS is its own.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SIZE_MB = int(os.environ.get("TRACEKIT_BENCH_MB", "1024"))
+SEED = 7
+
+COLL_RE = (r"(\S+):(\d+):(\d+) \[(\d+)\] NCCL INFO (\w+): opCount ([0-9a-f]+) sendbuff (\S+) "
+           r"recvbuff (\S+) count (\d+) datatype (\d+) op (\d+) root (\d+) comm (\S+) "
+           r"\[nranks=(\d+)\] stream (\S+)")
+
+
+def write_nccl_log(path: Path, size_bytes: int) -> None:
+    """A 2.27-style log of 16 ranks under ``srun -l``: Init lines, then interleaved COLL
+    lines with a sprinkle of other subsystems' lines."""
+    rng = random.Random(SEED)
+    ranks = range(16)
+    head = []
+    for rank in ranks:
+        host, pid = f"gpu-b{rank // 8:02d}", 40000 + rank
+        head.append(f"{rank}: {host}:{pid}:{pid + 170} [0] NCCL INFO ncclCommInitRankConfig comm "
+                    f"0x55{rank:02x}1d0c7a40 rank {rank} nranks 16 cudaDev 0 nvmlDev {rank % 8} "
+                    f"busId {0x18 + rank % 8:x}000 commId 0xa3b91e07c45d2f68 - Init COMPLETE\n")
+    ops = [("AllReduce", 16777216, 9), ("ReduceScatter", 41943040, 7),
+           ("AllGather", 10485760, 9), ("Send", 8388608, 9), ("Recv", 8388608, 9)]
+    block = []
+    for i in range(20000):
+        rank = i % 16
+        host, pid = f"gpu-b{rank // 8:02d}", 40000 + rank
+        name, count, dtype = ops[rng.randrange(len(ops))]
+        if i % 50 == 0:
+            block.append(f"{rank}: {host}:{pid}:{pid + 300} [0] NCCL INFO Channel 00/0 : "
+                         f"{rank}[0] -> {(rank + 1) % 16}[0] via P2P/IPC\n")
+        block.append(f"{rank}: {host}:{pid}:{pid} [0] NCCL INFO {name}: opCount {i // 16:x} "
+                     f"sendbuff 0x7f11b4{i % 4096:06x} recvbuff 0x7f11b6{i % 4096:06x} count "
+                     f"{count} datatype {dtype} op 0 root {(rank + 1) % 16} comm "
+                     f"0x55{rank:02x}1d0c7a40 [nranks=16] stream 0x562f1c2e9d60\n")
+    body = "".join(block).encode()
+    with path.open("wb") as out:
+        out.write("".join(head).encode())
+        written = 0
+        while written < size_bytes:
+            out.write(body)
+            written += len(body)
+
+
+def write_hook_csv(path: Path, size_bytes: int) -> None:
+    from tracekit.ingest.hook_csv import HEADER
+
+    rows = []
+    for i in range(20000):
+        rank = i % 16
+        t_call_ns = 1760434267000000000 + i * 250000
+        rows.append(f"{i},{t_call_ns},{180000 + i % 977},gpu-b{rank // 8:02d},{40000 + rank},"
+                    f"{rank},0,0x55{rank:02x}1d0c7a40,16,{i // 16},AllReduce,"
+                    f"16777216,9,0x7f11b4000000,0x7f11b4000000,-1\n")
+    body = "".join(rows).encode()
+    with path.open("wb") as out:
+        out.write((HEADER + "\n").encode())
+        written = 0
+        while written < size_bytes:
+            out.write(body)
+            written += len(body)
+
+
+CHILD = {
+    "tracekit": (
+        "from tracekit.ingest.pipeline import ingest\n"
+        "s = ingest([Path(sys.argv[2])], Path(sys.argv[3]), job='bench')\n"
+        "assert not s.failed, s.failed[0].error\n"
+    ),
+    "read_csv": (
+        "import polars as pl\n"
+        "pl.read_csv(sys.argv[2], has_header=False, separator='\\x1f', quote_char=None,\n"
+        "            new_columns=['line'], schema_overrides={'line': pl.String}).height\n"
+    ),
+    "re_loop": (
+        f"import re\nfind = re.compile({COLL_RE!r}).search\n"
+        "rows = 0\n"
+        "with open(sys.argv[2], encoding='utf-8', errors='replace') as f:\n"
+        "    for line in f:\n"
+        "        if find(line): rows += 1\n"
+    ),
+}
+
+
+def measure(kind: str, path: Path, work: Path) -> tuple[float, float]:
+    """Seconds and peak RSS (MiB) of one measurement in a fresh interpreter."""
+    code = ("import sys, time, resource\nfrom pathlib import Path\nt = time.perf_counter()\n"
+            + CHILD[kind] + "print(time.perf_counter() - t, "
+            "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n")
+    output = subprocess.run([sys.executable, "-c", code, kind, str(path),
+                             str(work / f"ds-{kind}-{time.monotonic_ns()}")],
+                            check=True, capture_output=True, text=True).stdout.split()
+    return float(output[0]), float(output[1])
+
+
+def run(name: str, writer, baselines: tuple[str, ...], work: Path) -> None:
+    path = work / f"{name}.log"
+    writer(path, SIZE_MB * 1024 * 1024)
+    mb = path.stat().st_size / 1e6
+    seconds, peak = measure("tracekit", path, work)
+    print(f"{name}: {mb:,.0f} MB in {seconds:.2f} s = {mb / seconds:,.0f} MB/s, "
+          f"peak RSS {peak:,.0f} MiB")
+    for baseline in baselines:
+        base_s, _ = measure(baseline, path, work)
+        print(f"  vs {baseline}: {mb / base_s:,.0f} MB/s -> tracekit is "
+              f"{base_s / seconds:.2f}x its speed")
+    path.unlink()
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory(prefix="tracekit-bench-") as folder:
+        work = Path(folder)
+        run("nccl-debug", write_nccl_log, ("read_csv", "re_loop"), work)
+        run("hook-csv", write_hook_csv, ("read_csv",), work)
+
+
+if __name__ == "__main__":
+    main()
