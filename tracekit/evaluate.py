@@ -304,6 +304,95 @@ def evaluate(jobs: pl.DataFrame, labels: pl.DataFrame, episodes: pl.DataFrame,
     )
 
 
+# -- corpus ---------------------------------------------------------------------------------
+
+
+UNKNOWN_CATEGORY = "unknown"
+
+
+@dataclass
+class Corpus:
+    """The pooled tables of many job datasets, with one row per job in ``jobs`` (job,
+    category, layout, dataset path)."""
+
+    jobs: pl.DataFrame
+    labels: pl.DataFrame
+    episodes: pl.DataFrame
+    iteration_errors: pl.DataFrame
+    """Reconstruction error per job against its reference iterations (job, layout, reference,
+    matched, median_rel_error, p99_rel_error); empty when no job has both."""
+
+
+def job_category(dataset) -> str:
+    """The job's population (compute, communication, large) as its generator recorded it in
+    the manifest (``category``, or ``build.category``), else from its labels' kinds."""
+    manifest = dataset.manifest
+    category = manifest.get("category") or manifest.get("build", {}).get("category")
+    if category:
+        return str(category)
+    kinds = (dataset.table("labels").filter(pl.col("fail_slow").fill_null(True))
+             .select("kind").collect()["kind"].drop_nulls().unique().to_list())
+    return kinds[0] if len(kinds) == 1 else UNKNOWN_CATEGORY
+
+
+def job_layout(dataset) -> str | None:
+    """``TP2xDP4xPP1`` from the dataset's parallel layout, when recorded."""
+    layout = dataset.table("parallel_layout").collect()
+    if layout.height == 0:
+        return None
+    row = layout.row(0, named=True)
+    return f"TP{row['tp_size']}xDP{row['dp_size']}xPP{row['pp_size']}"
+
+
+REFERENCE_SOURCES = ("truth", "framework", "megatron")
+"""Iteration sources an ACF reconstruction is checked against, most trusted first."""
+
+
+def _iteration_error(dataset) -> dict[str, Any] | None:
+    from tracekit.iterations import SOURCE, compare
+
+    iterations = dataset.table("iterations").collect()
+    sources = set(iterations["source"].drop_nulls().to_list())
+    reference = next((s for s in REFERENCE_SOURCES if s in sources), None)
+    if SOURCE not in sources or reference is None:
+        return None
+    result = compare(iterations.filter(pl.col("source") == SOURCE),
+                     iterations.filter(pl.col("source") == reference), reference)
+    if result.matched == 0:
+        return None
+    return {"reference": reference, "matched": result.matched,
+            "median_rel_error": float(result.errors["rel_error"].median()),
+            "p99_rel_error": result.rel_error_quantile(0.99)}
+
+
+def load_corpus(datasets: list[Path]) -> Corpus:
+    """Pool the labels, episodes and reconstruction errors of ``datasets``."""
+    from tracekit import schema
+    from tracekit.dataset import open_dataset
+
+    jobs, labels, episodes, errors = [], [], [], []
+    for path in datasets:
+        dataset = open_dataset(path)
+        layout = job_layout(dataset)
+        jobs.append({"job": dataset.job, "category": job_category(dataset), "layout": layout,
+                     "dataset": str(path)})
+        labels.append(dataset.table("labels").collect())
+        episodes.append(dataset.table("episodes").collect())
+        error = _iteration_error(dataset)
+        if error is not None:
+            errors.append({"job": dataset.job, "layout": layout, **error})
+    error_schema = {"job": pl.String, "layout": pl.String, "reference": pl.String,
+                    "matched": pl.Int64, "median_rel_error": pl.Float64,
+                    "p99_rel_error": pl.Float64}
+    return Corpus(
+        jobs=pl.DataFrame(jobs, schema={"job": pl.String, "category": pl.String,
+                                        "layout": pl.String, "dataset": pl.String}),
+        labels=pl.concat([schema.table("labels").empty(), *labels]),
+        episodes=pl.concat([schema.table("episodes").empty(), *episodes]),
+        iteration_errors=pl.DataFrame(errors, schema=error_schema),
+    )
+
+
 # -- regression baseline -------------------------------------------------------------------
 
 

@@ -20,8 +20,9 @@ def _frame(name: str, data: dict) -> pl.DataFrame:
     return schema.conform(name, pl.DataFrame(data, schema={k: spec[k] for k in data}))
 
 
-def build_job(path):
-    durations = np.where((np.arange(120) >= 60) & (np.arange(120) < 90), 1.5, 1.0)
+def build_job(path, job="j1", category="compute", fail_slow=True):
+    slow = 1.5 if fail_slow else 1.0
+    durations = np.where((np.arange(120) >= 60) & (np.arange(120) < 90), slow, 1.0)
     starts = T0 + (np.concatenate([[0], np.cumsum(durations)[:-1]]) * S).astype(np.int64)
     ends = starts + (durations * S).astype(np.int64)
     iterations = pl.concat([_frame("iterations", {
@@ -57,10 +58,14 @@ def build_job(path):
         "cause": ["gpu-thermal"], "target": ["gpu:h0/2"], "target_rank": [2],
         "target_host": ["h0"], "target_gpu": [2], "t_start_ns": [onset], "t_end_ns": [recovery],
         "start_iteration": [60], "end_iteration": [89], "severity": [1.5]})
-    dataset = create_dataset(path, job="j1")
-    for name, frame in (("iterations", iterations), ("events", events), ("episodes", episodes),
-                        ("gpu_metrics", gpu), ("nic_counters", nic), ("labels", labels)):
-        dataset.write_table(name, frame)
+    dataset = create_dataset(path, job=job)
+    dataset.manifest["category"] = category
+    tables = {"iterations": iterations, "gpu_metrics": gpu, "nic_counters": nic}
+    if fail_slow:
+        tables.update(events=events, episodes=episodes, labels=labels)
+    for name, frame in tables.items():
+        dataset.write_table(name, frame.with_columns(pl.lit(job).alias("job"))
+                            if "job" in frame.columns else frame)
     dataset.save_manifest()
     return dataset
 
@@ -68,3 +73,13 @@ def build_job(path):
 @pytest.fixture(scope="session")
 def job_dataset(tmp_path_factory):
     return build_job(tmp_path_factory.mktemp("datasets") / "j1")
+
+
+@pytest.fixture(scope="session")
+def corpus_datasets(tmp_path_factory):
+    """Three jobs: c1 (compute, throttled GPU), c2 (compute, healthy), n1 (communication,
+    healthy)."""
+    root = tmp_path_factory.mktemp("corpus")
+    return [build_job(root / "c1", "c1", "compute").path,
+            build_job(root / "c2", "c2", "compute", fail_slow=False).path,
+            build_job(root / "n1", "n1", "communication", fail_slow=False).path]

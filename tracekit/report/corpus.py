@@ -1,0 +1,88 @@
+"""The report of a corpus of jobs: the paper's Table 1 (causes), Figure 1 (duration and
+JCT-slowdown CDFs per category), Tables 3 and 4 (detector accuracy) and the iteration-time
+reconstruction error per parallel layout."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from tracekit.characterise import (
+    cause_table,
+    fail_slow_durations,
+    job_summary_from_episodes,
+    job_summary_from_labels,
+)
+from tracekit.evaluate import Corpus, Evaluation, evaluate
+from tracekit.report.document import Report, ReportFigure, ReportTable
+from tracekit.report.figures import cdf_figure
+from tracekit.report.job import choose_detector
+from tracekit.report.tables import accuracy_table, episode_accuracy_table, percent
+
+
+def reconstruction_table(errors: pl.DataFrame) -> pl.DataFrame:
+    """Iteration-time reconstruction error per layout (the paper reports < 1.2 %)."""
+    return (errors.group_by("layout").agg(
+        jobs=pl.len(), iterations=pl.col("matched").sum(),
+        median=pl.col("median_rel_error").median(), worst_p99=pl.col("p99_rel_error").max())
+        .sort("layout")
+        .select(pl.col("layout").fill_null("unknown"), "jobs", "iterations",
+                percent(pl.col("median"), 2).alias("median error"),
+                percent(pl.col("worst_p99"), 2).alias("worst p99 error")))
+
+
+def corpus_report(corpus: Corpus, title: str, detector: str | None = None,
+                  evaluation: Evaluation | None = None) -> Report:
+    """Characterisation (from labels when the corpus has them, else from ``detector``'s
+    attributed episodes), accuracy of every detector, and reconstruction error."""
+    report = Report(title)
+    detector = choose_detector(corpus.episodes, detector)
+    labeled = corpus.labels.height > 0
+    counts = corpus.jobs.group_by("category").len().sort("category")
+    overview = report.section("Corpus")
+    overview.paragraphs.append(
+        f"{corpus.jobs.height} jobs: " + ", ".join(
+            f"{row['len']} {row['category']}" for row in counts.iter_rows(named=True)) + ".")
+    jct = (corpus.episodes.filter(pl.col("detector").eq_missing(detector))
+           .group_by("job").agg(pl.col("jct_slowdown").sum()))
+    jct = corpus.jobs.select("job").join(jct, on="job", how="left").with_columns(
+        pl.col("jct_slowdown").fill_null(0.0))
+    if labeled:
+        summary = job_summary_from_labels(corpus.jobs, corpus.labels, jct)
+        durations = fail_slow_durations(corpus.labels, corpus.jobs)
+        basis = f"causes and durations from the labels; JCT slowdown measured by {detector}"
+    else:
+        summary = job_summary_from_episodes(corpus.jobs, corpus.episodes, detector)
+        durations = corpus.episodes.filter(pl.col("detector") == detector).join(
+            corpus.jobs.select("job", "category"), on="job").select("job", "category",
+                                                                    "duration_s")
+        basis = f"causes, durations and JCT slowdown from {detector}'s attributed episodes"
+    character = report.section("Characterisation")
+    character.paragraphs.append(f"Basis: {basis}.")
+    character.tables.append(ReportTable("Jobs per fail-slow cause (like Greyhound's Table 1)",
+                                        cause_table(summary)))
+    character.figures.append(ReportFigure(
+        "duration_cdf",
+        cdf_figure(durations.with_columns(pl.col("duration_s") / 60), "duration_s", "category",
+                   "Fail-slow duration per category", "fail-slow duration (min)", log_x=True),
+        "CDF of fail-slow episode durations per job category (like Greyhound's Figure 1a)."))
+    character.figures.append(ReportFigure(
+        "jct_slowdown_cdf",
+        cdf_figure(summary.with_columns(pl.col("jct_slowdown") * 100), "jct_slowdown",
+                   "category", "JCT slowdown per category", "JCT slowdown (%)"),
+        "CDF of job-completion-time slowdown per job category (like Greyhound's Figure 1b)."))
+    if labeled:
+        evaluation = evaluation or evaluate(corpus.jobs, corpus.labels, corpus.episodes)
+        accuracy = report.section("Detector accuracy")
+        accuracy.paragraphs.append(
+            "Job level: a job is positive when it has a labeled fail-slow; a detector flags it "
+            "when it reports an episode. FPR = FP / negatives, FNR = FN / positives.")
+        accuracy.tables.append(ReportTable("Job-level accuracy (like Greyhound's Tables 3 and 4)",
+                                           accuracy_table(evaluation.job_table)))
+        accuracy.tables.append(ReportTable(
+            "Episode level: overlap matching, delay from the labeled onset",
+            episode_accuracy_table(evaluation.episode_table)))
+    if corpus.iteration_errors.height:
+        report.section("Iteration-time reconstruction").tables.append(ReportTable(
+            "ACF reconstruction error against the reference iteration times, per layout",
+            reconstruction_table(corpus.iteration_errors)))
+    return report
