@@ -1,0 +1,102 @@
+"""Classical offline change-point baselines from ruptures (Truong et al. 2020), behind the same
+interface: PELT (Killick et al. 2012), binary segmentation and the two-window method.
+
+They see the whole series, so ``update`` only stores points and ``changepoints`` runs the search
+on what it has. Defaults are scale-free: the series is standardised by a robust noise estimate
+(MAD of first differences, insensitive to the changes themselves), the cost is the Gaussian mean
+shift (``l2``) and the penalty is the BIC / SIC ``2 log n`` per change in noise-variance units,
+as the R changepoint package's SIC default.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import ruptures
+
+from tracekit.detect.base import MAD_TO_SIGMA, Detector, as_series
+
+
+def robust_standardise(series: np.ndarray) -> np.ndarray:
+    """Centre on the median and divide by the noise level seen in first differences."""
+    noise = MAD_TO_SIGMA * float(np.median(np.abs(np.diff(series) - np.median(np.diff(series)))))
+    noise /= math.sqrt(2)
+    if not noise > 0:
+        noise = float(np.std(series)) or 1.0
+    return (series - np.median(series)) / noise
+
+
+@dataclass
+class RupturesDetector(Detector):
+    """Offline ruptures search with a BIC penalty on the robustly standardised series."""
+
+    model: str = "l2"
+    min_size: int = 2
+    jump: int = 1
+    penalty: float = 0.0
+    """Penalty per change; 0 means the BIC default 2 log n."""
+
+    def reset(self) -> None:
+        self._values: list[float] = []
+        self._cache: np.ndarray | None = None
+
+    def update(self, x: float) -> list[int]:
+        self._values.append(x)
+        self._cache = None
+        return []
+
+    @property
+    def changepoints(self) -> np.ndarray:
+        if self._cache is None:
+            self._cache = self._search(np.asarray(self._values))
+        return self._cache
+
+    def detect(self, series) -> np.ndarray:
+        self.reset()
+        self._values = as_series(series).tolist()
+        return self.changepoints
+
+    def _search(self, series: np.ndarray) -> np.ndarray:
+        if series.size < 2 * self.min_size:
+            return np.empty(0, np.int64)
+        signal = robust_standardise(series)
+        penalty = self.penalty or 2 * math.log(series.size)
+        ends = self.algorithm(signal).predict(pen=penalty)
+        return np.asarray(ends[:-1], dtype=np.int64)
+
+    def algorithm(self, signal: np.ndarray):
+        raise NotImplementedError
+
+
+@dataclass
+class Pelt(RupturesDetector):
+    name = "pelt"
+    description = "PELT, exact penalised segmentation (ruptures)"
+
+    def algorithm(self, signal):
+        return ruptures.Pelt(model=self.model, min_size=self.min_size, jump=self.jump).fit(signal)
+
+
+@dataclass
+class BinarySegmentation(RupturesDetector):
+    name = "binseg"
+    description = "binary segmentation (ruptures)"
+
+    def algorithm(self, signal):
+        return ruptures.Binseg(model=self.model, min_size=self.min_size,
+                               jump=self.jump).fit(signal)
+
+
+@dataclass
+class TwoWindow(RupturesDetector):
+    name = "rpt-window"
+    description = "two adjacent sliding windows (ruptures Window)"
+
+    width: int = 40
+
+    def algorithm(self, signal):
+        width = min(self.width, 2 * (signal.size // 2))
+        return ruptures.Window(width=width, model=self.model, min_size=self.min_size,
+                               jump=self.jump).fit(signal)
