@@ -177,3 +177,176 @@ def formats() -> None:
     for reader in readers():
         table.add_row(reader.format, ", ".join(reader.tables), reader.description)
     console.print(table)
+
+
+@command()
+def iterations(
+    dataset: Annotated[Path, typer.Argument(help="Dataset folder with a collectives table.")],
+    compare: Annotated[str | None, typer.Option(
+        "--compare", help="Also report the error against this iterations source "
+        "(e.g. framework).")] = None,
+    threshold: Annotated[float, typer.Option(help="ACF threshold M of the published baseline "
+                                             "(reported beside the anchored period).")] = 0.95,
+) -> None:
+    """Reconstruct per-rank iteration times from collective calls (source acf)."""
+    from tracekit.dataset import open_dataset
+    from tracekit.iterations import compare_dataset, reconstruct_dataset
+
+    opened = open_dataset(dataset)
+    result = reconstruct_dataset(opened, threshold)
+    table = Table(title=f"iterations from collectives — job {opened.job}")
+    for column in ("rank", "period (calls)", "pattern", "iterations", "recovered", "mean (s)",
+                   "ACF"):
+        table.add_column(column, justify="left" if column == "pattern" else "right",
+                         overflow="fold")
+    for r in result.ranks:
+        table.add_row(str(r.rank), str(r.period_calls or "-"), r.pattern or "-",
+                      f"{r.iterations:,}", f"{r.recovered_share:.1%}",
+                      f"{r.mean_s:.4f}" if r.mean_s is not None else "-",
+                      f"{r.acf:.3f}" if r.acf is not None else "-")
+    console.print(table)
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+    if compare:
+        comparison = compare_dataset(opened, compare)
+        table = Table(title=f"acf vs {compare}")
+        for column in ("rank", "matched", "missed", "extra", "median rel. error", "p99 rel. error"):
+            table.add_column(column, justify="right")
+        for r in comparison.ranks:
+            table.add_row(str(r.rank), f"{r.matched:,}", f"{r.missed:,}", f"{r.extra:,}",
+                          f"{r.median_rel_error:.4%}" if r.median_rel_error is not None else "-",
+                          f"{r.p99_rel_error:.4%}" if r.p99_rel_error is not None else "-")
+        console.print(table)
+        median, p99 = comparison.rel_error_quantile(0.5), comparison.rel_error_quantile(0.99)
+        console.print(f"all ranks: {comparison.matched:,} matched, {comparison.missed:,} missed, "
+                      f"{comparison.extra:,} extra; median relative error "
+                      f"{median:.4%}, p99 {p99:.4%}" if median is not None else
+                      "no iterations could be paired", highlight=False)
+
+
+@command("export-whatif")
+def export_whatif(
+    dataset: Annotated[Path, typer.Argument(help="Dataset folder with op_traces.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Folder to write into.")],
+    trial: Annotated[str | None, typer.Option(help="Trial name in the file names (default: the "
+                                              "ingested meta's, else the job id).")] = None,
+) -> None:
+    """Write op traces as the ByteDance what-if analyser's trace-*.parquet and meta-*.yaml."""
+    from tracekit.ingest.whatif import export_whatif as run_export
+
+    for path in run_export(dataset, output, trial=trial):
+        console.print(f"wrote {path}", highlight=False)
+
+
+def _episode_summary(episodes, title: str) -> Table:
+    """Episodes as the terminal shows them: times, slowdown, culprit, cause."""
+    table = Table(title=title)
+    for column in ("#", "start (UTC)", "duration", "slowdown", "JCT", "culprit", "cause"):
+        table.add_column(column, justify="right" if column in ("#", "duration", "slowdown",
+                                                                "JCT") else "left")
+    for row in episodes.iter_rows(named=True):
+        table.add_row(str(row["episode"]), format_ns(row["t_start_ns"]),
+                      "-" if row["duration_s"] is None else f"{row['duration_s']:.0f} s",
+                      "-" if row["slowdown"] is None else f"x{row['slowdown']:.2f}",
+                      "-" if row["jct_slowdown"] is None else f"{row['jct_slowdown']:.2%}",
+                      row["target"] or "-", row["cause"] or "not attributed")
+    return table
+
+
+def _frame_table(frame, title: str) -> Table:
+    table = Table(title=title)
+    for column in frame.columns:
+        table.add_column(column)
+    for row in frame.iter_rows():
+        table.add_row(*("-" if v is None else str(v) for v in row))
+    return table
+
+
+@command()
+def analyze(
+    dump: Annotated[list[Path], typer.Argument(help="Files, folders or .tar(.gz) archives of "
+                                               "one job.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Dataset folder to write.")],
+    job: Annotated[str | None, typer.Option(help="Job id (default: the dataset folder name).")]
+    = None,
+    report: Annotated[Path | None, typer.Option(help="Report folder (default: OUTPUT/report).")]
+    = None,
+    detector: Annotated[str | None, typer.Option(help="Detector whose episodes to show "
+                                                 "(default: bocd+v when it ran).")] = None,
+) -> None:
+    """Ingest, reconstruct iterations, detect, attribute and report in one go."""
+    from tracekit.analyze import STAGES
+    from tracekit.analyze import analyze as run_analyze
+
+    with Progress(TextColumn("[bold]{task.description:<10}"), BarColumn(),
+                  TextColumn("{task.fields[detail]}"), console=errors) as progress:
+        tasks = {s: progress.add_task(s, total=1, detail="waiting") for s in STAGES}
+
+        def advance(stage: str, event: str, info: dict) -> None:
+            if event == "start":
+                progress.update(tasks[stage], total=None, detail="running")
+            elif event == "advance":
+                progress.update(tasks[stage], detail=f"{Path(info['source']).name}")
+            else:
+                progress.update(tasks[stage], total=1, completed=1,
+                                detail=f"{info['status']}: {info['detail']}")
+
+        result = run_analyze(dump, output, job=job, report_dir=report, detector=detector,
+                             progress=advance)
+    for failure in result.failed_sources:
+        errors.print(f"[yellow]skipped source:[/] {failure}", highlight=False, soft_wrap=True)
+    if result.detector is None:
+        console.print("no detector ran: no episodes to show")
+    elif result.episodes.height == 0:
+        console.print(f"{result.detector}: no fail-slow episode found")
+    else:
+        console.print(_episode_summary(result.episodes, f"fail-slow episodes ({result.detector})"))
+    console.print(f"dataset: {result.dataset}\nreport:  {result.report_html}", highlight=False)
+
+
+@command()
+def report(
+    source: Annotated[Path, typer.Argument(help="A dataset folder, or a corpus folder of jobs.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Report folder to write.")],
+    detector: Annotated[str | None, typer.Option(help="Detector whose episodes to show.")]
+    = None,
+    work: Annotated[Path | None, typer.Option(help="Where raw corpus jobs are analysed "
+                                              "(default: build/corpus/NAME).")] = None,
+) -> None:
+    """Write an HTML page and a Markdown report with figures for a job or a corpus."""
+    from tracekit.report import build_report
+
+    written = build_report(source, output, detector=detector, work=work)
+    console.print(f"report: {written.html}\nmarkdown: {written.markdown} "
+                  f"({len(written.figures)} figure files)", highlight=False)
+
+
+@command("eval")
+def eval_command(
+    corpus: Annotated[Path, typer.Argument(help="Labeled corpus: a folder of jobs.")],
+    work: Annotated[Path | None, typer.Option(help="Where raw jobs are analysed "
+                                              "(default: build/corpus/NAME).")] = None,
+    baseline: Annotated[Path | None, typer.Option(help="Fail (exit 1) when a metric is worse "
+                                                  "than this baseline beyond its tolerance.")]
+    = None,
+    update_baseline: Annotated[Path | None, typer.Option(
+        "--update-baseline", help="Write the measured metrics as the new baseline file.")] = None,
+) -> None:
+    """Accuracy, FPR and FNR per category and detector; episode precision, recall, delay."""
+    from tracekit.evaluate import evaluate_corpus, read_baseline, regressions, write_baseline
+    from tracekit.report.tables import accuracy_table, episode_accuracy_table
+
+    work = work or Path("build") / "corpus" / corpus.name
+    _, result = evaluate_corpus(corpus, work)
+    console.print(_frame_table(accuracy_table(result.job_table), "job level"))
+    console.print(_frame_table(episode_accuracy_table(result.episode_table), "episode level"))
+    if update_baseline:
+        write_baseline(update_baseline, result.metrics(), corpus=str(corpus))
+        console.print(f"baseline written: {update_baseline}", highlight=False)
+    if baseline:
+        worse = regressions(result.metrics(), read_baseline(baseline))
+        for regression in worse:
+            errors.print(f"[bold red]regression:[/] {regression}", highlight=False)
+        if worse:
+            raise typer.Exit(1)
+        console.print(f"no regression against {baseline}", highlight=False)

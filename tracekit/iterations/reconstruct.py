@@ -1,0 +1,371 @@
+"""Per-rank iteration times from the ``collectives`` table.
+
+Each rank's calls, in issue order, become symbols (op, communicator size, bytes, peer); the
+period and its anchor come from :mod:`tracekit.iterations.period`. Consecutive anchor calls
+bound one iteration. An interval that holds the calls of several iterations (the anchor record
+was dropped) is split at a secondary once-per-iteration call, shifted by its usual offset from
+the anchor, or left out when none is there: iterations are never invented. A process restart
+(new pid) starts a new segment with its own period, so a schedule change after a restart is
+followed instead of drifting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from tracekit import schema
+from tracekit.iterations.period import ACF_THRESHOLD, Period, find_period, interval_counts
+
+SOURCE = "acf"
+"""Value of ``iterations.source`` for reconstructed rows."""
+
+QUALITY_OK = "ok"
+"""Both boundaries are anchor calls and the calls between fit the pattern (some may be missing:
+dropped records do not move a boundary)."""
+QUALITY_DISTURBED = "disturbed"
+"""Boundaries are anchor calls but extra calls ran in between (evaluation, logging, a changed
+schedule): the duration includes work that is not a training iteration."""
+QUALITY_RESYNC = "resync"
+"""One boundary was placed from a secondary once-per-iteration call because the anchor record
+is missing; accurate to that call's jitter."""
+
+EXTRA_TOLERANCE = 0.05
+"""An interval is disturbed when a symbol occurs more than this share (and at least 2 calls)
+above its modal count: the mode sits a little low when records are dropped."""
+
+VARIANT_BYTES_OPS = ("alltoall",)
+"""Ops whose payload varies from iteration to iteration (MoE token routing): their symbol
+ignores bytes so they still repeat."""
+
+
+@dataclass
+class RankSummary:
+    """What the reconstruction found on one rank (one segment per process run)."""
+
+    rank: int
+    calls: int
+    period_calls: int | None = None
+    pattern: str = ""
+    iterations: int = 0
+    recovered: int = 0
+    """Iterations with a row (the rest are gaps: merged intervals that could not be split)."""
+    mean_s: float | None = None
+    acf: float | None = None
+    baseline_lag: int | None = None
+    segments: int = 1
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def recovered_share(self) -> float:
+        return self.recovered / self.iterations if self.iterations else 0.0
+
+
+@dataclass
+class Reconstruction:
+    """Reconstructed ``iterations`` rows (canonical schema) and one summary per rank."""
+
+    iterations: pl.DataFrame
+    ranks: list[RankSummary]
+
+    @property
+    def warnings(self) -> list[str]:
+        return [w for r in self.ranks for w in r.warnings]
+
+
+def symbol_expr() -> pl.Expr:
+    """The categorical symbol of a call: same op on a same-sized communicator moving the same
+    bytes to the same peer. Communicator handles are left out, so a restart that recreates
+    communicators keeps the symbols."""
+    variant = pl.col("op").is_in(VARIANT_BYTES_OPS)
+    size = pl.when(variant).then(None).otherwise(pl.col("bytes"))
+    return pl.struct(pl.col("op"), pl.col("nranks"), size.alias("size"), pl.col("peer"))
+
+
+RANKS_PER_BATCH = 16
+"""Ranks read from the table at a time: bounds memory on jobs of thousands of ranks while the
+Parquet scan still skips the row groups of other ranks."""
+
+
+def reconstruct(
+    collectives: pl.DataFrame | pl.LazyFrame,
+    threshold: float = ACF_THRESHOLD,
+) -> Reconstruction:
+    """Iteration rows (``source = "acf"``) and per-rank summaries for every rank in
+    ``collectives`` (canonical schema)."""
+    frame = collectives.lazy() if isinstance(collectives, pl.DataFrame) else collectives
+    ranks = (frame.select(pl.col("rank").drop_nulls().unique().sort()).collect()
+             .to_series().to_list())
+    rows, summaries = [], []
+    for first in range(0, len(ranks), RANKS_PER_BATCH):
+        batch = ranks[first:first + RANKS_PER_BATCH]
+        calls = _calls(frame.filter(pl.col("rank").is_in(batch)))
+        for (rank,), part in calls.partition_by("rank", as_dict=True,
+                                                maintain_order=True).items():
+            frame_rows, summary = _reconstruct_rank(int(rank), part, threshold)
+            rows.append(frame_rows)
+            summaries.append(summary)
+    iterations = (pl.concat(rows) if rows else schema.table("iterations").empty())
+    return Reconstruction(_align_numbering(iterations), summaries)
+
+
+def _calls(frame: pl.LazyFrame) -> pl.DataFrame:
+    """The calls of some ranks in issue order, each with its per-rank symbol code."""
+    return (
+        frame.select("job", "rank", "pid", "op", "nranks", "bytes", "peer", "t_start_ns",
+                     pl.coalesce("t_end_ns", "t_start_ns").alias("_mark_ns"))
+        .with_row_index("_order")
+        .with_columns(symbol_expr().rank("dense").over("rank").cast(pl.Int64).alias("_symbol"))
+        .sort("rank", "t_start_ns", "_order", nulls_last=True)
+        .collect()
+    )
+
+
+def _symbol_names(calls: pl.DataFrame) -> dict[int, str]:
+    """Symbol code -> ``op[nranks]`` for the pattern description."""
+    names = calls.group_by("_symbol").agg(
+        pl.concat_str(pl.first("op"), pl.lit("["),
+                      pl.first("nranks").cast(pl.String).fill_null("?"), pl.lit("]")).alias("n"))
+    return dict(zip(names["_symbol"].to_list(), names["n"].to_list(), strict=True))
+
+
+def _reconstruct_rank(
+    rank: int, calls: pl.DataFrame, threshold: float
+) -> tuple[pl.DataFrame, RankSummary]:
+    summary = RankSummary(rank=rank, calls=calls.height)
+    job = calls["job"][0]
+    has_clock = calls["t_start_ns"].null_count() == 0
+    if not has_clock:
+        summary.warnings.append(
+            f"rank {rank}: calls have no timestamps (the source prints no clock): the period can "
+            "be found but no iteration times; ingest a source with times (hook CSV, NCCL 2.26+ "
+            "timestamps, Inspector)")
+    pid = calls["pid"].fill_null(-1).to_numpy()
+    breaks = np.flatnonzero(pid[1:] != pid[:-1]) + 1
+    bounds = np.r_[0, breaks, calls.height]
+    summary.segments = len(bounds) - 1
+    symbols_all = calls["_symbol"].to_numpy()
+    times_all = calls["_mark_ns"].to_numpy() if has_clock else None
+    nranks_of = np.zeros(int(symbols_all.max()) + 1)
+    nranks_of[symbols_all] = calls["nranks"].fill_null(0).to_numpy()
+    frames, next_iteration, durations = [], 0, []
+    periods: list[Period] = []
+    for start, end in zip(bounds[:-1], bounds[1:], strict=True):
+        local, symbols = np.unique(symbols_all[start:end], return_inverse=True)
+        period = find_period(symbols, threshold, preference=nranks_of[local])
+        if period is None:
+            summary.warnings.append(
+                f"rank {rank}: no periodic structure in calls {start}..{end - 1} "
+                f"({end - start} calls): no iteration rows for them")
+            continue
+        periods.append(period)
+        split = _split_intervals(symbols, period)
+        if times_all is None:
+            summary.iterations += split.iterations
+            continue
+        starts, ends, quality = _boundaries(symbols, times_all[start:end], period, split)
+        summary.iterations += split.iterations
+        numbers = next_iteration + split.numbers
+        next_iteration = int(numbers[-1]) + 1 if len(numbers) else next_iteration
+        summary.recovered += len(starts)
+        frames.append(pl.DataFrame({
+            "job": job, "rank": rank, "iteration": numbers, "t_start_ns": starts, "t_end_ns": ends,
+            "duration_s": (ends - starts) / 1e9, "source": SOURCE, "quality": quality,
+        }))
+        durations.append((ends - starts) / 1e9)
+        if not summary.pattern:
+            summary.pattern = _describe(period, local, _symbol_names(calls))
+    if periods:
+        main = max(periods, key=lambda p: p.calls)
+        summary.period_calls, summary.acf = main.calls, main.acf
+        summary.baseline_lag = main.baseline_lag
+        if summary.baseline_lag is not None and summary.baseline_lag != main.calls:
+            summary.warnings.append(
+                f"rank {rank}: the baseline ACF > {threshold} lag is {summary.baseline_lag} calls, "
+                f"not the anchored period of {main.calls} calls")
+    if durations and (joined := np.concatenate(durations)).size:
+        summary.mean_s = float(joined.mean())
+    frame = (pl.concat(frames) if frames else schema.table("iterations").empty())
+    return schema.conform("iterations", frame.with_columns(
+        pl.col("rank").cast(pl.Int32), pl.col("iteration").cast(pl.Int64),
+        pl.col("t_start_ns").cast(pl.Int64), pl.col("t_end_ns").cast(pl.Int64),
+        pl.col("duration_s").cast(pl.Float64), pl.col("job").cast(pl.String))), summary
+
+
+@dataclass
+class _Split:
+    """Anchor positions kept and, per interval, how many iterations it holds."""
+
+    positions: np.ndarray
+    counts: np.ndarray
+    per_interval: np.ndarray
+    uncertain: np.ndarray
+    """Intervals whose call counts do not say how many iterations they hold (a stretch of
+    records is missing); their count is taken from their duration instead."""
+    unique: np.ndarray
+    numbers: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    @property
+    def iterations(self) -> int:
+        return int(self.per_interval.sum())
+
+
+MAX_MERGE_PASSES = 4
+"""Spurious anchor calls (an interval holding no iteration) are merged away in a few passes."""
+
+
+def _split_intervals(symbols: np.ndarray, period: Period) -> _Split:
+    """How many iterations each anchor interval holds, judged by the pattern's other symbols
+    (robust to dropped records and to extra calls, which each touch only a few symbols)."""
+    pattern = np.zeros(int(symbols.max()) + 1, dtype=np.int64)
+    for symbol, count in period.pattern.items():
+        pattern[symbol] = count
+    unique = np.flatnonzero(pattern == 1)
+    unique = unique[unique != period.anchor]
+    others = pattern.copy()
+    others[period.anchor] = 0
+    positions, counts = interval_counts(symbols, period.anchor)
+    for _ in range(MAX_MERGE_PASSES):
+        ratio = _iterations_per_interval(counts, others)
+        empty = np.flatnonzero(np.rint(ratio) == 0)
+        if not len(empty):
+            break
+        positions = np.delete(positions, empty + 1)
+        counts = np.add.reduceat(counts, np.r_[0, np.setdiff1d(np.arange(1, len(counts)),
+                                                               empty + 1)], axis=0)
+    ratio = _iterations_per_interval(counts, others)
+    per_interval = np.maximum(np.rint(ratio), 1).astype(np.int64)
+    uncertain = np.abs(ratio - np.rint(ratio)) > AMBIGUOUS_RATIO
+    return _Split(positions, counts, per_interval, uncertain, unique)
+
+
+AMBIGUOUS_RATIO = 0.25
+"""An interval whose symbol-count ratio is this far from a whole number of iterations is
+uncertain (e.g. 1.4: a stretch of records is missing across a boundary)."""
+
+
+def _iterations_per_interval(counts: np.ndarray, pattern: np.ndarray) -> np.ndarray:
+    """Median over the pattern's symbols of (count in the interval / count per iteration):
+    dropped records and extra calls each move only a few symbols, a merged interval all."""
+    symbols = np.flatnonzero(pattern)
+    if not len(symbols):
+        return np.ones(len(counts))
+    return np.median(counts[:, symbols] / pattern[symbols], axis=1)
+
+
+def _boundaries(
+    symbols: np.ndarray, times: np.ndarray, period: Period, split: _Split
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Start, end and quality of every recoverable iteration; fills ``split.numbers``."""
+    positions, counts, per_interval = split.positions, split.counts, split.per_interval
+    pattern = np.zeros(counts.shape[1], dtype=np.int64)
+    for symbol, count in period.pattern.items():
+        pattern[symbol] = count
+    anchor_times = times[positions]
+    durations = np.diff(anchor_times)
+    certain_single = (per_interval == 1) & ~split.uncertain
+    typical = np.median(durations[certain_single]) if certain_single.any() else np.nan
+    if split.uncertain.any() and np.isfinite(typical) and typical > 0:
+        per_interval = per_interval.copy()
+        per_interval[split.uncertain] = np.maximum(
+            1, np.rint(durations[split.uncertain] / typical)).astype(np.int64)
+        split.per_interval = per_interval
+    first_number = np.r_[0, np.cumsum(per_interval)[:-1]]
+    single = per_interval == 1
+    extra = (counts > pattern + np.maximum(1, np.rint(EXTRA_TOLERANCE * pattern))).any(axis=1)
+    starts = [anchor_times[:-1][single]]
+    ends = [anchor_times[1:][single]]
+    quality = [np.where(extra[single], QUALITY_DISTURBED, QUALITY_OK)]
+    numbers = [first_number[single]]
+    merged = np.flatnonzero(~single)
+    if len(merged):
+        secondaries = _secondary_offsets(symbols, times, positions, split)
+        for j in merged:
+            cut = _resync(symbols, times, positions[j], positions[j + 1], per_interval[j],
+                          secondaries)
+            if cut is None:
+                continue
+            edges = np.r_[anchor_times[j], cut, anchor_times[j + 1]]
+            starts.append(edges[:-1])
+            ends.append(edges[1:])
+            quality.append(np.full(len(edges) - 1, QUALITY_RESYNC))
+            numbers.append(first_number[j] + np.arange(len(edges) - 1))
+    order = np.argsort(np.concatenate(numbers), kind="stable")
+    split.numbers = np.concatenate(numbers)[order]
+    return (np.concatenate(starts)[order], np.concatenate(ends)[order],
+            np.concatenate(quality)[order])
+
+
+def _secondary_offsets(
+    symbols: np.ndarray, times: np.ndarray, positions: np.ndarray, split: _Split
+) -> list[tuple[int, int, bool]]:
+    """Once-per-iteration symbols that can stand in for a missing anchor record: (symbol,
+    median time to the nearer anchor in ns, whether that anchor follows it), nearest first."""
+    clean = np.flatnonzero(split.per_interval == 1)
+    offsets = []
+    for symbol in split.unique:
+        where = np.flatnonzero(symbols == symbol)
+        interval = np.searchsorted(positions, where, side="right") - 1
+        ok = np.isin(interval, clean)
+        if not ok.any():
+            continue
+        after_ns = float(np.median(times[where[ok]] - times[positions[interval[ok]]]))
+        before_ns = float(np.median(times[positions[interval[ok] + 1]] - times[where[ok]]))
+        follows = before_ns < after_ns
+        offsets.append((min(after_ns, before_ns), int(symbol), follows))
+    return [(symbol, int(delta), follows) for delta, symbol, follows in sorted(offsets)]
+
+
+def _resync(
+    symbols: np.ndarray, times: np.ndarray, first: int, last: int, iterations: int,
+    secondaries: list[tuple[int, int, bool]],
+) -> np.ndarray | None:
+    """Inner boundaries of an interval holding ``iterations`` iterations, from the nearest
+    secondary symbol that occurs exactly that often in it; None when none does."""
+    inside = symbols[first:last]
+    for symbol, delta_ns, follows in secondaries:
+        where = np.flatnonzero(inside == symbol)
+        if len(where) != iterations:
+            continue
+        if follows:
+            cut = times[first + where[:-1]] + delta_ns
+        else:
+            cut = times[first + where[1:]] - delta_ns
+        if np.all(np.diff(np.r_[times[first], cut, times[last]]) > 0):
+            return cut
+    return None
+
+
+def _describe(period: Period, local: np.ndarray, symbol_names: dict[int, str]) -> str:
+    """The pattern in words: calls per op and communicator size, most frequent first."""
+    totals: dict[str, int] = {}
+    for symbol, count in period.pattern.items():
+        name = symbol_names[int(local[symbol])]
+        totals[name] = totals.get(name, 0) + count
+    return " ".join(f"{count}x{name}" for name, count in
+                    sorted(totals.items(), key=lambda item: (-item[1], item[0])))
+
+
+def _align_numbering(iterations: pl.DataFrame) -> pl.DataFrame:
+    """Shift each rank's iteration numbers so that iterations ending together across ranks
+    share a number (the rank with the most rows is the reference): a dropped first anchor or
+    a different anchor phase on one rank does not misnumber it."""
+    if iterations.height == 0:
+        return iterations
+    reference_rank = (iterations.group_by("rank").len()
+                      .sort(["len", "rank"], descending=[True, False])["rank"][0])
+    reference = (iterations.filter(pl.col("rank") == reference_rank)
+                 .select(pl.col("t_end_ns"), pl.col("iteration").alias("_reference"))
+                 .sort("t_end_ns"))
+    shifts = (
+        iterations.sort("t_end_ns")
+        .join_asof(reference, on="t_end_ns", strategy="nearest")
+        .group_by("rank")
+        .agg((pl.col("_reference") - pl.col("iteration")).mode().min().alias("_shift"))
+    )
+    aligned = iterations.join(shifts, on="rank", how="left").with_columns(
+        pl.col("iteration") + pl.col("_shift").fill_null(0))
+    return (aligned.with_columns(pl.col("iteration") - pl.col("iteration").min())
+            .drop("_shift").sort("rank", "iteration"))
