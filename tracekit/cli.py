@@ -350,3 +350,17 @@ def eval_command(
         if worse:
             raise typer.Exit(1)
         console.print(f"no regression against {baseline}", highlight=False)
+
+
+@command("export-whatif")
+def export_whatif(
+    dataset: Annotated[Path, typer.Argument(help="Dataset folder with op_traces.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Folder to write into.")],
+    trial: Annotated[str | None, typer.Option(help="Trial name in the file names (default: the "
+                                              "ingested meta's, else the job id).")] = None,
+) -> None:
+    """Write op traces as the ByteDance what-if analyser's trace-*.parquet and meta-*.yaml."""
+    from tracekit.ingest.whatif import export_whatif as run_export
+
+    for path in run_export(dataset, output, trial=trial):
+        console.print(f"wrote {path}", highlight=False)
