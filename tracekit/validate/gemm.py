@@ -1,0 +1,302 @@
+"""GEMM check: time matrix products on each selected GPU and flag the ones slower than peers.
+
+A throttled or degraded GPU runs the same product slower than its healthy neighbours, and the
+gap shows in every data type. The check times products shaped like the whole GPU (large square
+products that saturate the tensor cores) and, when the job's model is known, like the job's own
+transformer-layer products, in each data type the device supports, then compares each device
+with the median of its peers (:mod:`tracekit.validate.peers`).
+
+Timing follows the usual micro-benchmark discipline: warm-up products first (cuBLAS heuristics,
+clocks ramping up), then a calibrated number of back-to-back products per repetition timed with
+CUDA events (wall clock on the CPU), repetitions interleaved across devices so a transient
+disturbance hits all of them, and the mean and spread of the repetitions reported.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from tracekit.errors import TracekitError
+from tracekit.validate.backend import device_info, local_host, require_torch
+from tracekit.validate.peers import SLOW_THRESHOLD, compare_with_peers
+
+REPETITIONS = 3
+"""Greyhound (ATC 2025, section 4.3) repeats each validation 3 times and takes the mean."""
+
+WARMUP_PRODUCTS = 3
+TARGET_REPETITION_S = 0.05
+"""Each repetition runs enough back-to-back products to last about this long, so launch and
+event overheads stay a small share of the measured time."""
+MAX_PRODUCTS_PER_REPETITION = 200
+
+DTYPES = ("fp8", "bf16", "fp16", "fp32")
+FP8_ALIGNMENT = 16
+"""cuBLASLt FP8 products need every dimension to be a multiple of 16."""
+
+
+@dataclass(frozen=True)
+class GemmShape:
+    """One product ``(m x k) @ (k x n)``, named after what it stands for."""
+
+    name: str
+    m: int
+    n: int
+    k: int
+
+    @property
+    def flop(self) -> int:
+        return 2 * self.m * self.n * self.k
+
+    def aligned(self, multiple: int) -> GemmShape:
+        def up(x: int) -> int:
+            return -(-x // multiple) * multiple
+
+        return GemmShape(self.name, up(self.m), up(self.n), up(self.k))
+
+
+WHOLE_GPU_SHAPES = (GemmShape("square-8192", 8192, 8192, 8192),)
+"""Large enough to fill every SM of a Hopper or Ampere GPU for milliseconds."""
+CPU_SHAPES = (GemmShape("square-256", 256, 256, 256),)
+"""Small products for CPU runs: they exercise the logic in well under a second."""
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The job dimensions that fix its transformer-layer products (Megatron argument names)."""
+
+    hidden_size: int
+    seq_length: int
+    micro_batch_size: int
+    tensor_parallel: int = 1
+    ffn_hidden_size: int | None = None
+
+    def products(self) -> tuple[GemmShape, ...]:
+        """The four forward products of one Megatron GPT layer on one tensor-parallel rank:
+        QKV projection, attention output projection, MLP up (fc1) and down (fc2)."""
+        tokens = self.seq_length * self.micro_batch_size
+        h, tp = self.hidden_size, self.tensor_parallel
+        ffn = self.ffn_hidden_size or 4 * h
+        for name, value in (("hidden size", h), ("ffn hidden size", ffn)):
+            if value % tp:
+                raise TracekitError(f"{name} {value} is not divisible by tensor parallel {tp}")
+        return (
+            GemmShape("qkv", tokens, 3 * h // tp, h),
+            GemmShape("attn-out", tokens, h, h // tp),
+            GemmShape("mlp-fc1", tokens, ffn // tp, h),
+            GemmShape("mlp-fc2", tokens, h, ffn // tp),
+        )
+
+
+@dataclass(frozen=True)
+class GemmDevice:
+    """A device to test: ``label`` names it in the results (``cuda:3``, or ``cpu:0`` for one of
+    several logical CPU devices), ``slowdown`` repeats each product that many times (a self-test
+    of the check: the device really does that much more work)."""
+
+    label: str
+    slowdown: int = 1
+
+    @property
+    def torch_device(self) -> str:
+        return "cpu" if self.label.startswith("cpu") else self.label
+
+    def bus_id(self, torch) -> str | None:
+        """The GPU's PCI bus id in the ``comms`` table's spelling (``0000:1b:00.0``)."""
+        if self.gpu is None:
+            return None
+        properties = torch.cuda.get_device_properties(self.gpu)
+        if not hasattr(properties, "pci_bus_id"):
+            return None
+        return (f"{properties.pci_domain_id:04x}:{properties.pci_bus_id:02x}:"
+                f"{properties.pci_device_id:02x}.0")
+
+    @property
+    def gpu(self) -> int | None:
+        kind, _, index = self.label.partition(":")
+        return int(index or 0) if kind == "cuda" else None
+
+
+@dataclass
+class GemmReport:
+    """Per device, data type and shape: timings, TFLOP/s and the peer comparison; per device:
+    the verdict."""
+
+    results: pl.DataFrame
+    devices: pl.DataFrame
+    threshold: float
+    environment: list[str] = field(default_factory=list)
+
+
+def default_devices(cpu_devices: int = 4) -> list[GemmDevice]:
+    """Every visible GPU; without one, ``cpu_devices`` logical CPU devices (they share the
+    processor, so a CPU run checks the logic, not the hardware)."""
+    torch = require_torch()
+    if torch.cuda.is_available():
+        return [GemmDevice(f"cuda:{i}") for i in range(torch.cuda.device_count())]
+    return [GemmDevice(f"cpu:{i}") for i in range(cpu_devices)]
+
+
+def supported_dtypes(device: str) -> list[str]:
+    """The data types worth timing on ``device``: FP8 from compute capability 8.9 (Ada,
+    Hopper), BF16 from 8.0, FP16 and FP32 everywhere; BF16 and FP32 on the CPU."""
+    torch = require_torch()
+    if not device.startswith("cuda"):
+        return ["bf16", "fp32"]
+    capability = torch.cuda.get_device_capability(device)
+    dtypes = []
+    if capability >= (8, 9) and hasattr(torch, "float8_e4m3fn") and hasattr(torch, "_scaled_mm"):
+        dtypes.append("fp8")
+    if capability >= (8, 0):
+        dtypes.append("bf16")
+    return [*dtypes, "fp16", "fp32"]
+
+
+def _product(torch, device: str, dtype: str, shape: GemmShape) -> Callable[[], object]:
+    """A closure running one product of ``shape`` in ``dtype`` on ``device``."""
+    generator = torch.Generator(device=device).manual_seed(0)
+
+    def randn(rows: int, columns: int, dtype_) -> object:
+        return torch.randn(rows, columns, device=device, generator=generator, dtype=dtype_)
+
+    if dtype == "fp8":
+        a = randn(shape.m, shape.k, torch.float32).to(torch.float8_e4m3fn)
+        b = randn(shape.n, shape.k, torch.float32).to(torch.float8_e4m3fn).t()
+        one = torch.ones((), device=device, dtype=torch.float32)
+        return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    a = randn(shape.m, shape.k, torch_dtype)
+    b = randn(shape.k, shape.n, torch_dtype)
+    return lambda: torch.matmul(a, b)
+
+
+class _Clock:
+    """Times a batch of products: CUDA events on a GPU, the wall clock on the CPU."""
+
+    def __init__(self, torch, device: str):
+        self.torch, self.cuda = torch, device.startswith("cuda")
+
+    def seconds(self, work: Callable[[], object], count: int) -> float:
+        if not self.cuda:
+            start = time.perf_counter()
+            for _ in range(count):
+                work()
+            return time.perf_counter() - start
+        start, end = (self.torch.cuda.Event(enable_timing=True) for _ in range(2))
+        start.record()
+        for _ in range(count):
+            work()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+
+def run_gemm_check(
+    devices: list[GemmDevice] | None = None,
+    *,
+    dtypes: list[str] | None = None,
+    shapes: list[GemmShape] | None = None,
+    repetitions: int = REPETITIONS,
+    threshold: float = SLOW_THRESHOLD,
+    host: str | None = None,
+) -> GemmReport:
+    """Time every (device, data type, shape) and compare each device with its peers.
+
+    ``dtypes`` defaults to what each device supports; ``shapes`` to the whole-GPU shapes on a
+    GPU and small square products on the CPU. A device is slow when the median of its slowdowns
+    over all its tests exceeds ``1 + threshold``.
+    """
+    torch = require_torch()
+    devices = devices or default_devices()
+    if len({d.label for d in devices}) != len(devices):
+        raise TracekitError("a device is listed twice")
+    host = host or local_host()
+    tests = []
+    for device in devices:
+        on_gpu = device.torch_device.startswith("cuda")
+        wanted = dtypes or supported_dtypes(device.torch_device)
+        unsupported = set(wanted) - set(supported_dtypes(device.torch_device))
+        if unsupported:
+            raise TracekitError(f"{device.label} does not support {', '.join(sorted(unsupported))}"
+                                f"; it supports {', '.join(supported_dtypes(device.torch_device))}")
+        for dtype in wanted:
+            for shape in shapes or (WHOLE_GPU_SHAPES if on_gpu else CPU_SHAPES):
+                shape = shape.aligned(FP8_ALIGNMENT) if dtype == "fp8" else shape
+                tests.append((device, dtype, shape))
+    results = _measure(torch, tests, repetitions).with_columns(pl.lit(host).alias("host"))
+    results = compare_with_peers(results, ["device"], ["dtype", "shape"], "mean_s", threshold)
+    results = results.with_columns(
+        (pl.col("flop") / pl.col("mean_s") / 1e12).alias("tflops"),
+    ).select("host", "device", "gpu", "bus_id", pl.exclude("host", "device", "gpu", "bus_id"))
+    results = results.sort("device", "dtype", "shape")
+    verdicts = (
+        results.group_by("host", "device", "gpu", "bus_id", maintain_order=True)
+        .agg(pl.col("slowdown").median().alias("slowdown"),
+             pl.col("tflops").mean().alias("mean_tflops"),
+             pl.len().alias("tests"))
+        .with_columns((pl.col("slowdown") > 1 + threshold).alias("slow"))
+    )
+    environment = [f"{host} {label}: {device_info(label).describe()}"
+                   for label in sorted({d.torch_device for d in devices})]
+    return GemmReport(results, verdicts, threshold, environment)
+
+
+class _Timed:
+    """One (device, data type, shape) test: warmed up and calibrated on creation, then one
+    timed repetition per :meth:`repeat` (seconds per product)."""
+
+    def __init__(self, torch, device: GemmDevice, dtype: str, shape: GemmShape):
+        self.torch, self.device, self.dtype, self.shape = torch, device, dtype, shape
+        self.product = _product(torch, device.torch_device, dtype, shape)
+        self.clock = _Clock(torch, device.torch_device)
+        self.seconds: list[float] = []
+        with _strict_fp32(torch, dtype):
+            self.clock.seconds(self.work, WARMUP_PRODUCTS)
+            one = max(self.clock.seconds(self.work, 1), 1e-9)
+        self.count = max(1, min(MAX_PRODUCTS_PER_REPETITION,
+                                math.ceil(TARGET_REPETITION_S / one)))
+
+    def work(self) -> None:
+        for _ in range(self.device.slowdown):
+            self.product()
+
+    def repeat(self) -> None:
+        with _strict_fp32(self.torch, self.dtype):
+            self.seconds.append(self.clock.seconds(self.work, self.count) / self.count)
+
+
+def _measure(torch, tests: list[tuple[GemmDevice, str, GemmShape]],
+             repetitions: int) -> pl.DataFrame:
+    """Run the tests: warm up and calibrate each, then interleave the timed repetitions."""
+    timed = [_Timed(torch, device, dtype, shape) for device, dtype, shape in tests]
+    for _ in range(repetitions):
+        for test in timed:
+            test.repeat()
+    rows = [
+        {"device": t.device.label, "gpu": t.device.gpu, "bus_id": t.device.bus_id(torch),
+         "dtype": t.dtype, "shape": t.shape.name, "m": t.shape.m, "n": t.shape.n,
+         "k": t.shape.k, "flop": t.shape.flop, "products": t.count, "repetition_s": t.seconds}
+        for t in timed
+    ]
+    frame = pl.DataFrame(rows, schema_overrides={"gpu": pl.Int32, "bus_id": pl.String})
+    return frame.with_columns(
+        pl.col("repetition_s").list.mean().alias("mean_s"),
+        pl.col("repetition_s").list.std().alias("std_s"),
+    )
+
+
+@contextmanager
+def _strict_fp32(torch, dtype: str) -> Iterator[None]:
+    """FP32 means FP32: switch TF32 tensor-core products off while timing it."""
+    matmul = torch.backends.cuda.matmul
+    saved = matmul.allow_tf32
+    matmul.allow_tf32 = saved and dtype != "fp32"
+    try:
+        yield
+    finally:
+        matmul.allow_tf32 = saved
