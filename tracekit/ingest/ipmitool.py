@@ -156,3 +156,6 @@ def _parse(lines: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         "metric", "value", "unit", "status",
     )
     return rows, bad
+
+
+READERS = [IpmitoolReader()]

@@ -1,0 +1,39 @@
+"""Host and GPU identity normalisation."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from tracekit.errors import InputError
+from tracekit.identity import (
+    IdentityMap,
+    gpu_directory,
+    normalise_bus_id,
+    resolve_gpus,
+    short_host,
+)
+
+
+def test_short_host_and_bus_id():
+    names = pl.Series(["GPU-A17.dc1.corp", "10.20.3.17:9400", "b03:9100", " ", "[::1]:80"])
+    assert pl.select(short_host(pl.lit(names))).to_series().to_list() == [
+        "gpu-a17", "10.20.3.17", "b03", None, "::1"]
+    buses = pl.Series(["00000000:3A:00.0", "0000:1b:00.0"])
+    assert pl.select(normalise_bus_id(pl.lit(buses))).to_series().to_list() == [
+        "0000:3a:00.0", "0000:1b:00.0"]
+
+
+def test_mapping_file_and_gpu_resolution(tmp_path):
+    path = tmp_path / "map.csv"
+    path.write_text("kind,alias,canonical\nhost,10.20.3.17,gpu-a17\n")
+    mapping = IdentityMap.load(path)
+    assert pl.select(mapping.host(pl.lit("10.20.3.17:9400"))).item() == "gpu-a17"
+    metrics = pl.DataFrame({"host": ["gpu-a17"], "gpu": [2], "gpu_uuid": ["GPU-0a7e"],
+                            "bus_id": ["0000:3a:00.0"]}, schema_overrides={"gpu": pl.Int32})
+    comms = pl.DataFrame({"host": ["gpu-a17"], "rank": [5], "bus_id": ["0000:3A:00.0"]})
+    resolved = resolve_gpus(comms, gpu_directory(metrics))
+    assert resolved["gpu_index"].to_list() == [2]
+    path.write_text("kind,alias,canonical\nrack,x,y\n")
+    with pytest.raises(InputError, match="map.csv:2"):
+        IdentityMap.load(path)
