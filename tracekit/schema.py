@@ -400,6 +400,33 @@ PARALLEL_LAYOUT = Table(
     key=("job", "source"),
 )
 
+VALIDATIONS = Table(
+    "validations",
+    "one hardware verdict on one GPU or link, from a GEMM or P2P check run for an episode",
+    (
+        JOB,
+        _c("episode", I32, "", "episode the check was run for (null when run without one)"),
+        _c("check", STR, "", "gemm or p2p"),
+        _c("target", STR, "", "unit tested: gpu:HOST/INDEX or link:SRC->DST (global ranks)"),
+        HOST,
+        _c("gpu", I32, "", "GPU index on host (gemm)"),
+        _c("src_rank", I32, "", "sending rank of the link (p2p)"),
+        _c("dst_rank", I32, "", "receiving rank of the link (p2p)"),
+        _c("suspect", BOOL, "", "whether the episode named this unit as a suspect"),
+        _c("verdict", STR, "", "confirmed, refuted, not-testable, or unsuspected-slow (found "
+           "slow though the episode did not name it)"),
+        _c("slowdown", F64, "x", "time over the median of its peers (median over its tests)"),
+        _c("threshold", F64, "", "a slowdown above 1 + threshold is slow"),
+        _c("rate", F64, "", "achieved rate, mean over its tests, in rate_unit"),
+        _c("rate_unit", STR, "", "TFLOP/s (gemm) or GB/s (p2p)"),
+        _c("device", STR, "", "device, driver and runtime the check ran on"),
+        _c("evidence", STR, "", "the numbers behind the verdict, in words"),
+        _c("ts_ns", I64, NS, "time the check ran"),
+    ),
+    key=("job", "episode", "check", "target"),
+    time_column="ts_ns",
+)
+
 TABLES: dict[str, Table] = {
     t.name: t
     for t in (
@@ -419,6 +446,7 @@ TABLES: dict[str, Table] = {
         STRAGGLER_REPORTS,
         TRAINING_EVENTS,
         PARALLEL_LAYOUT,
+        VALIDATIONS,
     )
 }
 
