@@ -1,0 +1,69 @@
+"""Per-worker step tables: the real Alibaba PAI table and mapped generic CSVs."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from tracekit.errors import InputError
+from tracekit.ingest.base import Source
+from tracekit.ingest.step_table import StepTableReader
+
+READER = StepTableReader()
+
+
+def read(data: bytes, **options: str):
+    (chunk,) = READER.read(Source.from_bytes("steps.csv", data), options)
+    return chunk
+
+
+@pytest.fixture(scope="module")
+def pai(real_dir):
+    return (real_dir / "alibaba-pai-minibatch" / "job_2_norm.csv").read_bytes()
+
+
+def test_pai_workers_and_steps(pai):
+    chunk = read(pai)
+    iterations = chunk.tables["iterations"]
+    per_worker = dict(iterations.group_by("rank").len().sort("rank").iter_rows())
+    assert per_worker == {0: 250, 1: 239, 2: 239, 3: 239, 4: 239, 5: 239, 6: 239, 7: 239,
+                          8: 239, 9: 239}
+    assert iterations.filter(pl.col("rank") == 0)["iteration"].head(3).to_list() == [1, 11, 21]
+    assert iterations.row(2, named=True)["duration_s"] == 743.0
+    assert set(iterations["quality"]) == {"normalised"}
+    assert iterations["t_end_ns"].null_count() == iterations.height
+    assert chunk.quarantine.select("line_no", "reason", "raw").rows() == [
+        (2392, "duplicate worker and step (first row kept)", "2390,3,20,2381,851")]
+    assert (chunk.lines, chunk.skipped) == (2403, 1)
+
+
+def test_generic_table_with_mapping_units_and_times():
+    csv = (
+        b"host,node_rank,global_step,step_ms,ended_at\n"
+        b"a,0,1,1500.0,1700000000.5\n"
+        b"a,0,2,nan,1700000002.0\n"
+        b"b,1,1,1490.0\n"
+        b"b,worker-1,2,1510.0,1700000002.0\n"
+    )
+    chunk = read(csv, worker="node_rank", step="global_step", duration="step_ms",
+                 duration_unit="ms", time="ended_at", time_unit="s")
+    rows = chunk.tables["iterations"].select("rank", "iteration", "t_start_ns", "t_end_ns",
+                                             "duration_s").rows()
+    assert rows == [(0, 1, 1699999999_000_000_000, 1700000000_500_000_000, 1.5),
+                    (0, 2, None, 1700000002_000_000_000, None),
+                    (1, 2, 1700000000_490_000_000, 1700000002_000_000_000, 1.51)]
+    assert chunk.quarantine.select("line_no", "reason").rows() == [
+        (4, "expected 5 fields, found 4")]
+    assert chunk.notes == ["1 values were not finite numbers (nan, inf, N/A) and are kept as "
+                           "null: step_ms x1"]
+
+
+def test_sniff_and_missing_mapping(pai, formats_dir):
+    assert READER.sniff(Source.from_bytes("job_2_norm.csv", pai))
+    assert READER.sniff(Source.from_bytes("s.csv", b"rank,step,duration_s\n0,1,2.0\n"))
+    hook = b"event_id,t_call_ns,duration_ns\n"
+    assert not READER.sniff(Source.from_bytes("h.csv", hook))
+    with pytest.raises(InputError, match="duration_unit"):
+        read(b"rank,step,took\n0,1,2\n", duration="took")
+    with pytest.raises(InputError, match="no column 'nope'"):
+        read(b"rank,step,duration_s\n0,1,2\n", worker="nope")

@@ -1,0 +1,174 @@
+"""Per-worker step tables in CSV: one row per worker per step (or per sample time).
+
+Schedulers and training platforms export exactly this (the Alibaba PAI mini-batch table in
+cluster-trace-gpu-v2020 is one), each with its own column names, so the columns are mapped by
+options: ``worker``, ``step``, ``duration`` (with ``duration_unit``: s, ms, us, ns or normalised)
+and an optional absolute ``time`` column (``time_unit``: s, ms, us, ns since the epoch). Without
+options the reader recognises known headers (``PRESETS``) and common column names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import polars as pl
+
+from tracekit import schema
+from tracekit.errors import InputError
+from tracekit.ingest.base import Chunk, Reader, Source, iter_line_batches, quarantine_frame
+from tracekit.ingest.numbers import bad_number_note, finite_number, is_bad_number
+
+PRESETS: dict[str, dict[str, str]] = {
+    ",worker,gpu,time,batch_time_norm": {
+        "worker": "worker", "step": "time", "duration": "batch_time_norm",
+        "duration_unit": "normalised",
+    },
+}
+"""Known headers and their mapping. Alibaba PAI ``mini-batch-time/job_N_norm.csv``
+(alibaba/clusterdata cluster-trace-gpu-v2020): times normalised to 0..1000 per job."""
+WORKER_NAMES = ("rank", "global_rank", "worker", "worker_id", "worker_name", "node_rank")
+STEP_NAMES = ("step", "iteration", "iter", "global_step")
+DURATION_NAMES = {
+    "duration_s": "s", "step_time_s": "s", "iteration_time_s": "s", "batch_time_s": "s",
+    "duration_ms": "ms", "step_time_ms": "ms", "iteration_time_ms": "ms", "batch_time_ms": "ms",
+}
+SECONDS_PER_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, "normalised": 1.0}
+NS_PER_UNIT = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
+
+
+class StepTableReader(Reader):
+    format = "step-table"
+    version = "1"
+    tables = ("iterations",)
+    priority = 80
+    description = "per-worker step table CSV (worker, step, duration; columns mapped by options)"
+
+    def sniff(self, source: Source) -> bool:
+        header = _header(source.head_text)
+        if header in PRESETS:
+            return True
+        names = _names(header)
+        return (any(n in names for n in WORKER_NAMES) and any(n in names for n in STEP_NAMES)
+                and any(n in names for n in DURATION_NAMES))
+
+    def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
+        header = _header(source.head_text)
+        names = _names(header)
+        mapping = _mapping(source, names, {**PRESETS.get(header, {}), **options})
+        seen = [pl.DataFrame(schema={"_rank": pl.Int64, "_step": pl.Int64})]
+        for batch in iter_line_batches(source):
+            yield _parse(source, batch.frame(), batch.bytes_read, names, mapping, seen)
+
+
+def _header(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def _names(header: str) -> list[str]:
+    return [name.strip().strip('"') for name in header.split(",")]
+
+
+def _mapping(source: Source, names: list[str], options: dict[str, str]) -> dict[str, str]:
+    """Resolve every mapped column against the header; a clear error naming what is missing."""
+    def pick(role: str, candidates) -> str:
+        column = options.get(role) or next((n for n in candidates if n in names), None)
+        if column is None:
+            raise InputError(f"cannot tell which column holds the {role}; pass --option "
+                             f"{role}=COLUMN (columns: {', '.join(names)})", source.name)
+        if column not in names:
+            raise InputError(f"no column {column!r} for {role}; columns: {', '.join(names)}",
+                             source.name)
+        return column
+
+    mapping = {"worker": pick("worker", WORKER_NAMES), "step": pick("step", STEP_NAMES),
+               "duration": pick("duration", DURATION_NAMES)}
+    unit = options.get("duration_unit") or DURATION_NAMES.get(mapping["duration"])
+    if unit not in SECONDS_PER_UNIT:
+        raise InputError(f"duration unit of column {mapping['duration']!r} is unknown; pass "
+                         f"--option duration_unit={'|'.join(SECONDS_PER_UNIT)}", source.name)
+    mapping["duration_unit"] = unit
+    if "time" in options:
+        mapping["time"] = pick("time", ())
+        mapping["time_unit"] = options.get("time_unit", "s")
+        if mapping["time_unit"] not in NS_PER_UNIT:
+            raise InputError(f"--option time_unit must be one of {', '.join(NS_PER_UNIT)}",
+                             source.name)
+    return mapping
+
+
+def _parse(source: Source, lines: pl.DataFrame, bytes_read: int, names: list[str],
+           mapping: dict[str, str], seen: list[pl.DataFrame]) -> Chunk:
+    """``seen`` holds the (worker, step) pairs of earlier batches, so a repeated row is
+    quarantined as a duplicate wherever it appears."""
+    blank = pl.col("line").str.strip_chars() == ""
+    is_header = pl.col("line").str.strip_chars() == ",".join(names)
+    rows = lines.filter(~blank & ~is_header)
+    fields = rows.with_columns(
+        pl.col("line").str.count_matches(",", literal=True).alias("_commas"),
+        pl.col("line").str.split_exact(",", len(names) - 1).struct.rename_fields(
+            [f"_c{i}" for i in range(len(names))]).alias("_f"),
+    ).unnest("_f")
+    column = {name: pl.col(f"_c{i}").str.strip_chars().str.strip_chars('"')
+              for i, name in enumerate(names)}
+    worker = column[mapping["worker"]]
+    rank = worker.cast(pl.Int64, strict=False).fill_null(
+        worker.str.extract(r"(\d+)$").cast(pl.Int64, strict=False))
+    step = column[mapping["step"]].cast(pl.Int64, strict=False)
+    duration_text = column[mapping["duration"]]
+    typed = fields.with_columns(rank.alias("_rank"), step.alias("_step"),
+                                duration_text.alias("_duration"))
+    if "time" in mapping:
+        typed = typed.with_columns(column[mapping["time"]].alias("_time"))
+    earlier = seen[0].with_columns(pl.lit(True).alias("_earlier"))
+    typed = typed.join(earlier, on=["_rank", "_step"], how="left", maintain_order="left",
+                       nulls_equal=False).with_columns(
+        (pl.struct("_rank", "_step").is_first_distinct() & pl.col("_earlier").is_null())
+        .alias("_first"),
+    )
+    reason = (
+        pl.when(pl.col("_commas") != len(names) - 1)
+        .then(pl.format("expected {} fields, found {}", pl.lit(len(names)), pl.col("_commas") + 1))
+        .when(pl.col("_rank").is_null()).then(pl.lit(f"{mapping['worker']} is not a worker id"))
+        .when(pl.col("_step").is_null()).then(pl.lit(f"{mapping['step']} is not an integer"))
+        .when(~pl.col("_first")).then(pl.lit("duplicate worker and step (first row kept)"))
+        .otherwise(None)
+    )
+    checked = typed.with_columns(reason.alias("reason"))
+    bad = checked.filter(pl.col("reason").is_not_null())
+    good = checked.filter(pl.col("reason").is_null())
+    seen[0] = pl.concat([seen[0], good.select("_rank", "_step")])
+
+    unit = mapping["duration_unit"]
+    duration_s = finite_number(pl.col("_duration")) * SECONDS_PER_UNIT[unit]
+    t_end = pl.lit(None, dtype=pl.Int64)
+    if "time" in mapping:
+        t_end = (finite_number(pl.col("_time")) * NS_PER_UNIT[mapping["time_unit"]]).round() \
+            .cast(pl.Int64)
+    real_time = unit != "normalised"
+    iterations = good.select(
+        pl.lit(None, dtype=pl.String).alias("job"),
+        pl.col("_rank").cast(pl.Int32).alias("rank"),
+        pl.col("_step").alias("iteration"),
+        (t_end - (duration_s * 1e9).round().cast(pl.Int64)).alias("t_start_ns") if real_time
+        else pl.lit(None, dtype=pl.Int64).alias("t_start_ns"),
+        t_end.alias("t_end_ns"),
+        duration_s.alias("duration_s"),
+        pl.lit("framework").alias("source"),
+        pl.lit("ok" if real_time else "normalised").alias("quality"),
+    )
+    notes = bad_number_note({mapping["duration"]: good.filter(
+        is_bad_number(pl.col("_duration"))).height})
+    if not real_time and good.height:
+        notes.append("durations are normalised (unit-less), stored as-is in duration_s with "
+                     "quality 'normalised'")
+    return Chunk(
+        tables={"iterations": schema.conform("iterations", iterations)},
+        quarantine=quarantine_frame(source, bad),
+        lines=lines.height,
+        skipped=lines.height - rows.height,
+        bytes_read=bytes_read,
+        notes=notes,
+    )
+
+
+READERS = [StepTableReader()]
