@@ -33,8 +33,9 @@ QUALITY_RESYNC = "resync"
 is missing; accurate to that call's jitter."""
 
 EXTRA_TOLERANCE = 0.05
-"""An interval is disturbed when a symbol occurs more than this share (and at least 2 calls)
-above its modal count: the mode sits a little low when records are dropped."""
+"""An interval is disturbed when a symbol occurs more than this share above its modal count
+(any call of a symbol outside the pattern counts): the mode of a frequent symbol sits a little
+low when records are dropped."""
 
 VARIANT_BYTES_OPS = ("alltoall",)
 """Ops whose payload varies from iteration to iteration (MoE token routing): their symbol
@@ -201,6 +202,8 @@ class _Split:
     positions: np.ndarray
     counts: np.ndarray
     per_interval: np.ndarray
+    ratio: np.ndarray
+    """Median over the pattern's symbols of count / count per iteration."""
     uncertain: np.ndarray
     """Intervals whose call counts do not say how many iterations they hold (a stretch of
     records is missing); their count is taken from their duration instead."""
@@ -238,7 +241,7 @@ def _split_intervals(symbols: np.ndarray, period: Period) -> _Split:
     ratio = _iterations_per_interval(counts, others)
     per_interval = np.maximum(np.rint(ratio), 1).astype(np.int64)
     uncertain = np.abs(ratio - np.rint(ratio)) > AMBIGUOUS_RATIO
-    return _Split(positions, counts, per_interval, uncertain, unique)
+    return _Split(positions, counts, per_interval, ratio, uncertain, unique)
 
 
 AMBIGUOUS_RATIO = 0.25
@@ -265,16 +268,23 @@ def _boundaries(
         pattern[symbol] = count
     anchor_times = times[positions]
     durations = np.diff(anchor_times)
+    extra = (counts > pattern + np.rint(EXTRA_TOLERANCE * pattern)).any(axis=1)
     certain_single = (per_interval == 1) & ~split.uncertain
     typical = np.median(durations[certain_single]) if certain_single.any() else np.nan
     if split.uncertain.any() and np.isfinite(typical) and typical > 0:
+        # the counts bracket the number of iterations; the duration picks within the bracket
+        # (never beyond it: a checkpoint pause is not hundreds of iterations). Calls of symbols
+        # outside the pattern are extra work (evaluation, logging) that inflates the counts:
+        # then only the lower bound holds.
+        foreign = (counts[:, pattern == 0] > 0).any(axis=1)[split.uncertain]
+        ratio = split.ratio[split.uncertain]
+        high = np.where(foreign, np.floor(ratio), np.ceil(ratio))
+        by_time = np.clip(np.rint(durations[split.uncertain] / typical), np.floor(ratio), high)
         per_interval = per_interval.copy()
-        per_interval[split.uncertain] = np.maximum(
-            1, np.rint(durations[split.uncertain] / typical)).astype(np.int64)
+        per_interval[split.uncertain] = np.maximum(1, by_time).astype(np.int64)
         split.per_interval = per_interval
     first_number = np.r_[0, np.cumsum(per_interval)[:-1]]
     single = per_interval == 1
-    extra = (counts > pattern + np.maximum(1, np.rint(EXTRA_TOLERANCE * pattern))).any(axis=1)
     starts = [anchor_times[:-1][single]]
     ends = [anchor_times[1:][single]]
     quality = [np.where(extra[single], QUALITY_DISTURBED, QUALITY_OK)]
