@@ -43,7 +43,8 @@ class HookCsvReader(Reader):
 
 
 def _parse(source: Source, lines: pl.DataFrame, bytes_read: int) -> Chunk:
-    blank_or_comment = (pl.col("line").str.strip_chars() == "") | pl.col("line").str.starts_with("#")
+    line = pl.col("line")
+    blank_or_comment = (line.str.strip_chars() == "") | line.str.starts_with("#")
     is_header = pl.col("line").str.strip_chars() == HEADER
     skip = lines.select((blank_or_comment | is_header).sum()).item()
     rows = lines.filter(~(blank_or_comment | is_header))
