@@ -1,0 +1,119 @@
+"""Ground truth of a labeled (synthetic) job: ``labels.parquet`` into the ``labels`` table,
+``truth.parquet`` into ``iterations`` with source ``truth``, and ``synth.json`` recognised.
+
+Written by ``tracekit synth``; any tool that writes the labels table's columns to Parquet (for
+example hand-labeled real jobs) is read the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import polars as pl
+import pyarrow.parquet as pq
+
+from tracekit import schema
+from tracekit.errors import InputError
+from tracekit.ingest.base import Chunk, Reader, Source
+
+TRUTH_COLUMNS = ("iteration", "t_start_ns", "t_end_ns", "duration_s", "healthy_s", "slow")
+"""Columns that identify a ground-truth iteration file (tracekit/synth/labels.py)."""
+
+LABEL_COLUMNS = ("episode", "fail_slow", "kind", "cause", "target", "t_start_ns", "t_end_ns")
+
+
+def _parquet_columns(source: Source) -> set[str]:
+    if not source.head.startswith(b"PAR1"):
+        return set()
+    try:
+        with source.open() as stream:
+            return set(pq.ParquetFile(stream).schema_arrow.names)
+    except (OSError, ValueError):
+        return set()
+
+
+def _read_parquet(source: Source) -> pl.DataFrame:
+    try:
+        with source.open() as stream:
+            return pl.read_parquet(stream)
+    except (OSError, ValueError, pl.exceptions.PolarsError) as error:
+        raise InputError(f"not a readable Parquet file: {error}", source.name) from None
+
+
+def _cast(frame: pl.DataFrame, name: str, source: Source) -> pl.DataFrame:
+    """The frame's canonical columns with canonical dtypes; a clear error when one will not
+    convert."""
+    spec = schema.table(name)
+    try:
+        return frame.select([pl.col(c).cast(spec.schema[c]) for c in frame.columns
+                             if c in spec.schema])
+    except pl.exceptions.PolarsError as error:
+        raise InputError(f"a column does not fit the {name} table: {error}", source.name) from None
+
+
+class LabelsReader(Reader):
+    format = "labels"
+    version = "1"
+    tables = ("labels",)
+    priority = 15
+    description = "ground-truth episodes (labels.parquet with the labels table's columns)"
+
+    def sniff(self, source: Source) -> bool:
+        return set(LABEL_COLUMNS) <= _parquet_columns(source)
+
+    def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
+        frame = _read_parquet(source)
+        labels = schema.conform("labels", _cast(frame, "labels", source))
+        yield Chunk(tables={"labels": labels}, lines=frame.height, bytes_read=source.size)
+
+
+class TruthReader(Reader):
+    format = "truth"
+    version = "1"
+    tables = ("iterations",)
+    priority = 15
+    description = "ground-truth iteration times (truth.parquet from tracekit synth)"
+
+    def sniff(self, source: Source) -> bool:
+        return set(TRUTH_COLUMNS) <= _parquet_columns(source)
+
+    def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
+        frame = _read_parquet(source)
+        iterations = frame.select(
+            pl.col("job").cast(pl.String) if "job" in frame.columns
+            else pl.lit(None, dtype=pl.String).alias("job"),
+            pl.lit(None, dtype=pl.Int32).alias("rank"),
+            pl.col("iteration").cast(pl.Int64),
+            pl.col("t_start_ns").cast(pl.Int64),
+            pl.col("t_end_ns").cast(pl.Int64),
+            pl.col("duration_s").cast(pl.Float64),
+            pl.lit("truth").alias("source"),
+            pl.lit("ok").alias("quality"),
+        )
+        yield Chunk(tables={"iterations": schema.conform("iterations", iterations)},
+                    lines=frame.height, bytes_read=source.size)
+
+
+class SynthManifestReader(Reader):
+    format = "synth-manifest"
+    version = "1"
+    tables = ()
+    priority = 15
+    description = "tracekit synth job description (synth.json): recognised, not ingested"
+
+    def sniff(self, source: Source) -> bool:
+        head = source.head_text.lstrip()
+        return head.startswith("{") and '"generator": "tracekit synth"' in head
+
+    def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
+        try:
+            spec = json.loads(source.head_text)
+        except json.JSONDecodeError as error:
+            raise InputError(f"not valid JSON: {error}", source.name, error.lineno) from None
+        yield Chunk(lines=1, skipped=1, bytes_read=source.size, notes=[
+            f"synthetic job {spec.get('job')} (layout {spec.get('layout')}, seed "
+            f"{spec.get('seed')}): description only, nothing to ingest"])
+
+
+READERS = [LabelsReader(), TruthReader(), SynthManifestReader()]

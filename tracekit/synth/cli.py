@@ -1,0 +1,114 @@
+"""``tracekit synth job|corpus``: thin commands over tracekit.synth."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tracekit.errors import TracekitError
+
+synth_app = typer.Typer(name="synth", no_args_is_help=True,
+                        help="Generate labeled synthetic jobs in the real raw formats.")
+
+
+def _command(name: str):
+    """Register a synth command; TracekitErrors print as one line with exit status 2, as for
+    every tracekit command."""
+
+    def decorate(function):
+        @functools.wraps(function)
+        def wrapper(*a, **kw):
+            from tracekit import cli
+
+            try:
+                return function(*a, **kw)
+            except TracekitError as error:
+                if cli._state["debug"]:
+                    raise
+                cli.errors.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
+                raise typer.Exit(2) from None
+
+        return synth_app.command(name)(wrapper)
+
+    return decorate
+
+
+@_command("job")
+def job(
+    output: Annotated[Path, typer.Argument(help="Job folder to write (new, empty, or an "
+                                                "earlier synthetic job).")],
+    layout: Annotated[str, typer.Option(help="Parallel layout, e.g. tp2-dp4-pp1.")] = "tp2-dp2-pp1",
+    iterations: Annotated[int, typer.Option(help="Training iterations.")] = 3000,
+    inject: Annotated[list[str] | None, typer.Option(
+        help="Fail-slow to inject (repeatable): CAUSE[:TARGET]@START+DURATION[xSEVERITY[~STEPS]]"
+             ", e.g. congestion:link=0-1@900+600x1.4, thermal@20m+10mx1.3.")] = None,
+    scenario: Annotated[str | None, typer.Option(
+        help="Preset scenario (see docs/synth.md): thermal, cpu, congestion, compound, "
+             "gradual, blips, clean.")] = None,
+    model: Annotated[str, typer.Option(help="Model preset: gpt-tiny, gpt2-7b, gpt2-11b, "
+                                            "gpt-175b.")] = "gpt-tiny",
+    hardware: Annotated[str, typer.Option(help="GPU and network: a100, h800.")] = "a100",
+    gpus_per_host: Annotated[int, typer.Option(help="GPUs per host (4 or 8).")] = 8,
+    sequence_parallel: Annotated[bool, typer.Option(help="Megatron --sequence-parallel.")] = False,
+    distributed_optimizer: Annotated[bool, typer.Option(
+        help="Megatron --use-distributed-optimizer.")] = True,
+    collectives: Annotated[str, typer.Option(help="Collective log format: hook, nccl, both, "
+                                                  "none.")] = "hook",
+    monitoring: Annotated[bool, typer.Option(help="Write DCGM, RNIC, IPMI and host CPU "
+                                                  "exports.")] = True,
+    seed: Annotated[int, typer.Option(help="Random seed (same seed, same bytes).")] = 0,
+    job_id: Annotated[str | None, typer.Option("--job", help="Job id (default: folder name).")]
+    = None,
+) -> None:
+    """Simulate one Megatron job with injected fail-slows and write it in raw formats."""
+    import polars as pl
+    from rich.console import Console
+
+    from tracekit.synth.corpus import job_spec
+    from tracekit.synth.job import generate_job
+
+    spec = job_spec(layout=layout, iterations=iterations, inject=inject or [],
+                    scenario=scenario, model=model, hardware=hardware,
+                    gpus_per_host=gpus_per_host, sequence_parallel=sequence_parallel,
+                    distributed_optimizer=distributed_optimizer, collectives=collectives,
+                    monitoring=monitoring, seed=seed, job=job_id or output.name)
+    result = generate_job(output, spec)
+    console = Console()
+    truth, labels = result.truth, result.labels
+    fail_slows = labels.filter("fail_slow")
+    console.print(f"wrote {output}: {spec.layout.world} ranks on {spec.layout.hosts} hosts, "
+                  f"{truth.height} iterations over {truth['duration_s'].sum() / 60:.1f} min, "
+                  f"{fail_slows.height} fail-slow and {labels.height - fail_slows.height} "
+                  "benign episodes", highlight=False)
+    for row in labels.filter(pl.col("kind") != "noise").iter_rows(named=True):
+        console.print(f"  episode {row['episode']}: {row['cause']} on {row['target']} "
+                      f"iterations {row['start_iteration']}-{row['end_iteration']} "
+                      f"x{row['severity']:.2f} -> "
+                      f"{'fail-slow' if row['fail_slow'] else 'below the label policy'}",
+                      highlight=False)
+
+
+@_command("corpus")
+def corpus(
+    output: Annotated[Path, typer.Argument(help="Corpus folder (one job folder per job).")],
+    preset: Annotated[str, typer.Option(help="probing-1node, probing-4node or large.")]
+    = "probing-1node",
+    jobs: Annotated[int, typer.Option(help="Number of jobs.")] = 8,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    iterations: Annotated[int | None, typer.Option(help="Iterations per job (default: the "
+                                                        "preset's).")] = None,
+    collectives: Annotated[str, typer.Option(help="hook, nccl, both or none.")] = "hook",
+) -> None:
+    """Build a labeled corpus shaped like Greyhound's probing campaigns (Table 1 mix)."""
+    from rich.console import Console
+
+    from tracekit.synth.corpus import generate_corpus
+
+    summary = generate_corpus(output, preset, jobs, seed, iterations=iterations,
+                              collectives=collectives)
+    Console().print(f"wrote {summary.height} jobs to {output}", highlight=False)
+    for row in summary.group_by("category").len().sort("category").iter_rows():
+        Console().print(f"  {row[0]}: {row[1]}", highlight=False)

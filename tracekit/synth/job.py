@@ -1,0 +1,228 @@
+"""Generate one labeled job folder: simulate the job chunk by chunk, stream every raw format
+to disk, then write the labels and the per-iteration ground truth.
+
+Folder layout::
+
+    JOB/synth.json                    what was generated (spec, seed, tracekit version)
+    JOB/labels.parquet                the labels table (fail-slows and benign noise episodes)
+    JOB/truth.parquet                 per-iteration ground truth
+    JOB/ranks/rank<N>.hook.csv        collective calls, hook CSV (--collectives hook)
+    JOB/nccl/<host>.<pid>.log         NCCL_DEBUG=INFO COLL + INIT lines (--collectives nccl)
+    JOB/megatron/train.log            stdout of the last rank (iteration lines, timers)
+    JOB/monitoring/<host>/...         dcgm-exporter, mlx5 hw_counters, ipmitool, node_exporter
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from tracekit.errors import TracekitError
+from tracekit.synth import faults as F
+from tracekit.synth.calls import CallNumbers, Identity, call_frame
+from tracekit.synth.labels import label_frame, mark_truth, truth_frame
+from tracekit.synth.layout import Layout
+from tracekit.synth.schedule import TIMER_NAMES, StageSchedule, Timing
+from tracekit.synth.timing import Conditions, Simulator
+from tracekit.synth.writers.hook_csv import HookCsvWriter
+
+CHUNK_CYCLES = 128
+"""Cycles simulated at once. Random draws are made per chunk, so this is part of the seed's
+meaning: changing it changes the output of a seed."""
+
+DEFAULT_START_NS = 1_760_432_400 * 10**9
+"""2025-10-14 09:00:00 UTC: the default wall-clock start of a synthetic job."""
+
+COLLECTIVE_FORMATS = ("hook", "nccl", "both", "none")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything that defines a synthetic job; the same spec and seed give the same bytes."""
+
+    layout: Layout = field(default_factory=Layout)
+    iterations: int = 3000
+    seed: int = 0
+    injections: tuple[F.Injection, ...] = ()
+    noise: F.Noise = field(default_factory=F.Noise)
+    policy: F.LabelPolicy = field(default_factory=F.LabelPolicy)
+    timing: Timing = field(default_factory=Timing)
+    collectives: str = "hook"
+    monitoring: bool = True
+    job: str = "synth-job"
+    start_ns: int = DEFAULT_START_NS
+    host_prefix: str = "gpu"
+
+    def check(self) -> None:
+        self.layout.check()
+        if self.iterations < 2:
+            raise TracekitError("a job needs at least 2 iterations")
+        if self.collectives not in COLLECTIVE_FORMATS:
+            raise TracekitError(f"collectives format {self.collectives!r} is not one of "
+                                f"{', '.join(COLLECTIVE_FORMATS)}")
+
+
+@dataclass
+class JobResult:
+    path: Path
+    labels: pl.DataFrame
+    truth: pl.DataFrame
+    iteration_s: float
+    """Healthy iteration time without noise (what start / duration in wall time convert with)."""
+
+
+class JobRun:
+    """One simulation in progress: plan, simulator, and the streaming writers."""
+
+    def __init__(self, spec: JobSpec) -> None:
+        spec.check()
+        self.spec = spec
+        self.layout = spec.layout
+        self.hosts = self.layout.host_names(spec.host_prefix)
+        self.schedule = StageSchedule(self.layout, spec.timing)
+        self.simulator = Simulator(self.layout, self.schedule.stage_ops())
+        plan_rng = np.random.default_rng([spec.seed, 0])
+        self.identity = Identity.draw(self.layout, self.hosts, plan_rng)
+        self.iteration_s = self.nominal_iteration_s()
+        self.faults = F.resolve(list(spec.injections), self.layout, spec.iterations,
+                                self.iteration_s, plan_rng, self.hosts)
+        self.events = F.draw_noise(spec.noise, self.layout, spec.iterations, plan_rng)
+        self.dp_of_rank = np.array([self.layout.coords(r)[1] for r in range(self.layout.world)])
+
+    def nominal_iteration_s(self) -> float:
+        """One healthy cycle without noise or extra work."""
+        w = self.layout.world
+        one = np.ones((1, w))
+        cond = Conditions(one, one, {"stall": 0 * one, "checkpoint": 0 * one},
+                          {k: np.array([k in ("head", "tail")]) for k in
+                           ("head", "tail", "log", "eval", "checkpoint")})
+        return float(self.simulator.run(cond, record=False).end_s[0])
+
+    def conditions(self, k0: int, k1: int, healthy: bool) -> Conditions:
+        """Inputs of cycles [k0, k1): noise always, faults unless ``healthy``."""
+        spec, L, noise = self.spec, self.layout, self.spec.noise
+        n, m = spec.iterations, k1 - k0
+        k = np.arange(k0, k1)
+        it = np.minimum(k, n - 1)
+        rng = np.random.default_rng([spec.seed, 1, k0 // CHUNK_CYCLES])
+        common = rng.lognormal(0.0, noise.jitter_sigma, m)
+        sequence = rng.lognormal(0.0, noise.sequence_sigma, (m, L.dp))
+        per_rank = rng.lognormal(0.0, noise.rank_sigma, (m, L.world))
+        host = rng.lognormal(0.0, noise.rank_sigma, (m, L.world))
+        warmup = np.ones(m)
+        early = it < len(noise.warmup)
+        warmup[early] = np.asarray(noise.warmup)[it[early]]
+        gpu = (common * warmup)[:, None] * sequence[:, self.dp_of_rank] * per_rank
+        links: dict[object, np.ndarray] = {}
+        if not healthy:
+            for fault in self.faults:
+                factor = fault.factor(it)
+                if fault.cause.startswith("gpu"):
+                    gpu[:, fault.rank] *= factor
+                elif fault.cause == "cpu-contention":
+                    on_host = np.arange(L.world) // L.gpus_per_host == fault.host
+                    host[:, on_host] *= factor[:, None]
+                else:
+                    target = fault.congestion_target
+                    links[target] = np.maximum(links.get(target, 1.0), factor)
+        stall = np.zeros((m, L.world))
+        checkpoint = np.zeros(m)
+        for event in self.events:
+            if not k0 <= event.iteration < k1:
+                continue
+            if event.rank is not None:
+                stall[event.iteration - k0, event.rank] += event.seconds
+            elif event.cause == "checkpoint":
+                checkpoint[event.iteration - k0] = event.seconds
+        masks = {
+            "head": k < n,
+            "tail": k >= 1,
+            "log": (k >= 1) & (k % noise.log_interval == 0),
+            "eval": (k >= 1) & (k < n) & (k % noise.eval_interval == 0),
+            "checkpoint": (k >= 1) & (k < n) & (k % noise.save_interval == 0),
+        }
+        return Conditions(gpu, host, {"stall": stall,
+                                      "checkpoint": np.repeat(checkpoint[:, None], L.world, 1)},
+                          masks, links)
+
+
+def generate_job(out: Path, spec: JobSpec) -> JobResult:
+    """Simulate ``spec`` and write the job folder ``out`` (replacing an earlier synthetic job
+    there; refusing to touch a folder that holds anything else)."""
+    out = Path(out)
+    _prepare(out)
+    run = JobRun(spec)
+    (out / SYNTH_MARKER).write_text(json.dumps(_describe(spec, run), indent=2, default=str)
+                                    + "\n")
+    L, n = run.layout, spec.iterations
+    writers = []
+    if spec.collectives in ("hook", "both"):
+        writers.append(HookCsvWriter(out / "ranks", L, run.identity))
+    numbers = CallNumbers()
+    cursor_ns = spec.start_ns
+    durations_ns: list[np.ndarray] = []
+    healthy_s: list[np.ndarray] = []
+    starts_all: list[np.ndarray] = []
+    timer_head: np.ndarray | None = None
+    iteration_timers: list[np.ndarray] = []
+    for k0 in range(0, n + 1, CHUNK_CYCLES):
+        k1 = min(n + 1, k0 + CHUNK_CYCLES)
+        cond = run.conditions(k0, k1, healthy=False)
+        result = run.simulator.run(cond, record=True)
+        healthy = (run.simulator.run(run.conditions(k0, k1, healthy=True), record=False).end_s
+                   if run.faults else result.end_s)
+        lengths = np.round(result.end_s * 1e9).astype(np.int64)
+        starts = cursor_ns + np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        cursor_ns = int(starts[-1] + lengths[-1])
+        durations_ns.append(lengths)
+        healthy_s.append(healthy)
+        starts_all.append(starts)
+        if writers:
+            calls = numbers.number(call_frame(L, result, starts, k0))
+            for writer in writers:
+                writer.write(calls)
+        # head timers of cycle k and tail timers of cycle k + 1 make iteration k
+        timers = result.timers_s.reshape(k1 - k0, L.world, 2, len(TIMER_NAMES))
+        if timer_head is not None:
+            iteration_timers.append((timer_head + timers[0, :, 1])[None])
+        iteration_timers.append(timers[:-1, :, 0] + timers[1:, :, 1])
+        timer_head = timers[-1, :, 0]
+    starts_ns = np.concatenate(starts_all)[:n]
+    lengths_ns = np.concatenate(durations_ns)[:n]
+    truth = truth_frame(spec, starts_ns, lengths_ns, np.concatenate(healthy_s)[:n])
+    labels = label_frame(spec, run, truth)
+    truth = mark_truth(truth, labels)
+    labels.write_parquet(out / "labels.parquet")
+    truth.write_parquet(out / "truth.parquet")
+    return JobResult(out, labels, truth, run.iteration_s)
+
+
+SYNTH_MARKER = "synth.json"
+
+
+def _prepare(out: Path) -> None:
+    if out.exists() and any(out.iterdir()):
+        if not (out / SYNTH_MARKER).is_file():
+            raise TracekitError(f"{out} exists and is not a synthetic job folder; choose an "
+                                "empty or new folder")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def _describe(spec: JobSpec, run: JobRun) -> dict:
+    return {
+        "generator": "tracekit synth",
+        "job": spec.job,
+        "seed": spec.seed,
+        "iterations": spec.iterations,
+        "layout": spec.layout.label,
+        "world": spec.layout.world,
+        "hosts": run.hosts,
+        "nominal_iteration_s": run.iteration_s,
+        "spec": asdict(spec),
+    }

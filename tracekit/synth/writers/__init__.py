@@ -1,0 +1,1 @@
+"""One writer per raw format, each printing exactly what the real tool prints."""
