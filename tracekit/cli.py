@@ -301,7 +301,8 @@ def analyze(
         console.print(f"{result.detector}: no fail-slow episode found")
     else:
         console.print(_episode_summary(result.episodes, f"fail-slow episodes ({result.detector})"))
-    console.print(f"dataset: {result.dataset}\nreport:  {result.report_html}", highlight=False)
+    console.print(f"dataset: {result.dataset}\nreport:  {result.report_html}", highlight=False,
+                  soft_wrap=True)
 
 
 @command()
@@ -318,7 +319,7 @@ def report(
 
     written = build_report(source, output, detector=detector, work=work)
     console.print(f"report: {written.html}\nmarkdown: {written.markdown} "
-                  f"({len(written.figures)} figure files)", highlight=False)
+                  f"({len(written.figures)} figure files)", highlight=False, soft_wrap=True)
 
 
 @command("eval")
@@ -334,33 +335,72 @@ def eval_command(
 ) -> None:
     """Accuracy, FPR and FNR per category and detector; episode precision, recall, delay."""
     from tracekit.evaluate import evaluate_corpus, read_baseline, regressions, write_baseline
-    from tracekit.report.tables import accuracy_table, episode_accuracy_table
+    from tracekit.report.tables import episode_accuracy_table
 
     work = work or Path("build") / "corpus" / corpus.name
-    _, result = evaluate_corpus(corpus, work)
-    console.print(_frame_table(accuracy_table(result.job_table), "job level"))
+    expected = read_baseline(baseline) if baseline else None
+    _, result = evaluate_corpus(corpus, work, include_detectors=list(
+        expected["metrics"]["job"]) if expected else None)
+    console.print(_frame_table(result.job_table.select(
+        "detector", "category", "jobs", accuracy="accuracy_text", FPR="fpr_text",
+        FNR="fnr_text"), "job level"))
     console.print(_frame_table(episode_accuracy_table(result.episode_table), "episode level"))
     if update_baseline:
         write_baseline(update_baseline, result.metrics(), corpus=str(corpus))
-        console.print(f"baseline written: {update_baseline}", highlight=False)
-    if baseline:
-        worse = regressions(result.metrics(), read_baseline(baseline))
+        console.print(f"baseline written: {update_baseline}", highlight=False, soft_wrap=True)
+    if expected:
+        worse = regressions(result.metrics(), expected)
         for regression in worse:
-            errors.print(f"[bold red]regression:[/] {regression}", highlight=False)
+            errors.print(f"[bold red]regression:[/] {regression}", highlight=False,
+                         soft_wrap=True)
         if worse:
             raise typer.Exit(1)
-        console.print(f"no regression against {baseline}", highlight=False)
+        console.print(f"no regression against {baseline}", highlight=False, soft_wrap=True)
 
 
-@command("export-whatif")
-def export_whatif(
-    dataset: Annotated[Path, typer.Argument(help="Dataset folder with op_traces.")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Folder to write into.")],
-    trial: Annotated[str | None, typer.Option(help="Trial name in the file names (default: the "
-                                              "ingested meta's, else the job id).")] = None,
+@command()
+def detect(
+    dataset: Annotated[Path, typer.Argument(help="Dataset folder with an iterations table.")],
+    detector: Annotated[list[str] | None, typer.Option(
+        "--detector", help="Detector (repeatable; default: window, bocd, bocd+v, bocd+b).")]
+    = None,
+    param: Annotated[list[str] | None, typer.Option(
+        "--param", help="Detector parameter KEY=VALUE (repeatable).")] = None,
 ) -> None:
-    """Write op traces as the ByteDance what-if analyser's trace-*.parquet and meta-*.yaml."""
-    from tracekit.ingest.whatif import export_whatif as run_export
+    """Find change points and fail-slow episodes; writes the events and episodes tables."""
+    import polars as pl
 
-    for path in run_export(dataset, output, trial=trial):
-        console.print(f"wrote {path}", highlight=False)
+    from tracekit.detect import detect_dataset
+
+    found = detect_dataset(dataset, detector, parse_options(param))
+    for name in found.episodes["detector"].unique(maintain_order=True).to_list():
+        console.print(_episode_summary(found.episodes.filter(pl.col("detector") == name),
+                                       f"fail-slow episodes ({name})"))
+    console.print(f"{found.events.height} change events, {found.episodes.height} episodes "
+                  f"written to {dataset}", highlight=False)
+
+
+@command()
+def changepoints(
+    file: Annotated[Path, typer.Argument(help="CSV, Parquet, JSON list or TCPD JSON file.")],
+    column: Annotated[str | None, typer.Option(help="Column (or TCPD series label).")] = None,
+    detector: Annotated[str, typer.Option(help="Detector name (`bocd-map` is TCPD's BOCPD).")]
+    = "bocd-map",
+    param: Annotated[list[str] | None, typer.Option(
+        "--param", help="Detector parameter KEY=VALUE (repeatable).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
+) -> None:
+    """Print the change points (0-based row indices) of any numeric series."""
+    import json
+
+    from tracekit.detect import make_detector
+    from tracekit.detect.series_file import read_series
+
+    values, positions = read_series(file, column)
+    found = positions[make_detector(detector, **parse_options(param)).detect(values)].tolist()
+    console.print(json.dumps(found) if as_json else "\n".join(map(str, found)), highlight=False)
+
+
+from tracekit.synth.cli import synth_app  # noqa: E402  (sub-app: tracekit synth job|corpus)
+
+app.add_typer(synth_app, name="synth")
