@@ -69,13 +69,18 @@ def _detectors(episodes: pl.DataFrame, detectors: list[str] | None) -> list[str]
         else list(detectors)
 
 
+def _detector_frame(episodes: pl.DataFrame, detectors: list[str] | None) -> pl.DataFrame:
+    return pl.DataFrame({"detector": _detectors(episodes, detectors)},
+                        schema={"detector": pl.String})
+
+
 def job_outcomes(jobs: pl.DataFrame, labels: pl.DataFrame, episodes: pl.DataFrame,
                  detectors: list[str] | None = None) -> pl.DataFrame:
     """One row per (detector, job): its category, whether it is positive, whether the detector
     flagged it, and the outcome ``tp`` / ``fp`` / ``tn`` / ``fn``."""
     positive = _fail_slow_labels(labels).select("job").unique().with_columns(positive=pl.lit(True))
     flagged = episodes.select("detector", "job").unique().with_columns(flagged=pl.lit(True))
-    grid = pl.DataFrame({"detector": _detectors(episodes, detectors)}).join(
+    grid = _detector_frame(episodes, detectors).join(
         jobs.select("job", "category"), how="cross")
     return (
         grid.join(positive, on="job", how="left")
@@ -150,7 +155,7 @@ def episode_matches(labels: pl.DataFrame, episodes: pl.DataFrame,
         pl.col("kind").alias("detected_kind"), pl.col("cause").alias("detected_cause"),
         pl.col("target").alias("detected_target"),
     )
-    grid = pl.DataFrame({"detector": _detectors(episodes, detectors)}).join(truth, how="cross")
+    grid = _detector_frame(episodes, detectors).join(truth, how="cross")
     overlapping = (
         grid.join(found, on=["detector", "job"], how="inner")
         .filter((pl.col("detected_start_ns") <= pl.col("label_end_ns"))
@@ -229,7 +234,7 @@ def episode_accuracy(labels: pl.DataFrame, episodes: pl.DataFrame,
     detectors = _detectors(episodes, detectors)
     matches = episode_matches(labels, episodes, detectors)
     detections = detection_matches(labels, episodes)
-    names = pl.DataFrame({"detector": detectors})
+    names = _detector_frame(episodes, detectors)
     recall = matches.group_by("detector").agg(
         labels=pl.len(), detected_labels=pl.col("detected").sum(),
         delay_s_median=pl.col("delay_s").median(), delay_s_max=pl.col("delay_s").max(),
@@ -391,6 +396,23 @@ def load_corpus(datasets: list[Path]) -> Corpus:
         episodes=pl.concat([schema.table("episodes").empty(), *episodes]),
         iteration_errors=pl.DataFrame(errors, schema=error_schema),
     )
+
+
+def evaluate_corpus(corpus: Path, work: Path, include_detectors: list[str] | None = None,
+                    progress=None) -> tuple[Corpus, Evaluation]:
+    """Analyse every job of a labeled corpus (raw jobs into ``work``) and evaluate every
+    detector that reported an episode, plus ``include_detectors`` (those of a baseline: a
+    detector gone silent then counts as missing every fail-slow instead of vanishing).
+    ``progress(job, done, total)`` after each job."""
+    from tracekit.analyze import analyze_corpus
+
+    corpus_data = load_corpus(analyze_corpus(Path(corpus), Path(work), progress))
+    if corpus_data.labels.height == 0:
+        raise InputError("no job of this corpus has labels; evaluation needs a labeled corpus "
+                         "(`tracekit synth corpus`)", str(corpus))
+    detectors = sorted(set(_detectors(corpus_data.episodes, None)) | set(include_detectors or []))
+    return corpus_data, evaluate(corpus_data.jobs, corpus_data.labels, corpus_data.episodes,
+                                 detectors)
 
 
 # -- regression baseline -------------------------------------------------------------------

@@ -83,35 +83,33 @@ def job_report(dataset: Dataset, detector: str | None = None) -> Report:
     if iterations.height == 0:
         summary.paragraphs.append("No iterations in this dataset: run `tracekit analyze` (or the "
                                   "iterations stage) first.")
-        return report
-    ranks = iterations["rank"].drop_nulls().n_unique()
-    span_s = (iterations["t_end_ns"].max() - iterations["t_start_ns"].min()) / 1e9
-    median_s = iterations["duration_s"].median()
-    summary.paragraphs.append(
-        f"{iterations['iteration'].n_unique():,} iterations over {span_s / 60:.1f} min on "
-        f"{ranks} ranks; median iteration time {median_s:.3f} s.")
+    else:
+        span_s = (iterations["t_end_ns"].max() - iterations["t_start_ns"].min()) / 1e9
+        summary.paragraphs.append(
+            f"{iterations['iteration'].n_unique():,} iterations over {span_s / 60:.1f} min on "
+            f"{iterations['rank'].drop_nulls().n_unique()} ranks; median iteration time "
+            f"{iterations['duration_s'].median():.3f} s.")
     if detector is None:
         summary.paragraphs.append("No detector has run on this dataset.")
     else:
         summary.paragraphs.append(f"Detector {detector}: {episodes.height} fail-slow episode(s), "
                                   f"{events.height} change point(s).")
-        if episodes.height:
-            lost = episodes["lost_s"].sum()
-            jct = episodes["jct_slowdown"].sum()
-            summary.paragraphs.append(f"Time lost to fail-slows: {lost:.1f} s "
-                                      f"(JCT slowdown {100 * jct:.2f} %).")
     if episodes.height:
-        report.sections[-1].tables.append(ReportTable(f"Fail-slow episodes ({detector})",
-                                                      episode_table(episodes)))
-    timeline = report.section("Timeline")
-    gpu, nic = _evidence(dataset, iterations["t_start_ns"].min(), iterations["t_end_ns"].max())
-    figure = iteration_timeline(iterations, events, episodes, gpu, nic,
-                                title=f"Job {dataset.job}: iteration time and evidence")
-    timeline.figures.append(ReportFigure(
-        "timeline", figure,
-        f"Iteration time per rank with {detector or 'no detector'} change points (dashed) and "
-        "fail-slow episodes (shaded, labeled with cause, culprit and slowdown), over the "
-        "evidence recorded at the time."))
+        lost, jct = episodes["lost_s"].sum(), episodes["jct_slowdown"].sum()
+        summary.paragraphs.append(f"Time lost to fail-slows: {lost:.1f} s "
+                                  f"(JCT slowdown {100 * jct:.2f} %).")
+        summary.tables.append(ReportTable(f"Fail-slow episodes ({detector})",
+                                          episode_table(episodes)))
+    if iterations.height:
+        gpu, nic = _evidence(dataset, iterations["t_start_ns"].min(),
+                             iterations["t_end_ns"].max())
+        figure = iteration_timeline(iterations, events, episodes, gpu, nic,
+                                    title=f"Job {dataset.job}: iteration time and evidence")
+        report.section("Timeline").figures.append(ReportFigure(
+            "timeline", figure,
+            f"Iteration time per rank with {detector or 'no detector'} change points (dashed) "
+            "and fail-slow episodes (shaded, labeled with cause, culprit and slowdown), over "
+            "the evidence recorded at the time."))
     if labels.height:
         truth = report.section("Ground truth")
         matches = episode_matches(labels, episodes, [detector] if detector else [])

@@ -1,0 +1,76 @@
+"""The one-command pipeline on the shipped sample dump, with and without later stages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from tracekit import analyze as pipeline
+from tracekit import schema
+from tracekit.cli import app
+from tracekit.errors import InputError
+
+SAMPLE = Path(__file__).resolve().parents[1] / "datasets" / "sample"
+
+
+def _fake_detect(dataset):
+    """Stands in for a detector: one open episode at the first iteration."""
+    first = dataset.table("collectives").select(pl.col("t_start_ns").min()).collect().item()
+    dataset.write_table("episodes", schema.conform("episodes", pl.DataFrame({
+        "job": [dataset.job], "episode": [0], "detector": ["bocd+v"], "t_start_ns": [first],
+        "duration_s": [30.0], "slowdown": [1.25], "jct_slowdown": [0.05],
+        "cause": ["network-congestion"], "target": ["link:b01-b02"]},
+        schema_overrides={"episode": pl.Int32})))
+    dataset.save_manifest()
+
+
+def test_analyze_sample_runs_every_stage_it_can(tmp_path, monkeypatch):
+    monkeypatch.setitem(pipeline.STAGE_FUNCTIONS, "attribute", ("tracekit.no_such_stage", "f"))
+    seen = []
+    result = pipeline.analyze([SAMPLE], tmp_path / "ds",
+                              progress=lambda stage, event, info: seen.append((stage, event)))
+    status = {s.name: s.status for s in result.stages}
+    assert status["ingest"] == "done" and status["report"] == "done"
+    assert status["attribute"] == "unavailable"
+    assert [s.name for s in result.stages] == list(pipeline.STAGES)
+    assert ("ingest", "start") in seen and ("report", "end") in seen
+    assert result.report_html.is_file() and result.report_markdown.is_file()
+    assert result.stages[0].detail == "1 source(s), 2 rows, 0 failed"
+
+
+def test_analyze_shows_detected_episodes(tmp_path, monkeypatch):
+    monkeypatch.setattr(pipeline, "_stage_function",
+                        lambda stage: _fake_detect if stage == "detect" else None)
+    monkeypatch.setattr(pipeline, "_skip_reason", lambda stage, dataset: None)
+    result = pipeline.analyze([SAMPLE], tmp_path / "ds")
+    assert result.detector == "bocd+v"
+    assert result.episodes["cause"].to_list() == ["network-congestion"]
+    page = result.report_html.read_text()
+    assert "network-congestion" in page and "link:b01-b02" in page and "x1.25" in page
+
+
+def test_analyze_cli_prints_episodes_and_report(tmp_path, monkeypatch):
+    monkeypatch.setattr(pipeline, "_stage_function",
+                        lambda stage: _fake_detect if stage == "detect" else None)
+    monkeypatch.setattr(pipeline, "_skip_reason", lambda stage, dataset: None)
+    out = CliRunner().invoke(app, ["analyze", str(SAMPLE), "-o", str(tmp_path / "ds")],
+                             terminal_width=200)
+    assert out.exit_code == 0, out.output
+    assert "fail-slow episodes (bocd+v)" in out.output
+    assert "x1.25" in out.output and "5.00%" in out.output and "link:b01-b02" in out.output
+    assert f"report:  {tmp_path / 'ds' / 'report' / 'index.html'}" in out.output
+
+
+def test_missing_dump_is_a_clear_error(tmp_path):
+    with pytest.raises(InputError, match="no such file or folder"):
+        pipeline.analyze([tmp_path / "nope"], tmp_path / "ds")
+    out = CliRunner().invoke(app, ["analyze", str(tmp_path / "nope"), "-o", str(tmp_path / "d")])
+    assert out.exit_code == 2 and "no such file or folder" in out.output
+
+
+def test_corpus_of_nothing_is_a_clear_error(tmp_path):
+    with pytest.raises(InputError, match="no job folders"):
+        pipeline.analyze_corpus(tmp_path, tmp_path / "work")
