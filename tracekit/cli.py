@@ -356,3 +356,51 @@ def eval_command(
         if worse:
             raise typer.Exit(1)
         console.print(f"no regression against {baseline}", highlight=False, soft_wrap=True)
+
+
+@command()
+def detect(
+    dataset: Annotated[Path, typer.Argument(help="Dataset folder with an iterations table.")],
+    detector: Annotated[list[str] | None, typer.Option(
+        "--detector", help="Detector (repeatable; default: window, bocd, bocd+v, bocd+b).")]
+    = None,
+    param: Annotated[list[str] | None, typer.Option(
+        "--param", help="Detector parameter KEY=VALUE (repeatable).")] = None,
+) -> None:
+    """Find change points and fail-slow episodes; writes the events and episodes tables."""
+    import polars as pl
+
+    from tracekit.detect import detect_dataset
+
+    found = detect_dataset(dataset, detector, parse_options(param))
+    for name in found.episodes["detector"].unique(maintain_order=True).to_list():
+        console.print(_episode_summary(found.episodes.filter(pl.col("detector") == name),
+                                       f"fail-slow episodes ({name})"))
+    console.print(f"{found.events.height} change events, {found.episodes.height} episodes "
+                  f"written to {dataset}", highlight=False)
+
+
+@command()
+def changepoints(
+    file: Annotated[Path, typer.Argument(help="CSV, Parquet, JSON list or TCPD JSON file.")],
+    column: Annotated[str | None, typer.Option(help="Column (or TCPD series label).")] = None,
+    detector: Annotated[str, typer.Option(help="Detector name (`bocd-map` is TCPD's BOCPD).")]
+    = "bocd-map",
+    param: Annotated[list[str] | None, typer.Option(
+        "--param", help="Detector parameter KEY=VALUE (repeatable).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
+) -> None:
+    """Print the change points (0-based row indices) of any numeric series."""
+    import json
+
+    from tracekit.detect import make_detector
+    from tracekit.detect.series_file import read_series
+
+    values, positions = read_series(file, column)
+    found = positions[make_detector(detector, **parse_options(param)).detect(values)].tolist()
+    console.print(json.dumps(found) if as_json else "\n".join(map(str, found)), highlight=False)
+
+
+from tracekit.synth.cli import synth_app  # noqa: E402  (sub-app: tracekit synth job|corpus)
+
+app.add_typer(synth_app, name="synth")
