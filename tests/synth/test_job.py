@@ -128,3 +128,15 @@ def test_ingest_reads_every_file(dataset, job):
     assert truth.height == 200
     assert dataset.manifest["sources"] and all(
         s["quarantined"] == 0 for s in dataset.manifest["sources"])
+
+
+def test_megatron_log_reads_back_with_the_job_timing(dataset, job):
+    _, result = job
+    steps = dataset.table("megatron_steps").collect().sort("iteration")
+    assert steps["iteration"].to_list() == list(range(10, 201, 10))
+    truth = result.truth
+    # elapsed time per iteration is the mean over the log interval (iterations 11..20)
+    expected_ms = truth.filter(pl.col("iteration").is_between(11, 20))["duration_s"].mean() * 1e3
+    assert steps["elapsed_ms"][1] == pytest.approx(expected_ms, abs=0.05)
+    timers = dataset.table("megatron_timers").collect()
+    assert {"forward-backward", "all-grads-sync", "optimizer"} <= set(timers["name"])

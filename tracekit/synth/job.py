@@ -30,6 +30,7 @@ from tracekit.synth.layout import Layout
 from tracekit.synth.schedule import TIMER_NAMES, StageSchedule, Timing
 from tracekit.synth.timing import Conditions, Simulator
 from tracekit.synth.writers.hook_csv import HookCsvWriter
+from tracekit.synth.writers.megatron_log import MegatronLogWriter
 
 CHUNK_CYCLES = 128
 """Cycles simulated at once. Random draws are made per chunk, so this is part of the seed's
@@ -163,38 +164,45 @@ def generate_job(out: Path, spec: JobSpec) -> JobResult:
     writers = []
     if spec.collectives in ("hook", "both"):
         writers.append(HookCsvWriter(out / "ranks", L, run.identity))
+    megatron = MegatronLogWriter(out / "megatron" / "train.log", spec, run,
+                                 np.random.default_rng([spec.seed, 3]))
     numbers = CallNumbers()
+    starts_ns = np.zeros(n + 1, dtype=np.int64)
+    lengths_ns = np.zeros(n + 1, dtype=np.int64)
+    healthy_s = np.zeros(n + 1)
+    excluded_s = np.zeros(n + 1)
+    timer_count = len(TIMER_NAMES)
+    unlogged = [TIMER_NAMES.index("evaluate"), TIMER_NAMES.index("save-checkpoint")]
     cursor_ns = spec.start_ns
-    durations_ns: list[np.ndarray] = []
-    healthy_s: list[np.ndarray] = []
-    starts_all: list[np.ndarray] = []
-    timer_head: np.ndarray | None = None
-    iteration_timers: list[np.ndarray] = []
+    head_before: np.ndarray | None = None
     for k0 in range(0, n + 1, CHUNK_CYCLES):
         k1 = min(n + 1, k0 + CHUNK_CYCLES)
         cond = run.conditions(k0, k1, healthy=False)
         result = run.simulator.run(cond, record=True)
-        healthy = (run.simulator.run(run.conditions(k0, k1, healthy=True), record=False).end_s
-                   if run.faults else result.end_s)
+        healthy_s[k0:k1] = (
+            run.simulator.run(run.conditions(k0, k1, healthy=True), record=False).end_s
+            if run.faults else result.end_s)
         lengths = np.round(result.end_s * 1e9).astype(np.int64)
-        starts = cursor_ns + np.concatenate([[0], np.cumsum(lengths)[:-1]])
-        cursor_ns = int(starts[-1] + lengths[-1])
-        durations_ns.append(lengths)
-        healthy_s.append(healthy)
-        starts_all.append(starts)
+        starts_ns[k0:k1] = cursor_ns + np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        lengths_ns[k0:k1] = lengths
+        cursor_ns = int(starts_ns[k1 - 1] + lengths[-1])
         if writers:
-            calls = numbers.number(call_frame(L, result, starts, k0))
+            calls = numbers.number(call_frame(L, result, starts_ns[k0:k1], k0))
             for writer in writers:
                 writer.write(calls)
         # head timers of cycle k and tail timers of cycle k + 1 make iteration k
-        timers = result.timers_s.reshape(k1 - k0, L.world, 2, len(TIMER_NAMES))
-        if timer_head is not None:
-            iteration_timers.append((timer_head + timers[0, :, 1])[None])
-        iteration_timers.append(timers[:-1, :, 0] + timers[1:, :, 1])
-        timer_head = timers[-1, :, 0]
-    starts_ns = np.concatenate(starts_all)[:n]
-    lengths_ns = np.concatenate(durations_ns)[:n]
-    truth = truth_frame(spec, starts_ns, lengths_ns, np.concatenate(healthy_s)[:n])
+        timers = result.timers_s.reshape(k1 - k0, L.world, 2, timer_count)
+        excluded_s[k0:k1] = timers[:, :, 1, unlogged].sum(axis=2).max(axis=1)
+        for j, k in enumerate(range(k0, k1)):
+            if head_before is not None:
+                i = k - 1
+                megatron.add(i, int(starts_ns[i] + lengths_ns[i]), lengths_ns[i] / 1e9,
+                             excluded_s[i], head_before + timers[j, :, 1])
+                if cond.masks["checkpoint"][j]:
+                    megatron.checkpoint(k, timers[j, :, 1, unlogged[1]])
+            head_before = timers[j, :, 0]
+    megatron.close()
+    truth = truth_frame(spec, starts_ns[:n], lengths_ns[:n], healthy_s[:n])
     labels = label_frame(spec, run, truth)
     truth = mark_truth(truth, labels)
     labels.write_parquet(out / "labels.parquet")
