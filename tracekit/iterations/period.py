@@ -28,13 +28,19 @@ ACF_MAX_SYMBOLS = 64
 """The ACF sums exact indicator autocorrelations of this many most frequent symbols; rarer
 symbols (each well under 1 % of calls) are left out, which can only lower the ACF."""
 
+ACF_WINDOW_PERIODS = 8
 ACF_WINDOW_CALLS = 1 << 16
-"""The baseline ACF looks at the first this-many calls: enough for several periods of any real
-schedule, and it bounds the FFT cost per rank."""
+"""The baseline ACF looks at the first ``ACF_WINDOW_PERIODS`` periods, at most this many calls:
+lags up to two periods then rest on at least six periods of pairs, and the FFT cost per rank
+stays bounded."""
 
 GAP_TOLERANCE = 0.05
 """A gap between two occurrences of a symbol is regular when it is within this share (or 2
 calls) of the symbol's median gap: room for a few dropped records per period."""
+
+GAP_SAMPLE = 8192
+"""Median and regularity of a symbol's gaps are estimated from at most this many gaps, evenly
+spread (the most frequent symbol of a long trace has millions)."""
 
 MIN_REGULAR_SHARE = 0.8
 """A symbol is an anchor candidate when at least this share of its gaps are regular."""
@@ -106,6 +112,7 @@ def anchor_candidates(symbols: np.ndarray) -> dict[int, tuple[int, float]]:
         if end - start < MIN_ANCHORS:
             continue
         gaps = np.diff(order[start:end])
+        gaps = gaps[:: -(-len(gaps) // GAP_SAMPLE)]
         median_gap = int(np.median(gaps))
         regular = np.abs(gaps - median_gap) <= max(2, GAP_TOLERANCE * median_gap)
         share = float(regular.mean())
@@ -140,10 +147,24 @@ def modal_pattern(counts: np.ndarray) -> np.ndarray:
     return histogram.argmax(axis=1)
 
 
+def interval_ratio(counts: np.ndarray, pattern: np.ndarray) -> np.ndarray:
+    """Per interval, the median over the pattern's symbols of count / count per iteration: about
+    how many iterations the interval holds. Dropped records and extra calls each move only a
+    few symbols; an interval merged over a missing anchor moves them all."""
+    symbols = np.flatnonzero(pattern)
+    if not len(symbols):
+        return np.ones(len(counts))
+    return np.median(counts[:, symbols] / pattern[symbols], axis=1)
+
+
 def coverage(counts: np.ndarray, pattern: np.ndarray) -> float:
-    """Share of calls that fit the pattern: extra calls and merged intervals do not."""
+    """Share of calls that fit the pattern, an interval holding ``k`` iterations allowing ``k``
+    times the pattern: calls outside it (extra work) do not fit."""
     total = counts.sum()
-    return float(np.minimum(counts, pattern).sum() / total) if total else 0.0
+    if not total:
+        return 0.0
+    repeats = np.maximum(np.rint(interval_ratio(counts, pattern)), 1)
+    return float(np.minimum(counts, pattern * repeats[:, None]).sum() / total)
 
 
 def find_period(
@@ -180,7 +201,7 @@ def find_period(
     rank = preference if preference is not None else np.zeros(int(symbols.max()) + 1)
     anchor = max(same or by_gap[gap], key=lambda s: (rank[s], candidates[s][1], -s))
     calls = int(pattern.sum())
-    window = symbols[:ACF_WINDOW_CALLS]
+    window = symbols[:min(ACF_WINDOW_CALLS, ACF_WINDOW_PERIODS * max(calls, 1))]
     acf = match_acf(window, min(len(window) - 1, max(calls, 1) * 2))
     return Period(
         anchor=anchor,

@@ -17,7 +17,13 @@ import numpy as np
 import polars as pl
 
 from tracekit import schema
-from tracekit.iterations.period import ACF_THRESHOLD, Period, find_period, interval_counts
+from tracekit.iterations.period import (
+    ACF_THRESHOLD,
+    Period,
+    find_period,
+    interval_counts,
+    interval_ratio,
+)
 
 SOURCE = "acf"
 """Value of ``iterations.source`` for reconstructed rows."""
@@ -154,7 +160,7 @@ def _reconstruct_rank(
     frames, next_iteration, durations = [], 0, []
     periods: list[Period] = []
     for start, end in zip(bounds[:-1], bounds[1:], strict=True):
-        local, symbols = np.unique(symbols_all[start:end], return_inverse=True)
+        local, symbols = _dense(symbols_all[start:end])
         period = find_period(symbols, threshold, preference=nranks_of[local])
         if period is None:
             summary.warnings.append(
@@ -231,14 +237,14 @@ def _split_intervals(symbols: np.ndarray, period: Period) -> _Split:
     others[period.anchor] = 0
     positions, counts = interval_counts(symbols, period.anchor)
     for _ in range(MAX_MERGE_PASSES):
-        ratio = _iterations_per_interval(counts, others)
+        ratio = interval_ratio(counts, others)
         empty = np.flatnonzero(np.rint(ratio) == 0)
         if not len(empty):
             break
         positions = np.delete(positions, empty + 1)
         counts = np.add.reduceat(counts, np.r_[0, np.setdiff1d(np.arange(1, len(counts)),
                                                                empty + 1)], axis=0)
-    ratio = _iterations_per_interval(counts, others)
+    ratio = interval_ratio(counts, others)
     per_interval = np.maximum(np.rint(ratio), 1).astype(np.int64)
     uncertain = np.abs(ratio - np.rint(ratio)) > AMBIGUOUS_RATIO
     return _Split(positions, counts, per_interval, ratio, uncertain, unique)
@@ -247,15 +253,6 @@ def _split_intervals(symbols: np.ndarray, period: Period) -> _Split:
 AMBIGUOUS_RATIO = 0.25
 """An interval whose symbol-count ratio is this far from a whole number of iterations is
 uncertain (e.g. 1.4: a stretch of records is missing across a boundary)."""
-
-
-def _iterations_per_interval(counts: np.ndarray, pattern: np.ndarray) -> np.ndarray:
-    """Median over the pattern's symbols of (count in the interval / count per iteration):
-    dropped records and extra calls each move only a few symbols, a merged interval all."""
-    symbols = np.flatnonzero(pattern)
-    if not len(symbols):
-        return np.ones(len(counts))
-    return np.median(counts[:, symbols] / pattern[symbols], axis=1)
 
 
 def _boundaries(
@@ -346,6 +343,13 @@ def _resync(
         if np.all(np.diff(np.r_[times[first], cut, times[last]]) > 0):
             return cut
     return None
+
+
+def _dense(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct codes of a segment and the segment re-coded ``0 .. S-1`` (linear time)."""
+    present = np.zeros(int(codes.max()) + 1, dtype=bool)
+    present[codes] = True
+    return np.flatnonzero(present), (np.cumsum(present) - 1)[codes]
 
 
 def _describe(period: Period, local: np.ndarray, symbol_names: dict[int, str]) -> str:
