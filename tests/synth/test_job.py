@@ -140,3 +140,17 @@ def test_megatron_log_reads_back_with_the_job_timing(dataset, job):
     assert steps["elapsed_ms"][1] == pytest.approx(expected_ms, abs=0.05)
     timers = dataset.table("megatron_timers").collect()
     assert {"forward-backward", "all-grads-sync", "optimizer"} <= set(timers["name"])
+
+
+def test_monitoring_shows_the_culprit(tmp_path):
+    out = tmp_path / "job"
+    generate_job(out, _spec("tp2-dp2-pp1", iterations=400,
+                            inject=("thermal:rank=1@100+200x1.5", "congestion@150+100x2")))
+    summary = ingest([out / "monitoring"], tmp_path / "ds")
+    assert not summary.failed
+    ds = open_dataset(tmp_path / "ds")
+    gpu = ds.table("gpu_metrics").filter(pl.col("metric") == "sm_clock_mhz").collect()
+    assert gpu.filter(pl.col("gpu") == 1)["value"].min() == 940  # 1410 / 1.5
+    assert gpu.filter(pl.col("gpu") != 1)["value"].unique().to_list() == [1410]
+    cnp = ds.table("nic_counters").filter(pl.col("counter") == "np_cnp_sent").collect()
+    assert cnp["rate_per_s"].max() > 30_000 and cnp["rate_per_s"].min() < 10

@@ -31,6 +31,7 @@ from tracekit.synth.schedule import TIMER_NAMES, StageSchedule, Timing
 from tracekit.synth.timing import Conditions, Simulator
 from tracekit.synth.writers.hook_csv import HookCsvWriter
 from tracekit.synth.writers.megatron_log import MegatronLogWriter
+from tracekit.synth.writers.monitoring import write_monitoring
 
 CHUNK_CYCLES = 128
 """Cycles simulated at once. Random draws are made per chunk, so this is part of the seed's
@@ -202,6 +203,8 @@ def generate_job(out: Path, spec: JobSpec) -> JobResult:
                     megatron.checkpoint(k, timers[j, :, 1, unlogged[1]])
             head_before = timers[j, :, 0]
     megatron.close()
+    if spec.monitoring:
+        write_monitoring(out, run, starts_ns[:n], starts_ns[:n] + lengths_ns[:n])
     truth = truth_frame(spec, starts_ns[:n], lengths_ns[:n], healthy_s[:n])
     labels = label_frame(spec, run, truth)
     truth = mark_truth(truth, labels)
