@@ -144,7 +144,7 @@ def test_megatron_log_reads_back_with_the_job_timing(dataset, job):
 
 def test_monitoring_shows_the_culprit(tmp_path):
     out = tmp_path / "job"
-    generate_job(out, _spec("tp2-dp2-pp1", iterations=400,
+    generate_job(out, _spec("tp2-dp4-pp1", iterations=400,
                             inject=("thermal:rank=1@100+200x1.5", "congestion@150+100x2")))
     summary = ingest([out / "monitoring"], tmp_path / "ds")
     assert not summary.failed
