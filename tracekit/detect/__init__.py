@@ -1,49 +1,14 @@
-"""Change-point detectors behind one interface (:class:`~tracekit.detect.base.Detector`), by name.
+"""Change-point detectors behind one interface (:class:`~tracekit.detect.base.Detector`), a
+registry by name, and episode extraction over a dataset's iterations.
 
-``make_detector("bocd+v", min_change="0.15")`` builds one from the command line's strings.
+``make_detector("bocd+v", min_change="0.15").detect(series)`` on any series;
+``detect_dataset(dataset)`` for a job's events and episodes.
 """
 
 from __future__ import annotations
 
-import dataclasses
-
 from tracekit.detect.base import Detector
-from tracekit.detect.bocd import Bocd
-from tracekit.detect.bocd_baseline import BocdBaseline
-from tracekit.detect.bocd_map import BocdMap
-from tracekit.detect.bocd_verify import BocdVerify
-from tracekit.detect.ruptures_baselines import BinarySegmentation, Pelt, TwoWindow
-from tracekit.detect.window import SlidingWindow
-from tracekit.errors import TracekitError
+from tracekit.detect.episodes import detect_dataset
+from tracekit.detect.registry import DETECTORS, make_detector
 
-DETECTORS: dict[str, type[Detector]] = {
-    d.name: d
-    for d in (SlidingWindow, Bocd, BocdVerify, BocdBaseline, BocdMap, Pelt, BinarySegmentation,
-              TwoWindow)
-}
-
-_PARSERS = {"float": float, "int": int, "str": str}
-
-
-def make_detector(name: str, **params) -> Detector:
-    """The detector called ``name`` with ``params`` (strings are converted to the field type)."""
-    try:
-        kind = DETECTORS[name]
-    except KeyError:
-        raise TracekitError(f"unknown detector {name!r}; known: {', '.join(DETECTORS)}") from None
-    fields = {f.name: f for f in dataclasses.fields(kind)}
-    values = {}
-    for key, value in params.items():
-        if key not in fields:
-            raise TracekitError(f"detector {name!r} has no parameter {key!r}; parameters: "
-                                f"{', '.join(fields) or 'none'}")
-        parse = _PARSERS[str(fields[key].type)]
-        try:
-            values[key] = parse(value)
-        except ValueError:
-            raise TracekitError(f"parameter {key}={value!r} of {name!r} is not "
-                                f"{fields[key].type}") from None
-    return kind(**values)
-
-
-__all__ = ["DETECTORS", "Detector", "make_detector"]
+__all__ = ["DETECTORS", "Detector", "detect_dataset", "make_detector"]

@@ -1,0 +1,58 @@
+import json
+
+import numpy as np
+import polars as pl
+from typer.testing import CliRunner
+
+from tests.detect.conftest import iteration_times
+from tracekit import create_dataset, schema
+from tracekit.cli import app
+from tracekit.detect import detect_dataset
+
+
+def write_iterations(path, ranks: int = 4):
+    """A job whose ranks all slow by 20 % on iterations [300, 600) and again from 900 on."""
+    frames = []
+    for rank in range(ranks):
+        durations = iteration_times(seed=10 + rank)
+        durations[300:600] *= 1.2
+        durations[900:] *= 1.3
+        ends = (np.cumsum(durations) * 1e9).astype(np.int64) + 1_700_000_000_000_000_000
+        frames.append(pl.DataFrame({
+            "job": "j1", "rank": rank, "iteration": np.arange(durations.size),
+            "t_start_ns": ends - (durations * 1e9).astype(np.int64), "t_end_ns": ends,
+            "duration_s": durations, "source": "acf", "quality": "ok"},
+            schema_overrides={"rank": pl.Int32}))
+    dataset = create_dataset(path, job="j1")
+    dataset.write_table("iterations", schema.conform("iterations", pl.concat(frames)))
+    return dataset
+
+
+def test_episodes_from_a_job(tmp_path):
+    write_iterations(tmp_path / "ds")
+    found = detect_dataset(tmp_path / "ds", ["bocd+v"])
+    episodes = found.episodes
+    assert episodes["start_iteration"].to_list() == [300, 900]
+    assert episodes["end_iteration"].to_list() == [599, 999]
+    assert episodes["iterations"].to_list() == [300, 100]
+    assert episodes["t_end_ns"].null_count() == 1  # the second is still open at the end
+    assert episodes["slowdown"].round(1).to_list() == [1.2, 1.3]
+    assert episodes["ranks"].to_list() == ["0,1,2,3", "0,1,2,3"]
+    job_events = found.events.filter(pl.col("rank").is_null())
+    assert job_events["iteration"].to_list() == [300, 600, 900]
+    schema.validate("episodes", episodes)
+    schema.validate("events", found.events)
+
+
+def test_cli_detect_and_changepoints(tmp_path):
+    write_iterations(tmp_path / "ds")
+    result = CliRunner().invoke(app, ["detect", str(tmp_path / "ds"), "--detector", "bocd+b"])
+    assert result.exit_code == 0, result.output
+    assert "fail-slow episodes (bocd+b)" in result.output
+    series = tmp_path / "series.json"
+    series.write_text(json.dumps([0.0] * 50 + [5.0] * 50 + [None] + [0.0] * 49))
+    result = CliRunner().invoke(app, ["changepoints", str(series), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == [50, 101]  # row numbers of the file, null skipped
+    result = CliRunner().invoke(app, ["changepoints", str(tmp_path / "missing.csv")])
+    assert result.exit_code == 2 and "no such file" in result.output

@@ -1,0 +1,199 @@
+"""From iteration times to fail-slow episodes: the job-level series, change points, episodes.
+
+In synchronous training every rank waits for the slowest, so all ranks slow down together. The
+job is judged on a robust job-level series (the per-iteration median across ranks, which one
+noisy rank cannot move); each rank's own series is also run through the detector and its events
+kept, so attribution can see which ranks changed first or most.
+
+An episode is a maximal run of segments (between change points) whose level is above the
+healthy baseline by more than ``min_slowdown``. The healthy baseline is the fastest sustained
+level of the job: the lowest median among segments of at least ``MIN_BASELINE_POINTS`` points.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from tracekit import schema
+from tracekit.dataset import Dataset, open_dataset
+from tracekit.detect.base import Detector
+from tracekit.detect.registry import make_detector
+from tracekit.errors import InputError
+
+SOURCE_PREFERENCE = ("acf", "framework")
+"""Iteration sources in order of preference: ACF reconstruction sees every rank."""
+
+MIN_BASELINE_POINTS = 5
+"""Segments shorter than this cannot set the healthy baseline (a lucky fast burst)."""
+
+JOB_DETECTORS = ("window", "bocd", "bocd+v", "bocd+b")
+"""Detectors ``tracekit detect`` runs by default: the paper's three and ours, side by side."""
+
+RANK_MATCH_ITERATIONS = 5
+"""A rank's event belongs to an episode when it falls at most this many iterations before it."""
+
+
+@dataclass
+class JobSeries:
+    """The job-level series (one row per iteration) and the per-rank matrix aligned with it."""
+
+    job: pl.DataFrame
+    ranks: list[int]
+    matrix: np.ndarray  # ranks x iterations, duration_s
+
+
+def job_series(iterations: pl.DataFrame) -> JobSeries:
+    """The iterations of the preferred source as a job-level series and a per-rank matrix.
+
+    A rank missing an iteration gets the job-level value there, so every row has full length.
+    """
+    sources = set(iterations["source"].drop_nulls().unique().to_list())
+    source = next((s for s in SOURCE_PREFERENCE if s in sources), min(sources, default=None))
+    if source is None:
+        raise InputError("no iterations to detect on; ingest collectives or framework logs "
+                         "first (the iterations table is empty)")
+    chosen = iterations.filter(pl.col("source") == source, pl.col("duration_s").is_finite())
+    job = (chosen.group_by("iteration")
+           .agg(pl.col("duration_s").median(), pl.col("t_start_ns").min(),
+                pl.col("t_end_ns").max())
+           .sort("iteration"))
+    per_rank = chosen.filter(pl.col("rank").is_not_null())
+    ranks = sorted(per_rank["rank"].unique().to_list())
+    if not ranks:
+        return JobSeries(job, [], np.empty((0, job.height)))
+    wide = (job.select("iteration", pl.col("duration_s").alias("job_s"))
+            .join(per_rank.pivot("rank", index="iteration", values="duration_s",
+                                 aggregate_function="median"), on="iteration", how="left")
+            .sort("iteration"))
+    matrix = np.vstack([wide[str(r)].fill_null(wide["job_s"]).to_numpy() for r in ranks])
+    return JobSeries(job, ranks, matrix)
+
+
+def segment_means(durations: np.ndarray, changepoints: np.ndarray) -> np.ndarray:
+    """Mean of every segment between consecutive change points."""
+    bounds = np.concatenate(([0], changepoints, [durations.size]))
+    return np.add.reduceat(durations, bounds[:-1]) / np.diff(bounds)
+
+
+def change_events(job: str, rank: int | None, detector: str, series: pl.DataFrame,
+                  durations: np.ndarray, changepoints: np.ndarray) -> pl.DataFrame:
+    """One ``events`` row per change point, with the mean before and after it."""
+    means = segment_means(durations, changepoints)
+    frame = pl.DataFrame({
+        "job": job, "rank": rank, "detector": detector,
+        "iteration": series["iteration"].gather(changepoints),
+        "ts_ns": series["t_start_ns"].gather(changepoints),
+        "before_s": means[:-1], "after_s": means[1:],
+    }, schema_overrides={"rank": pl.Int32, "before_s": pl.Float64, "after_s": pl.Float64})
+    frame = frame.with_columns((pl.col("after_s") / pl.col("before_s")).alias("ratio"))
+    return schema.conform("events", frame)
+
+
+def find_episodes(job: str, detector: str, series: pl.DataFrame, changepoints: np.ndarray,
+                  min_slowdown: float, rank_events: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Episodes of one job-level series segmented at ``changepoints``."""
+    durations = series["duration_s"].to_numpy()
+    bounds = np.concatenate(([0], changepoints, [durations.size])).astype(np.int64)
+    levels = np.array([np.median(durations[a:b]) for a, b in zip(bounds[:-1], bounds[1:],
+                                                                    strict=True)])
+    long = np.diff(bounds) >= MIN_BASELINE_POINTS
+    baseline = float(levels[long].min() if long.any() else levels.min())
+    slow = levels > baseline * (1 + min_slowdown)
+    rows = []
+    segment = 0
+    while segment < slow.size:
+        if not slow[segment]:
+            segment += 1
+            continue
+        last = segment
+        while last + 1 < slow.size and slow[last + 1]:
+            last += 1
+        rows.append(_episode(series, durations, int(bounds[segment]), int(bounds[last + 1]),
+                             baseline, rank_events))
+        segment = last + 1
+    frame = pl.DataFrame(rows, schema_overrides={"t_end_ns": pl.Int64, "ranks": pl.String})
+    if frame.is_empty():
+        return schema.table("episodes").empty()
+    frame = frame.with_columns(
+        pl.lit(job).alias("job"), pl.lit(detector).alias("detector"),
+        pl.int_range(1, pl.len() + 1, dtype=pl.Int32).alias("episode"),
+        (pl.col("lost_s") / (durations.size * baseline)).alias("jct_slowdown"))
+    return schema.conform("episodes", frame)
+
+
+def _episode(series: pl.DataFrame, durations: np.ndarray, first: int, stop: int,
+             baseline: float, rank_events: pl.DataFrame | None) -> dict:
+    iterations = series["iteration"]
+    start_iteration, end_iteration = int(iterations[first]), int(iterations[stop - 1])
+    ranks = None
+    if rank_events is not None and rank_events.height:
+        near = rank_events.filter(
+            pl.col("iteration").is_between(start_iteration - RANK_MATCH_ITERATIONS,
+                                           end_iteration))
+        ranks = ",".join(str(r) for r in sorted(near["rank"].unique().to_list())) or None
+    episode = durations[first:stop]
+    return {
+        "t_start_ns": series["t_start_ns"][first],
+        "t_end_ns": series["t_end_ns"][stop - 1] if stop < durations.size else None,
+        "start_iteration": start_iteration, "end_iteration": end_iteration,
+        "iterations": stop - first, "duration_s": float(episode.sum()),
+        "baseline_s": baseline, "slowdown": float(episode.mean() / baseline),
+        "lost_s": float((episode - baseline).sum()), "ranks": ranks,
+    }
+
+
+def detect_series(detector: Detector, matrix: np.ndarray) -> list[np.ndarray]:
+    """Run a detector over every row; BOCD-family detectors step all rows together."""
+    if matrix.shape[0] == 0:
+        return []
+    many = getattr(detector, "detect_many", None)
+    if many is not None:
+        return list(many(matrix))
+    return [detector.detect(row) for row in matrix]
+
+
+@dataclass
+class Detection:
+    events: pl.DataFrame
+    episodes: pl.DataFrame
+
+
+def detect_dataset(dataset: Dataset | str | Path, detectors: list[str] | None = None,
+                   params: dict | None = None, min_slowdown: float = 0.05) -> Detection:
+    """Run ``detectors`` (default :data:`JOB_DETECTORS`) on a dataset's iterations; write and
+    return ``events`` and ``episodes`` (replacing earlier ones). ``params`` go to every
+    detector, so pass them with a single detector."""
+    if not isinstance(dataset, Dataset):
+        dataset = open_dataset(dataset)
+    series = job_series(dataset.table("iterations").collect())
+    if series.job.height == 0:
+        raise InputError("the iterations table has no finite durations", str(dataset.path))
+    events, episodes = [], []
+    for name in detectors or JOB_DETECTORS:
+        found = _detect_job(dataset.job, name, make_detector(name, **(params or {})), series,
+                            min_slowdown)
+        events.append(found.events)
+        episodes.append(found.episodes)
+    detection = Detection(pl.concat(events), pl.concat(episodes))
+    dataset.write_table("events", detection.events)
+    dataset.write_table("episodes", detection.episodes)
+    dataset.save_manifest()
+    return detection
+
+
+def _detect_job(job: str, name: str, detector: Detector, series: JobSeries,
+                min_slowdown: float) -> Detection:
+    durations = series.job["duration_s"].to_numpy()
+    job_changes = detector.detect(durations)
+    events = [change_events(job, None, name, series.job, durations, job_changes)]
+    for rank, row, changes in zip(series.ranks, series.matrix,
+                                  detect_series(detector, series.matrix), strict=True):
+        events.append(change_events(job, rank, name, series.job, row, changes))
+    all_events = pl.concat(events)
+    episodes = find_episodes(job, name, series.job, job_changes, min_slowdown,
+                             all_events.filter(pl.col("rank").is_not_null()))
+    return Detection(all_events, episodes)
