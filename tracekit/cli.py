@@ -404,3 +404,7 @@ def changepoints(
 from tracekit.synth.cli import synth_app  # noqa: E402  (sub-app: tracekit synth job|corpus)
 
 app.add_typer(synth_app, name="synth")
+
+from tracekit.validate.cli import validate_app  # noqa: E402  (sub-app: tracekit validate gemm|p2p)
+
+app.add_typer(validate_app, name="validate")

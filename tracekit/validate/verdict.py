@@ -53,7 +53,9 @@ def gemm_validations(report: GemmReport, job: str,
     devices = report.devices.with_columns(suspect.fill_null(False).alias("suspect"))
     measured = devices.select(
         pl.lit("gemm").alias("check"),
-        pl.format("gpu:{}/{}", "host", pl.col("device").str.replace("^cuda:", "")).alias("target"),
+        pl.when(pl.col("gpu").is_not_null())
+        .then(pl.format("gpu:{}/{}", "host", "gpu"))
+        .otherwise(pl.format("{}@{}", "device", "host")).alias("target"),
         "host", "gpu", "suspect",
         _verdict(pl.col("suspect")).alias("verdict"),
         "slowdown",

@@ -1,0 +1,56 @@
+"""``tracekit validate``: the missing-torch message, and a P2P run recorded in a dataset."""
+
+from __future__ import annotations
+
+import sys
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from tracekit import schema
+from tracekit.cli import app
+from tracekit.dataset import create_dataset
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("check", ["gemm", "p2p --group 0,1"])
+def test_missing_torch_says_how_to_install_it(monkeypatch, check):
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
+    result = runner.invoke(app, ["validate", *check.split()])
+    assert result.exit_code == 2
+    message = " ".join(result.output.split())
+    assert "error: the validators need PyTorch, the optional `gpu` extra" in message
+    assert "pip install 'tracekit[gpu]'" in message
+    assert "pip install torch==2.13.0" in message
+
+
+def test_episode_without_dataset_is_a_clear_error():
+    pytest.importorskip("torch")
+    result = runner.invoke(app, ["validate", "p2p", "--episode", "3", "--group", "0,1"])
+    assert result.exit_code == 2
+    assert "--episode needs --from DATASET" in result.output
+
+
+def test_p2p_from_dataset_records_verdicts_for_the_episode(tmp_path):
+    pytest.importorskip("torch")
+    dataset = create_dataset(tmp_path / "job", job="j")
+    comms = pl.DataFrame(
+        {"job": ["j"] * 3, "comm": ["0xa", "0xb", "0xc"], "comm_id": ["0xdp"] * 3,
+         "rank": [0, 1, 2], "comm_rank": [0, 1, 2], "nranks": [3] * 3,
+         "host": ["n1", "n1", "n2"]},
+        schema_overrides={"rank": pl.Int32, "comm_rank": pl.Int32, "nranks": pl.Int32})
+    dataset.write_table("comms", schema.conform("comms", comms))
+    episodes = pl.DataFrame({"job": ["j"], "episode": [1], "detector": ["bocd+v"],
+                             "target": ["link:n1-n2"]}, schema_overrides={"episode": pl.Int32})
+    dataset.write_table("episodes", schema.conform("episodes", episodes))
+    result = runner.invoke(app, ["validate", "p2p", "--from", str(dataset.path), "--episode",
+                                 "1", "--size-mb", "1", "--backend", "gloo",
+                                 "--inject-delay", "1-2=0.05", "--threshold", "1.0"])
+    assert result.exit_code == 0, result.output
+    assert "recorded 3 verdicts" in result.output
+    verdicts = pl.read_parquet(dataset.path / "validations" / "data.parquet")
+    assert verdicts.select("target", "verdict").rows() == [  # 0->1 has no intra-host peer
+        ("link:1->2", "confirmed"), ("link:2->0", "refuted"), ("link:0->1", "not-testable")]
+    assert verdicts["episode"].to_list() == [1, 1, 1]
