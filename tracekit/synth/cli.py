@@ -55,8 +55,7 @@ def job(
     sequence_parallel: Annotated[bool, typer.Option(help="Megatron --sequence-parallel.")] = False,
     distributed_optimizer: Annotated[bool, typer.Option(
         help="Megatron --use-distributed-optimizer.")] = True,
-    collectives: Annotated[str, typer.Option(help="Collective log format: hook, nccl, both, "
-                                                  "none.")] = "hook",
+    collectives: Annotated[str, typer.Option(help="Collective log format: hook or none.")] = "hook",
     monitoring: Annotated[bool, typer.Option(help="Write DCGM, RNIC, IPMI and host CPU "
                                                   "exports.")] = True,
     seed: Annotated[int, typer.Option(help="Random seed (same seed, same bytes).")] = 0,
@@ -100,7 +99,7 @@ def corpus(
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
     iterations: Annotated[int | None, typer.Option(help="Iterations per job (default: the "
                                                         "preset's).")] = None,
-    collectives: Annotated[str, typer.Option(help="hook, nccl, both or none.")] = "hook",
+    collectives: Annotated[str, typer.Option(help="hook or none.")] = "hook",
 ) -> None:
     """Build a labeled corpus shaped like Greyhound's probing campaigns (Table 1 mix)."""
     from rich.console import Console

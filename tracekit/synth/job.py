@@ -7,9 +7,8 @@ Folder layout::
     JOB/labels.parquet                the labels table (fail-slows and benign noise episodes)
     JOB/truth.parquet                 per-iteration ground truth
     JOB/ranks/rank<N>.hook.csv        collective calls, hook CSV (--collectives hook)
-    JOB/nccl/<host>.<pid>.log         NCCL_DEBUG=INFO COLL + INIT lines (--collectives nccl)
     JOB/megatron/train.log            stdout of the last rank (iteration lines, timers)
-    JOB/monitoring/<host>/...         dcgm-exporter, mlx5 hw_counters, ipmitool, node_exporter
+    JOB/monitoring/<host>/...         dcgm-exporter scrapes, mlx5 hw_counters snapshots
 """
 
 from __future__ import annotations
@@ -40,7 +39,8 @@ meaning: changing it changes the output of a seed."""
 DEFAULT_START_NS = 1_760_432_400 * 10**9
 """2025-10-14 09:00:00 UTC: the default wall-clock start of a synthetic job."""
 
-COLLECTIVE_FORMATS = ("hook", "nccl", "both", "none")
+COLLECTIVE_FORMATS = ("hook", "none")
+"""Collective log formats written so far (the NCCL debug-log writer is not built yet)."""
 
 
 @dataclass(frozen=True)
@@ -163,7 +163,7 @@ def generate_job(out: Path, spec: JobSpec) -> JobResult:
                                     + "\n")
     L, n = run.layout, spec.iterations
     writers = []
-    if spec.collectives in ("hook", "both"):
+    if spec.collectives == "hook":
         writers.append(HookCsvWriter(out / "ranks", L, run.identity))
     megatron = MegatronLogWriter(out / "megatron" / "train.log", spec, run,
                                  np.random.default_rng([spec.seed, 3]))
