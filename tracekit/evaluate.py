@@ -328,16 +328,28 @@ class Corpus:
     matched, median_rel_error, p99_rel_error); empty when no job has both."""
 
 
+LARGE_JOB_GPUS = 512
+"""Greyhound's "large jobs" use at least 512 GPUs; its compute probes run on one node and its
+communication probes on four (paper-notes.md, Table 1)."""
+
+
 def job_category(dataset) -> str:
-    """The job's population (compute, communication, large) as its generator recorded it in
-    the manifest (``category``, or ``build.category``), else from its labels' kinds."""
-    manifest = dataset.manifest
-    category = manifest.get("category") or manifest.get("build", {}).get("category")
+    """The job's population as the paper splits them: ``large`` from 512 ranks, ``compute``
+    on one host, ``communication`` across hosts. A ``category`` in the manifest wins."""
+    category = dataset.manifest.get("category") or dataset.manifest.get("build", {}).get(
+        "category")
     if category:
         return str(category)
-    kinds = (dataset.table("labels").filter(pl.col("fail_slow").fill_null(True))
-             .select("kind").collect()["kind"].drop_nulls().unique().to_list())
-    return kinds[0] if len(kinds) == 1 else UNKNOWN_CATEGORY
+    tables = dataset.manifest.get("tables", {})
+    hosts = max((t.get("hosts") or 0 for t in tables.values()), default=0)
+    ranks = max((t.get("ranks") or 0 for t in tables.values()), default=0)
+    layout = dataset.table("parallel_layout").select("world_size").collect()["world_size"]
+    ranks = max(ranks, layout.max() or 0) if layout.len() else ranks
+    if ranks >= LARGE_JOB_GPUS:
+        return "large"
+    if hosts == 0:
+        return UNKNOWN_CATEGORY
+    return "compute" if hosts == 1 else "communication"
 
 
 def job_layout(dataset) -> str | None:
