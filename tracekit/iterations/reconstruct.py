@@ -155,13 +155,16 @@ def _reconstruct_rank(
     summary.segments = len(bounds) - 1
     symbols_all = calls["_symbol"].to_numpy()
     times_all = calls["_mark_ns"].to_numpy() if has_clock else None
-    nranks_of = np.zeros(int(symbols_all.max()) + 1)
-    nranks_of[symbols_all] = calls["nranks"].fill_null(0).to_numpy()
+    # boundaries go on the job-wide synchronisation: the largest communicator, and on it the
+    # smallest payload (Megatron's grad-norm / found-inf all-reduce)
+    preference = np.zeros(int(symbols_all.max()) + 1)
+    preference[symbols_all] = (calls["nranks"].fill_null(0).to_numpy()
+                               + 1 / (2 + calls["bytes"].fill_null(0).to_numpy()))
     frames, next_iteration, durations = [], 0, []
     periods: list[Period] = []
     for start, end in zip(bounds[:-1], bounds[1:], strict=True):
         local, symbols = _dense(symbols_all[start:end])
-        period = find_period(symbols, threshold, preference=nranks_of[local])
+        period = find_period(symbols, threshold, preference=preference[local])
         if period is None:
             summary.warnings.append(
                 f"rank {rank}: no periodic structure in calls {start}..{end - 1} "
