@@ -74,3 +74,10 @@ def test_megatron_layer_shapes():
     assert GemmShape("x", 100, 17, 16).aligned(16) == GemmShape("x", 112, 32, 16)
     with pytest.raises(TracekitError, match="hidden size 4096 is not divisible by tensor"):
         ModelShape(4096, 2048, 1, tensor_parallel=3).products()
+
+
+def test_fp8_product_uses_scaled_mm_with_bf16_output():
+    from tracekit.validate.gemm import _product
+
+    out = _product(torch, "cpu", "fp8", GemmShape("x", 64, 32, 48))()
+    assert tuple(out.shape) == (64, 32) and out.dtype == torch.bfloat16
