@@ -29,8 +29,7 @@ venv: $(STAMP)
 
 demo: venv
 	rm -rf $(DEMO)
-	$(BIN)/tracekit ingest datasets/sample -o $(DEMO)
-	$(BIN)/tracekit info $(DEMO)
+	$(BIN)/tracekit analyze datasets/sample -o $(DEMO)
 
 test: venv
 	$(BIN)/python -m pytest
@@ -42,7 +41,7 @@ lint: venv
 	$(BIN)/ruff check tracekit tests benchmarks
 
 report: venv
-	@echo "reports arrive with the report issue"
+	$(BIN)/tracekit report datasets/corpus -o reports/corpus
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache .hypothesis
