@@ -1,0 +1,122 @@
+"""Localise and explain each fail-slow: which rank, GPU, host or link, and why.
+
+``attribute_dataset(path)`` fills the verdict columns of every episode (kind, cause, target,
+confidence, evidence) and its cost when missing, and judges pipeline-stage imbalance from op
+traces. Signals, one module each: communicator instances (:mod:`.groups`,
+:mod:`.instances`), arrival skew and own compute time (:mod:`.arrival`), cross-group profiling
+(:mod:`.profiling`), link localisation (:mod:`.links`), monitoring evidence
+(:mod:`.evidence`), their combination (:mod:`.verdict`) and stage imbalance (:mod:`.stages`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from tracekit import schema
+from tracekit.attribute.arrival import call_gaps
+from tracekit.attribute.evidence import Window
+from tracekit.attribute.instances import collective_instances, member_calls
+from tracekit.attribute.stages import StageVerdict, stage_imbalance
+from tracekit.attribute.verdict import INSUFFICIENT, Signals, Verdict, decide
+from tracekit.dataset import Dataset, open_dataset
+
+WARMUP_ITERATIONS = 10
+"""The first iterations (autotuning, allocator warm-up) never serve as a healthy baseline."""
+
+BASELINE_SPAN = 4.0
+"""The baseline is at most this many episode lengths of time right before the episode."""
+
+VERDICT_COLUMNS = ("kind", "cause", "target", "confidence", "evidence")
+
+
+@dataclass
+class Attribution:
+    """Attributed episodes (the whole ``episodes`` table, as written) and the stage verdict of
+    jobs with op traces."""
+
+    episodes: pl.DataFrame
+    stages: StageVerdict | None
+
+
+def attribute_dataset(dataset: Dataset | str | Path) -> Attribution:
+    """Attribute every episode of ``dataset`` and write them back to its ``episodes`` table."""
+    if not isinstance(dataset, Dataset):
+        dataset = open_dataset(dataset)
+    episodes = dataset.table("episodes").collect()
+    stages = stage_imbalance(dataset.table("op_traces").collect())
+    if episodes.is_empty():
+        return Attribution(episodes, stages)
+    attributed = attribute_episodes(dataset, episodes)
+    dataset.write_table("episodes", attributed)
+    dataset.save_manifest()
+    return Attribution(attributed, stages)
+
+
+def attribute_episodes(dataset: Dataset, episodes: pl.DataFrame) -> pl.DataFrame:
+    """``episodes`` with the verdict columns filled from the dataset's other tables."""
+    collectives = dataset.table("collectives")
+    calls = member_calls(collectives, dataset.table("comms").collect())
+    instances = collective_instances(calls)
+    gaps = call_gaps(collectives)
+    rank_hosts = dict(calls.select("rank", "host").unique("rank").iter_rows())
+    monitoring = {name: dataset.table(name).collect()
+                  for name in ("gpu_metrics", "host_metrics", "nic_counters")}
+    trace_start, trace_end = _trace_span(dataset, instances)
+    verdicts = []
+    for row in episodes.iter_rows(named=True):
+        if not instances.height:
+            verdicts.append(Verdict("unknown", INSUFFICIENT, None, 0.0,
+                                    "no collective calls with timestamps: no timing per group "
+                                    "or rank (ingest NCCL logs or the hook CSV)"))
+            continue
+        start = row["t_start_ns"]
+        end = row["t_end_ns"] if row["t_end_ns"] is not None else trace_end
+        before = max(trace_start, start - int(BASELINE_SPAN * (end - start)))
+        window = Window(start, end, before)
+        t = pl.col("t_ns")
+        verdicts.append(decide(Signals(
+            window,
+            instances.filter(t.is_between(start, end, closed="left")),
+            instances.filter(t.is_between(before, start, closed="left")),
+            gaps, rank_hosts, *monitoring.values())))
+    filled = pl.DataFrame(
+        [{c: getattr(v, c) for c in VERDICT_COLUMNS} for v in verdicts],
+        schema={c: schema.EPISODES.schema[c] for c in VERDICT_COLUMNS})
+    return _with_cost(dataset, episodes.drop(VERDICT_COLUMNS).hstack(filled)) \
+        .select(schema.EPISODES.column_names)
+
+
+def _trace_span(dataset: Dataset, instances: pl.DataFrame) -> tuple[int, int]:
+    """Where a healthy baseline may start (after the warm-up iterations) and the trace end."""
+    if instances.is_empty():
+        return 0, 0
+    start, end = instances["t_ns"].min(), instances["t_ns"].max()
+    warm = (dataset.table("iterations").filter(pl.col("t_start_ns").is_not_null())
+            .group_by("iteration").agg(pl.col("t_start_ns").min()).sort("iteration")
+            .collect())
+    if warm.height > WARMUP_ITERATIONS:
+        start = max(start, warm["t_start_ns"][WARMUP_ITERATIONS])
+    return start, end + 1
+
+
+def _with_cost(dataset: Dataset, episodes: pl.DataFrame) -> pl.DataFrame:
+    """Fill ``lost_s`` and ``jct_slowdown`` where a detector left them empty: time over the
+    healthy baseline inside the episode, as a share of the job's healthy completion time."""
+    if episodes.filter(pl.col("lost_s").is_null() | pl.col("jct_slowdown").is_null()).is_empty():
+        return episodes
+    job = (dataset.table("iterations").group_by("iteration")
+           .agg(pl.col("duration_s").median()).collect())
+    iterations = job.height
+    lost = [
+        None if row["baseline_s"] is None or row["start_iteration"] is None else float(
+            job.filter(pl.col("iteration").is_between(row["start_iteration"],
+                                                      row["end_iteration"]))
+            .select((pl.col("duration_s") - row["baseline_s"]).sum()).item())
+        for row in episodes.iter_rows(named=True)]
+    return episodes.with_columns(
+        pl.col("lost_s").fill_null(pl.Series(lost, dtype=pl.Float64)),
+    ).with_columns(pl.col("jct_slowdown").fill_null(
+        pl.col("lost_s") / (pl.col("baseline_s") * iterations)))

@@ -1,0 +1,73 @@
+"""Arrival skew: which rank the others wait for.
+
+In synchronous training everyone's iteration slows together and waiting equalises the
+durations, but the order of arrival at each collective does not lie: the compute straggler
+arrives last, and the time the others spent waiting for it is blamed on it.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+SKEW_SCHEMA = {"rank": pl.Int32, "instances": pl.UInt32, "last": pl.UInt32,
+               "last_share": pl.Float64, "blame_s": pl.Float64}
+
+
+def arrival_skew(instances: pl.DataFrame) -> pl.DataFrame:
+    """Per rank over ``instances``: how many it took part in, how often it arrived last
+    (``last_share``) and the waiting it imposed (``blame_s``, sum of its lateness when last)."""
+    if instances.is_empty():
+        return pl.DataFrame(schema=SKEW_SCHEMA)
+    taken = (instances.select("members").explode("members")
+             .group_by(pl.col("members").alias("rank")).len("instances"))
+    last = instances.group_by(pl.col("last_rank").alias("rank")).agg(
+        pl.len().alias("last"), pl.col("lateness_s").clip(lower_bound=0.0).sum().alias("blame_s"))
+    return (taken.join(last, on="rank", how="left")
+            .with_columns(pl.col("last").fill_null(0), pl.col("blame_s").fill_null(0.0))
+            .with_columns((pl.col("last") / pl.col("instances")).alias("last_share"))
+            .select(list(SKEW_SCHEMA)).cast(SKEW_SCHEMA).sort("rank"))
+
+
+def skew_change(during: pl.DataFrame, before: pl.DataFrame, during_s: float,
+                before_s: float) -> pl.DataFrame:
+    """Arrival skew in the episode next to the same ranks before it: ``blame_rate`` is waiting
+    imposed per second of wall time, ``excess_rate`` its increase over the baseline."""
+    now = arrival_skew(during).with_columns((pl.col("blame_s") / during_s).alias("blame_rate"))
+    then = arrival_skew(before).with_columns((pl.col("blame_s") / before_s).alias("blame_rate"))
+    return (now.join(then.select("rank", pl.col("last_share").alias("last_share_before"),
+                                 pl.col("blame_rate").alias("blame_rate_before")),
+                     on="rank", how="left")
+            .with_columns(pl.col("last_share_before", "blame_rate_before").fill_null(0.0))
+            .with_columns((pl.col("blame_rate") - pl.col("blame_rate_before"))
+                          .alias("excess_rate"))
+            .sort("excess_rate", descending=True))
+
+
+def call_gaps(collectives: pl.LazyFrame) -> pl.DataFrame:
+    """Per call, the rank's own time before it: from the end of its previous call (any call,
+    send / recv included) to this issue. Outside NCCL a rank computes; inside it waits, so a
+    straggler's own time grows while its peers' shrinks. Empty without end times."""
+    return (collectives.filter(pl.col("t_start_ns").is_not_null(),
+                               pl.col("t_end_ns").is_not_null())
+            .select("rank", "host", "cuda_dev", "t_start_ns", "t_end_ns")
+            .sort("rank", "t_start_ns")
+            .with_columns(((pl.col("t_start_ns")
+                            - pl.col("t_end_ns").cum_max().shift(1).over("rank"))
+                           .clip(lower_bound=0) / 1e9).alias("own_s"))
+            .select("rank", "host", "cuda_dev", pl.col("t_start_ns").alias("t_ns"), "own_s")
+            .collect())
+
+
+def own_time_change(gaps: pl.DataFrame, during: tuple[int, int],
+                    before: tuple[int, int]) -> pl.DataFrame:
+    """Per rank, the share of wall time spent outside NCCL in the episode and before it,
+    ``ratio`` (during / before) and ``relative`` (ratio over the median rank's ratio)."""
+    t = pl.col("t_ns")
+    share = {name: pl.col("own_s").filter(t.is_between(a, b, closed="left")).sum() / ((b - a) / 1e9)
+             for name, (a, b) in (("during", during), ("before", before))}
+    return (gaps.group_by("rank", "host", "cuda_dev")
+            .agg(share["during"].alias("own_share"), share["before"].alias("own_share_before"))
+            .filter(pl.col("own_share_before") > 0)
+            .with_columns((pl.col("own_share") / pl.col("own_share_before")).alias("ratio"))
+            .with_columns((pl.col("ratio") / pl.col("ratio").median()).alias("relative"))
+            .sort("rank"))

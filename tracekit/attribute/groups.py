@@ -1,0 +1,131 @@
+"""Communicator instances: which per-process communicator handles belong to one group.
+
+A handle (``0x7f3a...``) is a pointer inside one process, so the members of one communicator
+print different handles. NCCL Init lines (the ``comms`` table) join them by ``commId`` (plus the
+split colour of ``ncclCommSplit`` children, which share their parent's ``commId``). Sources
+without Init lines (the LD_PRELOAD hook CSV) only give per-process handles; there the members
+are found from the calls themselves: every member of a collective leaves it together, so the
+handles of one group have the same call signature and (up to clock skew) the same end times.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+SIGNATURE_CALLS = 64
+"""Calls per handle compared when members are inferred from end times."""
+
+COLLECTIVE_OPS = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall",
+                  "gather", "scatter", "barrier")
+"""Operations every member of the communicator enters (send / recv pair only two ranks)."""
+
+HANDLE = ("host", "pid", "comm")
+"""What identifies one process's communicator handle."""
+
+
+def handle_groups(collectives: pl.LazyFrame, comms: pl.DataFrame) -> pl.DataFrame:
+    """One row per (host, pid, comm) handle seen in ``collectives``: its ``group`` id (the same
+    for every member of one communicator) and ``group_source`` (``comms`` or ``inferred``)."""
+    handles = (collectives.group_by(*HANDLE).agg(pl.col("rank").first(),
+                                                 pl.col("nranks").max())
+               .collect())
+    known = _groups_from_comms(comms)
+    joined = handles.join(known, on=list(HANDLE), how="left")
+    missing = joined.filter(pl.col("group").is_null()).drop("group", "group_source")
+    found = joined.filter(pl.col("group").is_not_null())
+    if missing.height:
+        inferred = _groups_from_end_times(collectives, missing)
+        found = pl.concat([found, inferred], how="vertical_relaxed")
+    return found.select(*HANDLE, "rank", "nranks", "group", "group_source")
+
+
+def _groups_from_comms(comms: pl.DataFrame) -> pl.DataFrame:
+    """Group ids from Init lines; a key that would hold one rank twice (two splits of one
+    parent reusing a colour) is dropped, so those handles are inferred instead."""
+    usable = comms.filter(pl.col("comm_id").is_not_null())
+    keyed = usable.with_columns(pl.format("{}/{}/{}", "comm_id",
+                                          pl.col("split_color").fill_null(-1),
+                                          "nranks").alias("group"))
+    clean = keyed.filter(pl.col("rank").is_unique().over("group")
+                         .all().over("group"))
+    return (clean.select(*HANDLE, "group").unique(subset=list(HANDLE))
+            .with_columns(pl.lit("comms").alias("group_source")))
+
+
+def _groups_from_end_times(collectives: pl.LazyFrame, handles: pl.DataFrame) -> pl.DataFrame:
+    """Partition handles into communicators of ``nranks`` members by their end times.
+
+    Handles are bucketed by call signature (nranks, op and bytes of their first calls); inside a
+    bucket each unassigned handle takes the nranks - 1 handles of other ranks whose end times are
+    closest (mean absolute difference over the first :data:`SIGNATURE_CALLS` calls). Groups
+    that end in lock step (a DP group right after a TP all-reduce) tie; ties go to ranks that do
+    not already share a communicator, since the groups of hybrid parallelism are orthogonal (a
+    TP group and a DP group share at most one rank). Buckets with the fewest ties go first.
+    """
+    calls = (collectives.join(handles.lazy().select(HANDLE), on=list(HANDLE), how="semi")
+             .filter(pl.col("seq") < SIGNATURE_CALLS, pl.col("t_end_ns").is_not_null())
+             .select(*HANDLE, "seq", "op", "bytes", "t_end_ns")
+             .sort(*HANDLE, "seq").collect())
+    signature = calls.group_by(HANDLE, maintain_order=True).agg(
+        pl.format("{}:{}", "op", "bytes").str.join(",").alias("signature"),
+        pl.col("t_end_ns"))
+    table = handles.join(signature, on=list(HANDLE), how="left").sort("rank", *HANDLE)
+    buckets = [_Bucket(frame) for _, frame in
+               table.group_by("nranks", "signature", maintain_order=True)]
+    together: set[tuple[int, int]] = set()
+    rows = []
+    for bucket in sorted(buckets, key=lambda b: b.ties):
+        rows.extend(bucket.partition(together))
+    frame = pl.DataFrame(rows, schema={"host": pl.String, "pid": pl.Int64, "comm": pl.String,
+                                       "group": pl.String}, orient="row")
+    return handles.join(frame, on=list(HANDLE), how="left").with_columns(
+        pl.lit("inferred").alias("group_source"))
+
+
+TIE_NS = 1_000
+"""End-time differences below this (1 us) count as a tie between candidate members."""
+
+
+class _Bucket:
+    """Handles of one call signature and their pairwise end-time distances."""
+
+    def __init__(self, frame: pl.DataFrame) -> None:
+        self.size = int(frame["nranks"][0] or 1)
+        self.keys = list(zip(frame["host"], frame["pid"], frame["comm"], strict=True))
+        self.ranks = frame["rank"].to_numpy()
+        ends = [e for e in frame["t_end_ns"].to_list()]
+        length = min((len(e) for e in ends if e is not None), default=0)
+        self.distance = None
+        self.ties = 0.0
+        if self.size > 1 and length and all(e is not None for e in ends):
+            matrix = np.array([e[:length] for e in ends], dtype=np.float64)
+            distance = np.abs(matrix[:, None, :] - matrix[None, :, :]).mean(axis=2)
+            distance[self.ranks[:, None] == self.ranks[None, :]] = np.inf
+            self.distance = np.floor(distance / TIE_NS)
+            self.ties = float((self.distance == 0).sum(axis=1).mean())
+
+    def partition(self, together: set[tuple[int, int]]) -> list[tuple]:
+        """Greedy groups of ``size`` handles; records the rank pairs it puts together."""
+        name = [f"{h}/{p}/{c}" for h, p, c in self.keys]
+        if self.distance is None:
+            return [(*k, n) for k, n in zip(self.keys, name, strict=True)]
+        free = np.ones(len(self.keys), dtype=bool)
+        out = []
+        for first in range(len(self.keys)):
+            if not free[first]:
+                continue
+            free[first] = False
+            members = [first]
+            shared = np.array([(min(self.ranks[first], r), max(self.ranks[first], r))
+                               in together for r in self.ranks])
+            for other in np.lexsort((shared, self.distance[first])):
+                if len(members) == self.size or not np.isfinite(self.distance[first, other]):
+                    break
+                if free[other] and self.ranks[other] not in self.ranks[members]:
+                    members.append(int(other))
+                    free[other] = False
+            member_ranks = sorted(int(self.ranks[m]) for m in members)
+            together.update((a, b) for a in member_ranks for b in member_ranks if a < b)
+            out.extend((*self.keys[m], name[first]) for m in members)
+        return out

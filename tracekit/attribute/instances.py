@@ -1,0 +1,54 @@
+"""Collective instances: one call of one communicator, matched across its members.
+
+Members of a communicator number their calls the same way (``seq``), so (group, seq) names one
+instance. Its members' issue times give the arrival order (who the others waited for) and the
+time from the last arrival to the end is the transfer itself, free of waiting: the split that
+tells a slow GPU (late arrival) from a slow link (long transfer).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from tracekit.attribute.groups import COLLECTIVE_OPS, HANDLE, handle_groups
+
+INSTANCE_COLUMNS = ("group", "seq", "op", "bytes", "nranks", "t_ns", "last_rank",
+                    "lateness_s", "transfer_s", "hosts", "members")
+
+
+def member_calls(collectives: pl.LazyFrame, comms: pl.DataFrame) -> pl.DataFrame:
+    """Every collective call (send / recv excluded) with its communicator ``group``; calls
+    whose group could not be established are dropped."""
+    calls = collectives.filter(pl.col("op").is_in(COLLECTIVE_OPS), pl.col("nranks") > 1,
+                               pl.col("t_start_ns").is_not_null())
+    groups = handle_groups(calls, comms).select(*HANDLE, "group")
+    return (calls.join(groups.lazy(), on=list(HANDLE), how="inner")
+            .filter(pl.col("group").is_not_null())
+            .select("group", "seq", "rank", "host", "cuda_dev", "op", "bytes", "nranks",
+                    "t_start_ns", "t_end_ns")
+            .collect())
+
+
+def collective_instances(calls: pl.DataFrame) -> pl.DataFrame:
+    """One row per (group, seq) seen on every member: start time of the instance, the rank
+    that arrived last, how long the others waited for it (last arrival minus the median of the
+    others) and the transfer time (median end minus last arrival; null without end times)."""
+    ordered = calls.sort("group", "seq", "t_start_ns", "rank")
+    return (
+        ordered.group_by("group", "seq")
+        .agg(
+            pl.col("op").first(), pl.col("bytes").first(), pl.col("nranks").first(),
+            pl.col("t_start_ns").min().alias("t_ns"),
+            pl.col("rank").last().alias("last_rank"),
+            ((pl.col("t_start_ns").last() - pl.col("t_start_ns").head(pl.len() - 1).median())
+             / 1e9).alias("lateness_s"),
+            ((pl.col("t_end_ns").median() - pl.col("t_start_ns").max()) / 1e9)
+            .clip(lower_bound=0.0).alias("transfer_s"),
+            pl.col("host").unique().sort().alias("hosts"),
+            pl.col("rank").sort().alias("members"),
+            pl.len().alias("_seen"),
+        )
+        .filter(pl.col("_seen") == pl.col("nranks"))
+        .select(INSTANCE_COLUMNS)
+        .sort("t_ns")
+    )

@@ -1,0 +1,73 @@
+"""Link localisation: intersect the slow communication groups down to one link or one NIC.
+
+Each group that crosses hosts runs a ring over its members' hosts (NCCL's ring follows the
+communicator's rank order), so it uses a known set of host-to-host hops. The culprit link is
+one every slow group crosses and no healthy group does; when no single link explains them but
+one host's NIC is on every slow group and on no healthy one, the NIC is the culprit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+
+def ring_links(hosts_in_order: list[str]) -> set[tuple[str, str]]:
+    """Inter-host hops of a ring over members whose hosts are listed in rank order (consecutive
+    distinct hosts, closed into a cycle), as sorted host pairs."""
+    distinct = list(dict.fromkeys(hosts_in_order))
+    if len(distinct) < 2:
+        return set()
+    return {tuple(sorted((distinct[i], distinct[(i + 1) % len(distinct)])))
+            for i in range(len(distinct))}
+
+
+@dataclass(frozen=True)
+class LinkVerdict:
+    """Where the slow groups meet: ``target`` (``link:a-b`` or ``nic:h``), the hosts whose NICs
+    to check, the candidates that explain them equally well, and the counts behind it."""
+
+    target: str | None
+    hosts: tuple[str, ...]
+    candidates: tuple[str, ...]
+    slow_groups: int
+    healthy_groups: int
+
+
+def localise(groups: pl.DataFrame, rank_hosts: dict[int, str]) -> LinkVerdict:
+    """Intersect the ``suspect`` groups of :func:`~tracekit.attribute.profiling.suspect_groups`
+    (with their ``members``) to a link or NIC; ``target`` is None when nothing crosses hosts."""
+    crossing = []
+    for row in groups.iter_rows(named=True):
+        links = ring_links([rank_hosts[r] for r in row["members"] if r in rank_hosts])
+        if links:
+            crossing.append((bool(row["suspect"]), links))
+    slow = [links for suspect, links in crossing if suspect]
+    healthy = [links for suspect, links in crossing if not suspect]
+    if not slow:
+        return LinkVerdict(None, (), (), 0, len(healthy))
+    candidates = _best(set.union(*slow), slow, healthy, lambda link, links: link in links)
+    if candidates and len(candidates) == 1:
+        a, b = candidates[0]
+        return LinkVerdict(f"link:{a}-{b}", (a, b), (f"link:{a}-{b}",), len(slow), len(healthy))
+    hosts = {h for links in slow for link in links for h in link}
+    nics = _best(hosts, slow, healthy, lambda host, links: any(host in link for link in links))
+    if len(nics) == 1:
+        return LinkVerdict(f"nic:{nics[0]}", (nics[0],), (f"nic:{nics[0]}",), len(slow),
+                           len(healthy))
+    named = tuple(f"link:{a}-{b}" for a, b in candidates) or tuple(f"nic:{h}" for h in nics)
+    involved = tuple(sorted({h for a, b in candidates for h in (a, b)} or set(nics)))
+    return LinkVerdict(None, involved, named, len(slow), len(healthy))
+
+
+def _best(units, slow, healthy, uses) -> list:
+    """Units used by every slow group, with the fewest healthy users (ties all returned)."""
+    full = [u for u in sorted(units) if all(uses(u, links) for links in slow)]
+    if not full:
+        return []
+    false_hits = {u: sum(uses(u, links) for links in healthy) for u in full}
+    fewest = min(false_hits.values())
+    if fewest:
+        return []
+    return [u for u in full if false_hits[u] == fewest]
