@@ -119,6 +119,11 @@ def info(dataset: Annotated[Path, typer.Argument(help="Dataset folder.")]) -> No
                   f"{skipped:,} skipped lines; tracekit {manifest.get('tracekit_version')}")
 
 
+ClusterOption = Annotated[str | None, typer.Option(
+    "--cluster", help="Run partitions on Dask: local, local:N (N workers) or tcp://HOST:PORT "
+    "(a running scheduler); see docs/scale-out.md.")]
+
+
 @command()
 def ingest(
     sources: Annotated[list[Path], typer.Argument(help="Files, folders or .tar(.gz) archives.")],
@@ -129,12 +134,14 @@ def ingest(
                                                "sniffing; see `tracekit formats`.")] = None,
     option: Annotated[list[str] | None, typer.Option("--option", help="Reader option KEY=VALUE "
                                                      "(repeatable).")] = None,
+    cluster: ClusterOption = None,
 ) -> None:
     """Normalise cluster dumps into a Parquet dataset (re-running is idempotent)."""
     from tracekit.ingest.pipeline import ingest as run_ingest
+    from tracekit.parallel import open_executor
 
     options = parse_options(option)
-    with Progress(
+    with open_executor(cluster) as executor, Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(),
         TransferSpeedColumn(), TextColumn("{task.fields[rows]:,} rows"), TimeRemainingColumn(),
         console=errors, transient=True,
@@ -146,7 +153,7 @@ def ingest(
                             advance=bytes_done, rows=progress.tasks[task].fields["rows"] + rows)
 
         summary = run_ingest(sources, output, job=job, format=format, options=options,
-                             progress=advance)
+                             progress=advance, executor=executor)
     table = Table(title=f"ingested into {summary.dataset}")
     for column in ("source", "format", "rows", "skipped", "quarantined", "ranks", "time span",
                    "status"):

@@ -4,13 +4,19 @@ Each source writes its rows as parts named after its content hash (``<sha16>-<ch
 ingesting the same bytes again replaces its own parts instead of adding rows, and a new file
 adds only its own parts. Unchanged sources (same hash, format and parser version) are skipped
 without reading them.
+
+One input file (a log, or an archive read member by member) is one partition: it is read and
+written by :func:`_ingest_file`, on this machine or on a Dask worker (``tracekit.parallel``),
+and only the manifest is written here.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -19,10 +25,15 @@ from tracekit.dataset import Dataset, create_dataset
 from tracekit.errors import InputError, TracekitError
 from tracekit.ingest import registry
 from tracekit.ingest.base import Chunk, Reader, Source
-from tracekit.ingest.sources import MAX_ARCHIVE_BYTES, iter_sources
+from tracekit.ingest.sources import IGNORED_NAMES, MAX_ARCHIVE_BYTES, _hidden, iter_sources
+from tracekit.parallel import Executor, LocalExecutor, Outcome, Report
 
 ProgressCallback = Callable[[str, int, int], None]
 """Called as ``progress(source_name, bytes_done_delta, rows_delta)`` while reading."""
+
+MANIFEST_SAVE_INTERVAL_S = 60.0
+"""While partitions complete, the manifest is saved at most this often (and once at the end),
+so an interrupted ingest of a large dump resumes without re-reading finished sources."""
 
 
 @dataclass
@@ -66,21 +77,116 @@ def ingest(
     options: dict[str, str] | None = None,
     progress: ProgressCallback | None = None,
     max_archive_bytes: int = MAX_ARCHIVE_BYTES,
+    executor: Executor | None = None,
 ) -> IngestSummary:
     """Ingest every file under ``paths`` into the dataset at ``output``.
 
     A missing path raises before anything is written. A source that cannot be read is reported
-    as failed in the summary while the others complete; nothing of it is written.
+    as failed in the summary while the others complete; nothing of it is written. ``executor``
+    (default: a local loop) runs the files; the dataset is the same whichever runs them.
     """
     options = dict(options or {})
-    forced = registry.reader_for_format(format) if format else None
-    sources = list(iter_sources(paths, max_archive_bytes))
+    if format:
+        registry.reader_for_format(format)
+    files = _input_files(paths)
     dataset = create_dataset(output, job)
-    summaries = []
-    for source in sources:
-        summaries.append(_ingest_source(dataset, source, forced, options, progress))
-        dataset.save_manifest()
+    tasks = [_FileTask(str(file), str(dataset.path), dataset.job, format, options,
+                       max_archive_bytes, _known_records(dataset, str(file))) for file in files]
+    executor = executor or LocalExecutor()
+    last_save = time.monotonic()
+
+    def record(outcome: Outcome) -> None:
+        nonlocal last_save
+        for _, source_record in outcome.value if outcome.ok else []:
+            if source_record is not None:
+                dataset.record_source(source_record)
+        if time.monotonic() - last_save >= MANIFEST_SAVE_INTERVAL_S:
+            dataset.save_manifest()
+            last_save = time.monotonic()
+
+    outcomes = executor.map_partitions(
+        _ingest_file, tasks, key=lambda task: task.path, on_done=record,
+        progress=None if progress is None else lambda _, info: progress(
+            info["source"], info["bytes"], info["rows"]))
+    summaries = _merge(dataset, outcomes)
+    dataset.manifest.setdefault("build", {})["ingest"] = {
+        **executor.description, "partitions": len(tasks),
+        "failed_partitions": sum(not o.ok for o in outcomes)}
+    dataset.save_manifest()
     return IngestSummary(output, summaries)
+
+
+def _input_files(paths: list[Path]) -> list[Path]:
+    """Every input file under ``paths`` in a stable order (folders walked sorted, recursively,
+    hidden entries skipped); a missing path is an error before anything is read."""
+    for path in paths:
+        if not path.exists():
+            raise InputError("no such file or folder", str(path))
+    files = []
+    for path in paths:
+        found = (sorted(p for p in path.rglob("*") if p.is_file() and not _hidden(p, path))
+                 if path.is_dir() else [path])
+        files.extend(f for f in found if f.name not in IGNORED_NAMES)
+    return files
+
+
+def _known_records(dataset: Dataset, file: str) -> dict[str, dict[str, Any]]:
+    """Manifest records of earlier ingests of this file (or its archive members), by sha256:
+    a worker gets only what it needs to skip unchanged sources."""
+    return {s["sha256"]: s for s in dataset.manifest["sources"]
+            if s["path"] == file or s["path"].startswith(f"{file}!")}
+
+
+@dataclass(frozen=True)
+class _FileTask:
+    """Everything a worker needs to ingest one input file; plain values, so it ships to Dask."""
+
+    path: str
+    dataset: str
+    job: str
+    format: str | None
+    options: dict[str, str]
+    max_archive_bytes: int
+    known: dict[str, dict[str, Any]]
+
+
+def _ingest_file(task: _FileTask, report: Report | None = None) -> list[
+        tuple[SourceSummary, dict[str, Any] | None]]:
+    """Read one input file (every member of an archive) into parts; return each source's
+    summary and the manifest record to add (None when nothing new was written)."""
+    # a write-only view of the dataset: parts and the job id; the manifest stays with the caller
+    dataset = Dataset(Path(task.dataset), {"job": task.job})
+    forced = registry.reader_for_format(task.format) if task.format else None
+    results = []
+    try:
+        for source in iter_sources([Path(task.path)], task.max_archive_bytes):
+            results.append(_ingest_source(dataset, source, forced, task.options, task.known,
+                                          report))
+    except TracekitError as error:
+        results.append((SourceSummary(task.path, status="failed", error=str(error)), None))
+    return results
+
+
+def _merge(dataset: Dataset, outcomes: list[Outcome]) -> list[SourceSummary]:
+    """Summaries in input order; manifest records added in that order, so the manifest does
+    not depend on which worker finished first. A source whose bytes an earlier file of this
+    ingest already had adds nothing (its parts are the same files) and is marked unchanged."""
+    summaries, recorded = [], {}
+    for outcome in outcomes:
+        if not outcome.ok:
+            summaries.append(SourceSummary(outcome.key, status="failed", error=outcome.failure))
+            continue
+        for summary, source_record in outcome.value:
+            if source_record is not None:
+                sha = source_record["sha256"]
+                if sha in recorded:
+                    summary.status = "unchanged"
+                    summary.notes.append(f"same content as {recorded[sha]}")
+                else:
+                    recorded[sha] = summary.path
+                    dataset.record_source(source_record)
+            summaries.append(summary)
+    return summaries
 
 
 def _ingest_source(
@@ -88,29 +194,30 @@ def _ingest_source(
     source: Source,
     forced: Reader | None,
     options: dict[str, str],
-    progress: ProgressCallback | None,
-) -> SourceSummary:
+    known_records: dict[str, dict[str, Any]],
+    report: Report | None,
+) -> tuple[SourceSummary, dict[str, Any] | None]:
     summary = SourceSummary(source.name)
     try:
         reader = forced or registry.sniff(source)
         summary.format = reader.format
-        known = dataset.source(source.sha256)
+        known = known_records.get(source.sha256)
         if known and known["format"] == reader.format and known["parser_version"] == reader.version:
             summary.status = "unchanged"
             summary.rows = dict(known["rows"])
             summary.skipped, summary.quarantined = known["skipped"], known["quarantined"]
-            if progress:
-                progress(source.name, source.size, 0)
-            return summary
-        _read_into(dataset, source, reader, options, summary, progress)
+            if report:
+                report(source=source.name, bytes=source.size, rows=0)
+            return summary, None
+        _read_into(dataset, source, reader, options, summary, report)
     except TracekitError as error:
         summary.status, summary.error = "failed", str(error)
-        return summary
+        return summary, None
     except (OSError, ValueError, pl.exceptions.PolarsError) as error:
         summary.status = "failed"
         summary.error = str(InputError(f"{type(error).__name__}: {error}", source.name))
-        return summary
-    dataset.record_source({
+        return summary, None
+    return summary, {
         "path": source.name,
         "size": source.size,
         "sha256": source.sha256,
@@ -121,8 +228,7 @@ def _ingest_source(
         "skipped": summary.skipped,
         "quarantined": summary.quarantined,
         "notes": summary.notes,
-    })
-    return summary
+    }
 
 
 def _read_into(
@@ -131,7 +237,7 @@ def _read_into(
     reader: Reader,
     options: dict[str, str],
     summary: SourceSummary,
-    progress: ProgressCallback | None,
+    report: Report | None,
 ) -> None:
     """Read all chunks, writing each as parts; replace the source's earlier parts only once
     every new part is on disk."""
@@ -151,8 +257,8 @@ def _read_into(
         summary.lines += chunk.lines
         summary.skipped += chunk.skipped
         summary.notes.extend(n for n in chunk.notes if n not in summary.notes)
-        if progress:
-            progress(source.name, chunk.bytes_read, rows)
+        if report:
+            report(source=source.name, bytes=chunk.bytes_read, rows=rows)
     summary.quarantined = summary.rows.pop("quarantine", 0)
     summary.ranks = len(ranks)
     for name in schema.TABLES:

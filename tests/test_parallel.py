@@ -1,0 +1,208 @@
+"""Partitioned execution: a local loop and a Dask LocalCluster give the same outcomes, a
+partition that raises is retried and then reported while the others complete, and a cluster
+address nobody listens on fails fast with a clear message."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import cloudpickle
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from tracekit.cli import app
+from tracekit.dataset import open_dataset
+from tracekit.errors import TracekitError
+from tracekit.ingest import pipeline
+from tracekit.parallel import LocalExecutor, open_executor
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
+
+
+def square_or_fail(partition: tuple[int, str]) -> int:
+    """Partition ``(n, marker)``: fails the first time when a marker file is named (the file
+    lives on disk, so the count survives a retry on another worker process), always for -1."""
+    number, marker = partition
+    if number < 0:
+        raise RuntimeError(f"partition {number} is broken")
+    if marker and not Path(marker).exists():
+        Path(marker).write_text("failed once")
+        raise OSError("stale NFS file handle")
+    return number * number
+
+
+def count_to(partition: int, report) -> int:
+    for step in range(partition):
+        report(step=step)
+    return partition
+
+
+@pytest.fixture(scope="module")
+def dask_executor():
+    pytest.importorskip("distributed")
+    with open_executor("local:2") as executor:
+        yield executor
+
+
+@pytest.fixture(params=["loop", "dask"])
+def executor(request):
+    if request.param == "loop":
+        return LocalExecutor()
+    return request.getfixturevalue("dask_executor")
+
+
+def test_outcomes_come_back_in_partition_order(executor):
+    done = []
+    outcomes = executor.map_partitions(square_or_fail, [(n, "") for n in range(6)],
+                                       key=lambda p: f"part {p[0]}", on_done=done.append)
+    assert [o.value for o in outcomes] == [0, 1, 4, 9, 16, 25]
+    assert [o.key for o in outcomes] == [f"part {n}" for n in range(6)]
+    assert sorted(o.key for o in done) == sorted(o.key for o in outcomes)
+
+
+def test_failed_partition_is_retried_then_reported_while_others_complete(executor, tmp_path):
+    partitions = [(2, ""), (-1, ""), (3, str(tmp_path / "flaky")), (4, "")]
+    outcomes = executor.map_partitions(square_or_fail, partitions, key=lambda p: f"rank {p[0]}")
+    assert [o.value for o in outcomes] == [4, None, 9, 16]
+    assert [o.ok for o in outcomes] == [True, False, True, True]
+    assert (tmp_path / "flaky").read_text() == "failed once"
+    broken = outcomes[1]
+    assert broken.error == "RuntimeError: partition -1 is broken"
+    assert broken.attempts == 2
+    assert broken.failure == ("rank -1: RuntimeError: partition -1 is broken (failed 2 times; "
+                              "the other partitions completed)")
+
+
+def test_progress_reports_reach_the_caller(executor):
+    seen: list[tuple[str, int]] = []
+    outcomes = executor.map_partitions(count_to, [2, 3], key=lambda n: f"p{n}",
+                                       progress=lambda key, info: seen.append((key, info["step"])))
+    assert [o.value for o in outcomes] == [2, 3]
+    assert sorted(seen) == [("p2", 0), ("p2", 1), ("p3", 0), ("p3", 1), ("p3", 2)]
+
+
+def test_description_and_worker_memory(dask_executor):
+    assert dask_executor.description == {"engine": "dask", "cluster": "local:2", "workers": 2,
+                                         "retries": 1}
+    peaks = dask_executor.worker_peak_rss_bytes()
+    assert len(peaks) == 2 and all(peak > 10 * 2**20 for peak in peaks.values())
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_unreachable_scheduler_fails_with_the_address():
+    address = f"tcp://127.0.0.1:{_free_port()}"
+    with pytest.raises(TracekitError, match=f"cannot reach a Dask scheduler at {address} "
+                       r"\(Connection refused\); start one"), open_executor(address):
+        pass
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("local:0", "worker count must be a positive whole number"),
+    ("local:two", "worker count must be a positive whole number"),
+    ("yarn://rm:8032", "is not understood; use `local`"),
+    ("tcp://no-port", "is not an address"),
+])
+def test_bad_cluster_values_are_refused(spec, message):
+    with pytest.raises(TracekitError, match=message), open_executor(spec):
+        pass
+
+
+def test_cli_unreachable_cluster_is_one_line_and_status_2(tmp_path):
+    (tmp_path / "rank0.csv").write_text(HOOK_HEADER + "\n")
+    address = f"tcp://127.0.0.1:{_free_port()}"
+    result = CliRunner().invoke(app, ["ingest", str(tmp_path / "rank0.csv"), "-o",
+                                      str(tmp_path / "ds"), "--cluster", address])
+    assert result.exit_code == 2
+    assert f"cannot reach a Dask scheduler at {address}" in result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "ds").exists()
+
+
+def test_without_cluster_nothing_of_dask_is_imported(tmp_path):
+    (tmp_path / "rank0.csv").write_text(HOOK_HEADER + "\n")
+    script = (
+        "import sys\nfrom pathlib import Path\nfrom tracekit.ingest.pipeline import ingest\n"
+        "from tracekit.parallel import open_executor\nimport tracekit.cli\n"
+        f"with open_executor(None) as executor:\n"
+        f"    ingest([Path({str(tmp_path / 'rank0.csv')!r})], Path({str(tmp_path / 'ds')!r}),"
+        " executor=executor)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')))\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.strip() == "[]"
+
+
+HOOK_HEADER = ("event_id,t_call_ns,duration_ns,host,pid,rank,device,comm,nranks,call,op,count,"
+               "datatype,sendbuff,recvbuff,peer")
+
+
+def test_ingest_reports_a_crashing_source_and_keeps_the_others(tmp_path, monkeypatch):
+    for rank in range(3):
+        (tmp_path / f"rank{rank}.csv").write_text(
+            f"{HOOK_HEADER}\n0,1700000000000000000,5000,host-a,{100 + rank},{rank},0,0xc0,3,0,"
+            "AllReduce,256,7,0x1,0x1,-1\n")
+    sniff = pipeline.registry.sniff
+    calls = []
+
+    def crash_on_rank1(source):
+        calls.append(source.file_name)
+        if source.file_name == "rank1.csv":
+            raise KeyError("reader bug")
+        return sniff(source)
+
+    monkeypatch.setattr(pipeline.registry, "sniff", crash_on_rank1)
+    summary = pipeline.ingest([tmp_path], tmp_path / "ds")
+    assert calls.count("rank1.csv") == 2
+    assert [s.status for s in summary.sources] == ["ingested", "failed", "ingested"]
+    assert summary.failed[0].error == (f"{tmp_path / 'rank1.csv'}: KeyError: 'reader bug' "
+                                       "(failed 2 times; the other partitions completed)")
+    ranks = open_dataset(tmp_path / "ds")["collectives"].collect()["rank"].to_list()
+    assert sorted(ranks) == [0, 2]
+
+
+# -- end to end: the same dataset with and without a cluster ------------------------------------
+
+@pytest.fixture(scope="module")
+def synth_job(tmp_path_factory) -> Path:
+    from tracekit.synth.job import JobSpec, generate_job
+    from tracekit.synth.layout import Layout
+
+    folder = tmp_path_factory.mktemp("scale") / "job"
+    generate_job(folder, JobSpec(Layout.parse("tp2-dp2-pp2", gpus_per_host=4), iterations=120,
+                                 seed=3, monitoring=False))
+    return folder / "ranks"
+
+
+def _ingest_and_reconstruct(ranks: Path, target: Path, executor) -> dict[str, pl.DataFrame]:
+    from tracekit.iterations import reconstruct_dataset
+
+    summary = pipeline.ingest([ranks], target, job="scale", executor=executor)
+    assert not summary.failed
+    dataset = open_dataset(target)
+    reconstruct_dataset(dataset)
+    return {name: open_dataset(target)[name].collect() for name in ("collectives", "iterations")}
+
+
+def test_dataset_is_identical_with_and_without_a_cluster(synth_job, tmp_path, dask_executor):
+    local = _ingest_and_reconstruct(synth_job, tmp_path / "loop", LocalExecutor())
+    dask = _ingest_and_reconstruct(synth_job, tmp_path / "dask", dask_executor)
+    assert (local["collectives"].height, local["iterations"].height) == (55_776, 952)
+    assert set(local["collectives"]["rank"].unique().to_list()) == set(range(8))
+    keys = {"collectives": ["rank", "seq", "t_start_ns"], "iterations": ["rank", "iteration"]}
+    for name, key in keys.items():
+        assert dask[name].sort(key).equals(local[name].sort(key)), name
+    built = json.loads((tmp_path / "dask" / "manifest.json").read_text())["build"]["ingest"]
+    assert built == {"engine": "dask", "cluster": "local:2", "workers": 2, "retries": 1,
+                     "partitions": 8, "failed_partitions": 0}
+    built = json.loads((tmp_path / "loop" / "manifest.json").read_text())["build"]["ingest"]
+    assert built["engine"] == "local" and built["partitions"] == 8

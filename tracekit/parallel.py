@@ -1,0 +1,318 @@
+"""Run one function over many partitions: in a local loop, or mapped over a Dask cluster.
+
+Every heavy step of tracekit is a function over one partition (one source file for ingest, a
+batch of ranks for analysis) that reads and writes Parquet and keeps no process-wide state. The
+executor is the only place that knows where such a function runs, so a laptop and a cluster run
+the same code and produce the same rows. Without a cluster nothing about Dask is imported.
+
+Cluster addresses (``--cluster``): ``local`` starts a LocalCluster with one worker process per
+CPU, ``local:N`` one with N workers, ``tcp://host:port`` connects to a running scheduler
+(dask-jobqueue on Slurm, the Dask Kubernetes operator, ``dask scheduler`` by hand; see
+``docs/scale-out.md``). Workers must see the input and dataset folders at the same paths.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+import socket
+import sys
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from tracekit.errors import TracekitError
+
+RETRIES = 1
+"""A partition that raises is run this many more times before it is reported as failed: a
+worker lost to the OOM killer or a flaky network filesystem should not fail a job's ingest."""
+
+CONNECT_TIMEOUT_S = 10.0
+"""How long to wait for a scheduler at ``tcp://host:port`` before giving up with a clear error."""
+
+CLUSTER_FORMS = "`local`, `local:N` (N workers on this machine) or `tcp://host:port` (a running " \
+                "Dask scheduler)"
+
+Report = Callable[..., None]
+"""Given to a partition function that reports progress: ``report(**info)`` with small
+JSON-like values (``source=..., bytes=..., rows=...``)."""
+
+ProgressHandler = Callable[[str, dict[str, Any]], None]
+"""Called as ``progress(partition_key, info)`` for each report, on the calling machine."""
+
+
+@dataclass
+class Outcome:
+    """What one partition gave: its value, or why it failed after every attempt."""
+
+    key: str
+    """What the partition is, in the user's words (a source file, ``ranks 0-15``)."""
+    value: Any = None
+    error: str | None = None
+    attempts: int = 1
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def failure(self) -> str:
+        """The failure as one line naming the partition, for summaries and warnings."""
+        return f"{self.key}: {self.error} (failed {self.attempts} times; the other partitions " \
+               "completed)"
+
+
+class Executor(Protocol):
+    """Where partition functions run. ``map_partitions`` returns outcomes in partition order,
+    whatever order they finished in, so results do not depend on the executor."""
+
+    description: dict[str, Any]
+    """How work is run, as recorded in the dataset manifest's ``build`` section."""
+
+    def map_partitions(
+        self,
+        function: Callable[..., Any],
+        partitions: Sequence[Any],
+        key: Callable[[Any], str] = str,
+        progress: ProgressHandler | None = None,
+        on_done: Callable[[Outcome], None] | None = None,
+    ) -> list[Outcome]:
+        """Run ``function(partition)`` for every partition (``function(partition, report)``
+        when ``progress`` is given). ``on_done`` sees each outcome as it finishes."""
+        ...
+
+    def worker_peak_rss_bytes(self) -> dict[str, int]:
+        """Peak resident memory of every worker process so far, by worker name."""
+        ...
+
+
+def _reason(error: BaseException) -> str:
+    """An exception as a user reads it: tracekit's own errors say it all already."""
+    if isinstance(error, TracekitError):
+        return str(error)
+    return f"{type(error).__name__}: {error}"
+
+
+def _peak_rss_bytes() -> int:
+    """This process's peak resident set size (``ru_maxrss`` is KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+class LocalExecutor:
+    """The partitions one after another in this process: the default, with no dependency."""
+
+    description: dict[str, Any]
+
+    def __init__(self, retries: int = RETRIES) -> None:
+        self.retries = retries
+        self.description = {"engine": "local", "workers": 1, "retries": retries}
+
+    def map_partitions(self, function, partitions, key=str, progress=None, on_done=None):
+        outcomes = []
+        for partition in partitions:
+            name = key(partition)
+            arguments = (partition,) if progress is None else (
+                partition, lambda name=name, **info: progress(name, info))
+            outcome = Outcome(name)
+            for attempt in range(1, self.retries + 2):
+                outcome.attempts = attempt
+                try:
+                    outcome.value, outcome.error = function(*arguments), None
+                    break
+                except Exception as error:  # noqa: BLE001 (any failure is this partition's)
+                    outcome.error = _reason(error)
+            if on_done is not None:
+                on_done(outcome)
+            outcomes.append(outcome)
+        return outcomes
+
+    def worker_peak_rss_bytes(self) -> dict[str, int]:
+        return {"local": _peak_rss_bytes()}
+
+
+PROGRESS_DRAIN_S = 5.0
+"""After the last partition, how long to wait for progress events still in flight from workers
+(they travel worker -> scheduler -> client on their own, after the results)."""
+
+
+@dataclass
+class _TopicReport:
+    """A partition's ``report`` on a Dask worker: an event on the partition's topic, which the
+    scheduler forwards to the client that subscribed to it."""
+
+    topic: str
+    key: str
+    sent: int = 0
+
+    def __call__(self, **info: Any) -> None:
+        from distributed import get_worker
+
+        get_worker().log_event(self.topic, {"key": self.key, **info})
+        self.sent += 1
+
+
+def _with_report(function: Callable[..., Any], topic: str, key: str, partition: Any) -> Any:
+    """Run a reporting partition; also return how many events it sent."""
+    report = _TopicReport(topic, key)
+    return function(partition, report), report.sent
+
+
+class _ProgressRelay:
+    """Client side of the reports: hands each event to the caller's handler (on Dask's event
+    loop thread) and counts them, so the caller can wait for the last ones."""
+
+    def __init__(self, handler: ProgressHandler) -> None:
+        self.handler = handler
+        self.received: dict[str, int] = {}
+        self.changed = threading.Condition()
+
+    def __call__(self, event: tuple[float, dict[str, Any]]) -> None:
+        message = dict(event[1])
+        key = message.pop("key")
+        self.handler(key, message)
+        with self.changed:
+            self.received[key] = self.received.get(key, 0) + 1
+            self.changed.notify_all()
+
+    def drain(self, expected: dict[str, int], timeout_s: float = PROGRESS_DRAIN_S) -> None:
+        with self.changed:
+            self.changed.wait_for(lambda: all(self.received.get(k, 0) >= n
+                                              for k, n in expected.items()), timeout=timeout_s)
+
+
+class DaskExecutor:
+    """The partitions as tasks on a Dask cluster; Dask retries a task that raises or whose
+    worker died, and results come back to this process."""
+
+    description: dict[str, Any]
+
+    def __init__(self, client, address: str, retries: int = RETRIES) -> None:
+        self.client = client
+        self.retries = retries
+        workers = len(client.scheduler_info(n_workers=-1).get("workers", {}))
+        self.description = {"engine": "dask", "cluster": address, "workers": workers,
+                            "retries": retries}
+
+    def map_partitions(self, function, partitions, key=str, progress=None, on_done=None):
+        import functools
+
+        from distributed import as_completed
+
+        names = [key(p) for p in partitions]
+        run_id = uuid.uuid4().hex[:12]
+        topic = f"tracekit-progress-{run_id}"
+        relay = None if progress is None else _ProgressRelay(progress)
+        if relay is not None:
+            self.client.subscribe_topic(topic, relay)
+        futures = [
+            self.client.submit(
+                function if relay is None else functools.partial(
+                    _with_report, function, topic, name),
+                partition, key=f"tracekit-{run_id}-{index}", retries=self.retries, pure=False)
+            for index, (name, partition) in enumerate(zip(names, partitions, strict=True))
+        ]
+        index_of = {future.key: index for index, future in enumerate(futures)}
+        outcomes: list[Outcome | None] = [None] * len(futures)
+        sent: dict[str, int] = {}
+        try:
+            for future in as_completed(futures):
+                index = index_of[future.key]
+                outcome = Outcome(names[index])
+                try:
+                    outcome.value = future.result()
+                    if relay is not None:
+                        outcome.value, sent[outcome.key] = outcome.value
+                except Exception as error:  # noqa: BLE001 (any failure is this partition's)
+                    outcome.error = _reason(error)
+                    outcome.attempts = self.retries + 1
+                outcomes[index] = outcome
+                future.release()
+                if on_done is not None:
+                    on_done(outcome)
+            if relay is not None:
+                relay.drain(sent)
+        finally:
+            if relay is not None:
+                self.client.unsubscribe_topic(topic)
+        return [o for o in outcomes if o is not None]
+
+    def worker_peak_rss_bytes(self) -> dict[str, int]:
+        return {str(worker): int(peak) for worker, peak in
+                self.client.run(_peak_rss_bytes).items()}
+
+
+def _local_workers(spec: str) -> int:
+    """Worker count of ``local`` (one per CPU) or ``local:N``."""
+    if spec == "local":
+        return os.cpu_count() or 1
+    count = spec.removeprefix("local:")
+    if not count.isdigit() or int(count) < 1:
+        raise TracekitError(f"--cluster {spec!r}: the worker count must be a positive whole "
+                            "number, e.g. local:4")
+    return int(count)
+
+
+def _check_reachable(address: str, timeout_s: float) -> None:
+    """Fail within ``timeout_s`` with a message naming the address when nothing listens there,
+    instead of Dask's retries until its own, longer timeout."""
+    host, _, port = address.removeprefix("tcp://").rpartition(":")
+    if not host or not port.isdigit():
+        raise TracekitError(f"--cluster {address!r} is not an address; use {CLUSTER_FORMS}")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as error:
+        raise TracekitError(
+            f"cannot reach a Dask scheduler at {address} ({error.strerror or error}); start one "
+            "(`dask scheduler`, dask-jobqueue, the Kubernetes operator) or check the address and "
+            "that this machine can connect to it") from None
+
+
+@contextmanager
+def open_executor(
+    cluster: str | None = None,
+    retries: int = RETRIES,
+    connect_timeout_s: float = CONNECT_TIMEOUT_S,
+) -> Iterator[Executor]:
+    """The executor for a ``--cluster`` value (None: the local loop). A LocalCluster started
+    here is shut down on exit; a remote scheduler is only disconnected from."""
+    if cluster is None:
+        yield LocalExecutor(retries)
+        return
+    spec = cluster.strip()
+    if not (spec == "local" or spec.startswith(("local:", "tcp://"))):
+        raise TracekitError(f"--cluster {cluster!r} is not understood; use {CLUSTER_FORMS}")
+    local = spec.startswith("local")
+    workers = _local_workers(spec) if local else 0
+    if not local:
+        _check_reachable(spec, connect_timeout_s)
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise TracekitError("--cluster needs Dask: install tracekit's distributed extra "
+                            "(pip install 'tracekit[distributed]')") from None
+    if local:
+        # one single-threaded worker process per slot: partitions hold the GIL in parts, and a
+        # process per worker gives each its own bounded memory
+        started = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                               dashboard_address=None, silence_logs=logging.ERROR)
+        client = Client(started)
+    else:
+        started = None
+        try:
+            client = Client(spec, timeout=connect_timeout_s)
+        except Exception as error:  # noqa: BLE001 (any handshake failure means the same)
+            raise TracekitError(
+                f"cannot connect to a Dask scheduler at {spec}: {_reason(error)}; check that "
+                "it is a Dask scheduler and that client and workers run the same Dask "
+                "version") from None
+    try:
+        yield DaskExecutor(client, spec, retries)
+    finally:
+        client.close()
+        if started is not None:
+            started.close()
