@@ -415,3 +415,25 @@ app.add_typer(synth_app, name="synth")
 from tracekit.validate.cli import validate_app  # noqa: E402  (sub-app: tracekit validate gemm|p2p)
 
 app.add_typer(validate_app, name="validate")
+
+
+@command()
+def attribute(
+    dataset: Annotated[Path, typer.Argument(help="Dataset folder with episodes (tracekit detect) "
+                                            "or op traces.")],
+) -> None:
+    """Name each episode's culprit (rank, GPU, host, link) and cause, with the evidence."""
+    from tracekit.attribute import attribute_dataset
+
+    result = attribute_dataset(dataset)
+    for row in result.episodes.iter_rows(named=True):
+        console.print(f"[bold]{row['detector']} episode {row['episode']}[/]: {row['kind']}, "
+                      f"{row['cause']}, {row['target'] or 'no culprit'} (confidence "
+                      f"{row['confidence']:.2f}, JCT +{row['jct_slowdown'] or 0:.1%})\n  "
+                      f"{row['evidence']}", highlight=False, soft_wrap=True)
+    if result.stages is not None:
+        console.print(f"[bold]pipeline stages[/]: {result.stages.cause}, "
+                      f"{result.stages.target or 'no culprit'}\n  {result.stages.evidence}",
+                      highlight=False, soft_wrap=True)
+    if result.episodes.is_empty() and result.stages is None:
+        console.print("no episodes to attribute (run `tracekit detect` first)")
