@@ -188,8 +188,7 @@ def _ingest_and_reconstruct(ranks: Path, target: Path, executor) -> dict[str, pl
 
     summary = pipeline.ingest([ranks], target, job="scale", executor=executor)
     assert not summary.failed
-    dataset = open_dataset(target)
-    reconstruct_dataset(dataset)
+    reconstruct_dataset(open_dataset(target), executor=executor)
     return {name: open_dataset(target)[name].collect() for name in ("collectives", "iterations")}
 
 
@@ -201,8 +200,39 @@ def test_dataset_is_identical_with_and_without_a_cluster(synth_job, tmp_path, da
     keys = {"collectives": ["rank", "seq", "t_start_ns"], "iterations": ["rank", "iteration"]}
     for name, key in keys.items():
         assert dask[name].sort(key).equals(local[name].sort(key)), name
-    built = json.loads((tmp_path / "dask" / "manifest.json").read_text())["build"]["ingest"]
-    assert built == {"engine": "dask", "cluster": "local:2", "workers": 2, "retries": 1,
-                     "partitions": 8, "failed_partitions": 0}
-    built = json.loads((tmp_path / "loop" / "manifest.json").read_text())["build"]["ingest"]
-    assert built["engine"] == "local" and built["partitions"] == 8
+    built = json.loads((tmp_path / "dask" / "manifest.json").read_text())["build"]
+    assert built["ingest"] == {"engine": "dask", "cluster": "local:2", "workers": 2,
+                               "retries": 1, "partitions": 8, "failed_partitions": 0}
+    assert built["iterations"] == {"engine": "dask", "cluster": "local:2", "workers": 2,
+                                   "retries": 1}
+    built = json.loads((tmp_path / "loop" / "manifest.json").read_text())["build"]
+    assert built["ingest"]["engine"] == built["iterations"]["engine"] == "local"
+
+
+def test_failed_rank_batch_is_a_warning_and_other_batches_keep_their_rows(monkeypatch):
+    import importlib
+
+    from tracekit.iterations import reconstruct
+
+    module = importlib.import_module("tracekit.iterations.reconstruct")
+
+    ranks = 17  # one batch of 16 ranks and one of rank 16 alone
+    calls = pl.DataFrame({"job": "j", "rank": [r for r in range(ranks) for _ in range(40)],
+                          "pid": 1, "op": "allreduce", "nranks": 2, "bytes": 64, "peer": -1,
+                          "t_start_ns": [i * 1_000_000 for i in range(40)] * ranks},
+                         schema_overrides={"rank": pl.Int32, "pid": pl.Int64,
+                                           "nranks": pl.Int32, "bytes": pl.Int64,
+                                           "peer": pl.Int32})
+    calls = calls.with_columns(pl.lit(None, pl.Int64).alias("t_end_ns"))
+    rank_function = module._reconstruct_rank
+
+    def broken_rank_16(rank, part, threshold):
+        if rank == 16:
+            raise MemoryError("worker ran out of memory")
+        return rank_function(rank, part, threshold)
+
+    monkeypatch.setattr(module, "_reconstruct_rank", broken_rank_16)
+    result = reconstruct(calls)
+    assert result.warnings == ["rank 16: no iteration rows, ranks 16-16: MemoryError: worker ran "
+                               "out of memory (failed 2 times; the other partitions completed)"]
+    assert result.iterations["rank"].unique().sort().to_list() == list(range(16))

@@ -194,13 +194,16 @@ def iterations(
         "(e.g. framework).")] = None,
     threshold: Annotated[float, typer.Option(help="ACF threshold M of the published baseline "
                                              "(reported beside the anchored period).")] = 0.95,
+    cluster: ClusterOption = None,
 ) -> None:
     """Reconstruct per-rank iteration times from collective calls (source acf)."""
     from tracekit.dataset import open_dataset
     from tracekit.iterations import compare_dataset, reconstruct_dataset
+    from tracekit.parallel import open_executor
 
     opened = open_dataset(dataset)
-    result = reconstruct_dataset(opened, threshold)
+    with open_executor(cluster) as executor:
+        result = reconstruct_dataset(opened, threshold, executor)
     table = Table(title=f"iterations from collectives — job {opened.job}")
     for column in ("rank", "period (calls)", "pattern", "iterations", "recovered", "mean (s)",
                    "ACF"):

@@ -23,6 +23,7 @@ from tracekit.iterations.reconstruct import (
     Reconstruction,
     reconstruct,
 )
+from tracekit.parallel import Executor, LocalExecutor
 
 __all__ = [
     "ACF_THRESHOLD", "QUALITY_DISTURBED", "QUALITY_OK", "QUALITY_RESYNC", "SOURCE", "Comparison",
@@ -34,14 +35,18 @@ PART = "acf"
 """Name of the ``iterations`` part holding reconstructed rows; other sources own other parts."""
 
 
-def reconstruct_dataset(dataset: Dataset, threshold: float = ACF_THRESHOLD) -> Reconstruction:
+def reconstruct_dataset(dataset: Dataset, threshold: float = ACF_THRESHOLD,
+                        executor: Executor | None = None) -> Reconstruction:
     """Reconstruct every rank's iterations from the dataset's ``collectives`` and write them as
-    the ``acf`` part of ``iterations``, replacing earlier reconstructions only."""
+    the ``acf`` part of ``iterations``, replacing earlier reconstructions only. ``executor``
+    runs batches of ranks (default: a local loop); the manifest records which ran them."""
     if not dataset.has_table("collectives"):
         raise InputError("no collectives table: ingest per-rank collective logs first (hook CSV, "
                          "NCCL_DEBUG=INFO COLL lines, Inspector)", str(dataset.path))
-    result = reconstruct(dataset.table("collectives"), threshold)
+    executor = executor or LocalExecutor()
+    result = reconstruct(dataset.table("collectives"), threshold, executor)
     dataset.write_part("iterations", result.iterations, PART)
+    dataset.manifest.setdefault("build", {})["iterations"] = executor.description
     dataset.save_manifest()
     return result
 

@@ -11,6 +11,7 @@ followed instead of drifting.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,6 +25,7 @@ from tracekit.iterations.period import (
     interval_counts,
     interval_ratio,
 )
+from tracekit.parallel import Executor, LocalExecutor
 
 SOURCE = "acf"
 """Value of ``iterations.source`` for reconstructed rows."""
@@ -99,23 +101,42 @@ Parquet scan still skips the row groups of other ranks."""
 def reconstruct(
     collectives: pl.DataFrame | pl.LazyFrame,
     threshold: float = ACF_THRESHOLD,
+    executor: Executor | None = None,
 ) -> Reconstruction:
     """Iteration rows (``source = "acf"``) and per-rank summaries for every rank in
-    ``collectives`` (canonical schema)."""
+    ``collectives`` (canonical schema). ``executor`` (default: a local loop) runs the batches of
+    ranks; a batch that fails twice leaves its ranks without rows and says why in a warning."""
     frame = collectives.lazy() if isinstance(collectives, pl.DataFrame) else collectives
     ranks = (frame.select(pl.col("rank").drop_nulls().unique().sort()).collect()
              .to_series().to_list())
+    batches = [ranks[first:first + RANKS_PER_BATCH]
+               for first in range(0, len(ranks), RANKS_PER_BATCH)]
+    outcomes = (executor or LocalExecutor()).map_partitions(
+        functools.partial(_reconstruct_batch, threshold=threshold),
+        [(batch, frame.filter(pl.col("rank").is_in(batch))) for batch in batches],
+        key=lambda partition: f"ranks {partition[0][0]}-{partition[0][-1]}")
     rows, summaries = [], []
-    for first in range(0, len(ranks), RANKS_PER_BATCH):
-        batch = ranks[first:first + RANKS_PER_BATCH]
-        calls = _calls(frame.filter(pl.col("rank").is_in(batch)))
-        for (rank,), part in calls.partition_by("rank", as_dict=True,
-                                                maintain_order=True).items():
-            frame_rows, summary = _reconstruct_rank(int(rank), part, threshold)
+    for batch, outcome in zip(batches, outcomes, strict=True):
+        if not outcome.ok:
+            summaries.extend(RankSummary(rank=rank, calls=0, warnings=[
+                f"rank {rank}: no iteration rows, {outcome.failure}"]) for rank in batch)
+            continue
+        for frame_rows, summary in outcome.value:
             rows.append(frame_rows)
             summaries.append(summary)
     iterations = (pl.concat(rows) if rows else schema.table("iterations").empty())
     return Reconstruction(_align_numbering(iterations), summaries)
+
+
+def _reconstruct_batch(
+    partition: tuple[list[int], pl.LazyFrame], threshold: float
+) -> list[tuple[pl.DataFrame, RankSummary]]:
+    """One batch of ranks (their calls as a lazy scan): a partition of the work, run in this
+    process or on a Dask worker."""
+    _, frame = partition
+    calls = _calls(frame)
+    return [_reconstruct_rank(int(rank), part, threshold) for (rank,), part in
+            calls.partition_by("rank", as_dict=True, maintain_order=True).items()]
 
 
 def _calls(frame: pl.LazyFrame) -> pl.DataFrame:
