@@ -34,7 +34,8 @@ def test_four_gloo_ranks_flag_exactly_the_slowed_link():
     assert sorted(set(results["size_bytes"])) == [1 << 20, 2 << 20, 4 << 20]
     assert results["repetition_s"].list.len().to_list() == [3] * 12
     slow_rows = results.filter(src_rank=1)
-    assert (slow_rows["mean_s"] >= INJECTED_DELAY_S).all()
+    # the receiver may leave the barrier a little after the sender starts its delay
+    assert (slow_rows["mean_s"] >= 0.8 * INJECTED_DELAY_S).all()
     assert report.backend == "gloo"
     assert report.environment[0].startswith("gloo: ")
 
