@@ -21,8 +21,15 @@ from tracekit.errors import InputError
 SNIFF_BYTES = 64 * 1024
 """How much of a file readers see when sniffing its format."""
 
-LINE_BATCH_BYTES = 64 * 1024 * 1024
-"""Text readers parse this many bytes of whole lines at a time; bounds memory per reader."""
+LINE_BATCH_BYTES = 16 * 1024 * 1024
+"""Text readers parse this many bytes of whole lines at a time. It bounds memory per reader
+(a batch's parsed columns take several times its bytes) while keeping per-batch overhead small
+(at 16 MiB it is under 2% of the time of the fastest reader)."""
+
+LINE_SPLIT_SEPARATORS = (b"\x1f", b"\x1e", b"\x1d", b"\x1c", b"\x00")
+"""Bytes that :func:`iter_line_batches` may hand the CSV reader as its field separator: the
+ASCII unit / record / group / file separators, which text logs essentially never contain. A
+batch holding all of them is split the slower way."""
 
 
 @dataclass
@@ -141,30 +148,39 @@ def iter_line_batches(source: Source, batch_bytes: int = LINE_BATCH_BYTES) -> It
     end is still returned, so readers can quarantine it as truncated.
     """
     line_no = 1
-    carry = b""
+    pending: list[bytes] = []  # bytes after the last line end (a line may span blocks)
     with source.open() as stream:
-        while True:
-            block = stream.read(batch_bytes)
-            data = carry + block
-            if not block:
-                if data:
-                    yield _batch(data, line_no, len(data))
-                return
-            cut = data.rfind(b"\n")
-            if cut < 0:
-                carry = data
+        while block := stream.read(batch_bytes):
+            cut = block.rfind(b"\n") + 1
+            if cut == 0:
+                pending.append(block)
                 continue
-            whole, carry = data[: cut + 1], data[cut + 1 :]
-            batch = _batch(whole[:-1], line_no, len(whole))
+            batch = _batch(b"".join([*pending, block[:cut]]), line_no)
+            pending = [block[cut:]] if cut < len(block) else []
             line_no += len(batch.lines)
             yield batch
+    if pending:
+        yield _batch(b"".join(pending), line_no)
 
 
-def _batch(data: bytes, first_line_no: int, bytes_read: int) -> LineBatch:
-    text = data.decode("utf-8", errors="replace")
-    lines = pl.Series("line", [text]).str.split("\n").explode()
-    lines = lines.str.strip_suffix("\r")
-    return LineBatch(lines, first_line_no, bytes_read)
+def _batch(data: bytes, first_line_no: int) -> LineBatch:
+    """The lines of ``data`` (whole lines; the last one may lack its line end).
+
+    Polars' multi-threaded CSV reader, told there is one column, no quoting and a separator the
+    batch does not contain, splits lines several times faster than decoding and splitting in
+    one string; it drops the ``\\r`` of ``\\r\\n``, replaces undecodable bytes and a leading
+    byte-order mark, and reads an empty line as null.
+    """
+    separator = next((s for s in LINE_SPLIT_SEPARATORS if s not in data), None)
+    if separator is None:
+        text = data.decode("utf-8", errors="replace").removeprefix("\ufeff").removesuffix("\n")
+        lines = pl.Series("line", [text]).str.split("\n").explode().str.strip_suffix("\r")
+    else:
+        lines = pl.read_csv(
+            data, has_header=False, separator=separator.decode(), quote_char=None,
+            new_columns=["line"], schema_overrides={"line": pl.String}, encoding="utf8-lossy",
+        ).to_series().fill_null("")
+    return LineBatch(lines, first_line_no, len(data))
 
 
 def quarantine_frame(source: Source, bad: pl.DataFrame) -> pl.DataFrame:
