@@ -76,13 +76,16 @@ class Hardware:
     model_name: str = "NVIDIA A100-SXM4-80GB"
     tdp_w: float = 400.0
     nics_per_host: int = 4
+    host_cpus: int = 256
+    """Logical CPUs per host (DGX A100: 2 x 64-core EPYC 7742 with SMT), as node_exporter
+    lists them."""
 
 
 HARDWARE: dict[str, Hardware] = {
     "a100": Hardware(),
     "h800": Hardware("h800", gpu_tflops=400.0, nvlink_gbps=200.0, rdma_gbps=50.0,
                      sm_clock_mhz=1980, mem_clock_mhz=2619, model_name="NVIDIA H800",
-                     tdp_w=700.0),
+                     tdp_w=700.0, host_cpus=224),
 }
 
 
