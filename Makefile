@@ -3,17 +3,18 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
-EXTRAS := dev,notebooks
+EXTRAS := dev,notebooks,distributed
 # CPU build of PyTorch for the validator tests; installs from a local wheel where one is offered.
 TORCH  := torch==2.13.0
 DEMO   := build/demo
 
-.PHONY: help venv demo test bench lint report clean
+.PHONY: help venv demo test bench bench-scale lint report clean
 
 help:
 	@echo "make demo    set up and analyse the embedded sample job"
 	@echo "make test    set up and run the test suite"
 	@echo "make bench   run the speed and memory benchmarks"
+	@echo "make bench-scale  ingest + analysis with no cluster, local:1 and local:2 (Dask)"
 	@echo "make lint    ruff check"
 	@echo "make report  write reports for the committed corpus under reports/"
 	@echo "make clean   remove build outputs (keeps .venv)"
@@ -36,6 +37,9 @@ test: venv
 
 bench: venv
 	$(BIN)/python -m benchmarks
+
+bench-scale: venv
+	$(BIN)/python -m benchmarks scale
 
 lint: venv
 	$(BIN)/ruff check tracekit tests benchmarks

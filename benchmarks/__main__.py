@@ -1,4 +1,7 @@
-"""Run every benchmark (``python -m benchmarks``) or those named (``... benchmarks ingest``)."""
+"""Run the benchmarks (``python -m benchmarks``) or those named (``... benchmarks ingest``).
+
+A module that sets ``RUN_BY_DEFAULT = False`` (hours-long, cluster-sized) runs only when named.
+"""
 
 from __future__ import annotations
 
@@ -15,8 +18,11 @@ def main(selected: list[str]) -> None:
     for name in names:
         if selected and name.removeprefix("bench_") not in selected:
             continue
+        module = importlib.import_module(f"benchmarks.{name}")
+        if not selected and not getattr(module, "RUN_BY_DEFAULT", True):
+            continue
         print(f"== {name}", flush=True)
-        importlib.import_module(f"benchmarks.{name}").main()
+        module.main()
 
 
 if __name__ == "__main__":

@@ -32,6 +32,8 @@ PROJECTED_NODES = (1, 4, 16, 64)
 PROJECTED_RANKS = 1024
 """The issue's large job: 1,024 ranks of the same iterations, one hook CSV file per rank."""
 WORK = Path("build") / "bench-scale"
+RUN_BY_DEFAULT = False
+"""At full size this writes ~11 GB of CSV: run it with ``make bench-scale``, not ``make bench``."""
 
 
 def synthesize() -> Path:

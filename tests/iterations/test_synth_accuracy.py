@@ -6,6 +6,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from tracekit import open_dataset
 from tracekit.ingest.pipeline import ingest
 from tracekit.iterations import compare, reconstruct
 from tracekit.synth.faults import Noise
@@ -22,7 +23,7 @@ def job(request, tmp_path_factory):
                    noise=Noise(eval_interval=100, save_interval=150, log_interval=10))
     result = generate_job(folder / "job", spec)
     ingest([folder / "job" / "ranks"], folder / "ds")
-    calls = pl.read_parquet(sorted((folder / "ds" / "collectives").glob("*.parquet")))
+    calls = open_dataset(folder / "ds")["collectives"].collect()
     truth = result.truth.select("iteration", "t_start_ns", "t_end_ns", "duration_s",
                                 pl.lit(None, pl.Int32).alias("rank"))
     windows = result.truth.filter(pl.col("noise").str.contains("evaluation|checkpoint"))

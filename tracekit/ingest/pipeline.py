@@ -7,7 +7,9 @@ without reading them.
 
 One input file (a log, or an archive read member by member) is one partition: it is read and
 written by :func:`_ingest_file`, on this machine or on a Dask worker (``tracekit.parallel``),
-and only the manifest is written here.
+and only the manifest is written here. Large tables are written partitioned by rank (hive
+layout, ``collectives/rank=3/<part>.parquet``, the ``rank`` column kept inside the files), so
+workers write in parallel and readers skip other ranks' files.
 """
 
 from __future__ import annotations
@@ -30,6 +32,12 @@ from tracekit.parallel import Executor, LocalExecutor, Outcome, Report
 
 ProgressCallback = Callable[[str, int, int], None]
 """Called as ``progress(source_name, bytes_done_delta, rows_delta)`` while reading."""
+
+HIVE_BY_RANK = ("collectives",)
+"""Tables written one folder per rank (``rank=<N>``): the ~10^9-row tables of large jobs."""
+
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+"""Folder value for rows without a rank, as Hive, Spark and pyarrow name it."""
 
 MANIFEST_SAVE_INTERVAL_S = 60.0
 """While partitions complete, the manifest is saved at most this often (and once at the end),
@@ -250,7 +258,8 @@ def _read_into(
         for name, frame in _chunk_tables(dataset, chunk).items():
             if frame.height == 0:
                 continue
-            written.setdefault(name, set()).add(dataset.write_part(name, frame, part))
+            for piece_part, piece in _layout(name, frame, part):
+                written.setdefault(name, set()).add(dataset.write_part(name, piece, piece_part))
             summary.rows[name] = summary.rows.get(name, 0) + frame.height
             rows += frame.height
             _extend_span(summary, name, frame, ranks)
@@ -263,6 +272,14 @@ def _read_into(
     summary.ranks = len(ranks)
     for name in schema.TABLES:
         dataset.remove_parts(name, prefix, keep=written.get(name, set()))
+
+
+def _layout(name: str, frame: pl.DataFrame, part: str) -> list[tuple[str, pl.DataFrame]]:
+    """Where a chunk's rows of table ``name`` go: one part, or one per rank folder."""
+    if name not in HIVE_BY_RANK:
+        return [(part, frame)]
+    return [(f"rank={HIVE_NULL if rank is None else rank}/{part}", piece) for (rank,), piece in
+            frame.partition_by("rank", as_dict=True, maintain_order=True).items()]
 
 
 def _chunk_tables(dataset: Dataset, chunk: Chunk) -> dict[str, pl.DataFrame]:
