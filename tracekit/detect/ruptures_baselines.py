@@ -34,7 +34,9 @@ class RupturesDetector(Detector):
 
     model: str = "l2"
     min_size: int = 2
-    jump: int = 1
+    jump: int = 5
+    """Candidate positions on a grid of this step: ruptures' default, which keeps PELT usable
+    beyond 1e4 points."""
     penalty: float = 0.0
     """Penalty per change; 0 means the BIC default 2 log n."""
 
