@@ -12,22 +12,22 @@ from tracekit.validate.p2p import P2PGroup, P2PPlan, run_p2p_check  # noqa: E402
 
 SLOW_LINK = (1, 2)
 INJECTED_DELAY_S = 0.05
-"""Tens of times a 1-4 MiB loopback transfer, far above the scheduling noise of 4 processes
-sharing 2 cores."""
+"""Tens of times a 1-4 MiB loopback transfer. The test's threshold (4x the peers' median) sits
+far above the scheduling noise of 4 processes on 2 busy cores, and far below the delay."""
 
 
 def test_four_gloo_ranks_flag_exactly_the_slowed_link():
     plan = P2PPlan([P2PGroup("tp0", (0, 1, 2, 3), "ring")],
-                   hosts={0: "n1", 1: "n1", 2: "n2", 3: "n2"},
-                   delays_s={SLOW_LINK: INJECTED_DELAY_S}, threshold=1.0)
+                   hosts={0: "n1", 1: "n1", 2: "n1", 3: "n1"},
+                   delays_s={SLOW_LINK: INJECTED_DELAY_S}, threshold=3.0)
     report = run_p2p_check(plan, backend="gloo", timeout_s=60)
     links = report.links
     assert links.select("pass", "src_rank", "dst_rank").rows() == [
         (0, 0, 1), (0, 2, 3), (1, 1, 2), (1, 3, 0)]
-    assert links["reach"].to_list() == ["intra-host", "intra-host", "inter-host", "inter-host"]
+    assert links["reach"].to_list() == ["intra-host"] * 4
     assert links.filter("slow").select("src_rank", "dst_rank").rows() == [SLOW_LINK]
     slowed = links.filter(src_rank=1).row(0, named=True)
-    assert slowed["peers"] == 1  # the other inter-host link
+    assert slowed["peers"] == 3
     assert slowed["slowdown"] > 5
     results = report.results
     assert results.height == 12
