@@ -32,6 +32,7 @@ JOBS = {
     "cpu-b": ("tp1-dp4-pp2", 2, "cpu:host=2@150+150x2.0"),
     "congestion-a": ("tp2-dp2-pp2", 2, "congestion:link=0-1@150+150x3.0"),
     "congestion-b": ("tp2-dp2-pp2", 4, "congestion:link=0-1@150+150x3.0"),
+    "congestion-ring": ("tp2-dp4-pp1", 2, "congestion:link=0-3@150+150x3.0"),
     "compound-a": ("tp2-dp2-pp2", 2, "thermal:rank=3+congestion:link=0-1@150+150x2.0"),
     "clean": ("tp2-dp2-pp2", 2, None),
 }
@@ -123,7 +124,7 @@ def verdicts(tmp_path_factory) -> dict[str, tuple[dict, pl.DataFrame]]:
 
 
 @pytest.mark.parametrize("name", ["thermal-a", "thermal-b", "degradation-a", "cpu-a", "cpu-b",
-                                  "congestion-a", "congestion-b"])
+                                  "congestion-a", "congestion-b", "congestion-ring"])
 def test_each_cause_names_the_labeled_culprit_and_cause(verdicts, name):
     verdict, labels = verdicts[name]
     label = labels.filter("fail_slow").row(0, named=True)
@@ -140,6 +141,13 @@ def test_compound_names_both_culprits_and_causes(verdicts):
     assert verdict["target"] == "rank:3+link:gpu01-gpu02"
     assert "hw_thermal set in 100% of samples" in verdict["evidence"]
     assert "gpu01 CNP 10 -> 5,000/s" in verdict["evidence"]
+
+
+def test_ring_links_told_apart_by_congestion_notifications(verdicts):
+    evidence = verdicts["congestion-ring"][0]["evidence"]
+    assert ("link:gpu01-gpu02, link:gpu01-gpu04, link:gpu02-gpu03, link:gpu03-gpu04 explain the "
+            "3 slow groups equally well") in evidence
+    assert "only link:gpu01-gpu04 has congestion notifications at both ends" in evidence
 
 
 def test_thermal_evidence_gives_the_numbers(verdicts):

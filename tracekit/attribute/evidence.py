@@ -50,6 +50,8 @@ class Finding:
     cause: str | None
     text: str
     missing: str | None = None
+    hosts: tuple[str, ...] = ()
+    """Hosts the finding singles out (NICs with a CNP surge)."""
 
 
 def _stats(frame: pl.DataFrame, window: Window, value: pl.Expr, by: list[str]) -> pl.DataFrame:
@@ -153,6 +155,6 @@ def nic_finding(nic_counters: pl.DataFrame, hosts: tuple[str, ...], window: Wind
             surged.append(row["host"])
     text = "; ".join(parts) + (f" (peers {peers:,.0f}/s)" if peers is not None else "")
     if surged:
-        return Finding("network-congestion", text)
+        return Finding("network-congestion", text, hosts=tuple(surged))
     return Finding(None, text + ": no CNP surge, congestion not confirmed",
                    "no congestion notifications on the slow link's NICs")

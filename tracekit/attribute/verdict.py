@@ -121,15 +121,25 @@ def _communication_culprits(signals: Signals) -> list[Verdict]:
     if link.target is None and not link.hosts:
         return [Verdict("communication", INSUFFICIENT, None, BASE_CONFIDENCE,
                         timing + "; the slow groups do not cross hosts, no link to blame")]
-    if link.target is None:
+    finding = ev.nic_finding(signals.nic_counters, link.hosts, signals.window)
+    target = link.target
+    if target is None:
         timing += (f"; {', '.join(link.candidates)} explain the {link.slow_groups} slow groups "
                    "equally well")
+        target = _surged_candidate(link.candidates, finding.hosts)
+        if target is not None:
+            timing += f"; only {target} has congestion notifications at both ends"
     else:
         timing += (f"; {link.target} is crossed by all {link.slow_groups} slow groups and by "
                    f"none of the {link.healthy_groups} healthy ones")
-    finding = ev.nic_finding(signals.nic_counters, link.hosts, signals.window)
-    return [_culprit("communication", link.target, timing, finding,
-                     unique=link.target is not None)]
+    return [_culprit("communication", target, timing, finding, unique=target is not None)]
+
+
+def _surged_candidate(candidates: tuple[str, ...], surged: tuple[str, ...]) -> str | None:
+    """The one candidate link (or NIC) whose every host shows a CNP surge, if exactly one."""
+    named = {f"nic:{h}" for h in surged} | {f"link:{a}-{b}" for a in surged for b in surged}
+    fitting = [c for c in candidates if c in named]
+    return fitting[0] if len(fitting) == 1 else None
 
 
 def _culprit(kind: str, target: str | None, timing: str, finding: ev.Finding,
