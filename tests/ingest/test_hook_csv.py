@@ -1,12 +1,15 @@
-"""tracekit hook CSV reader: exact rows, nulls, bad rows quarantined, accounting."""
+"""tracekit hook CSV reader: exact rows, nulls, bad rows quarantined, accounting, and the fast
+path agreeing with the line-by-line path."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.ingest.collective_helpers import read_all
-from tracekit.ingest.base import Source
+from tracekit.ingest import base, hook_csv
+from tracekit.ingest.base import LineBatch, Source
 from tracekit.ingest.hook_csv import HEADER, HookCsvReader
 
 ROW = ("7,1760434267000000000,180500,gpu-b03,88412,3,0,0x562f1f4d2e80,8,41,AllReduce,1024,9,"
@@ -41,3 +44,73 @@ def test_bad_rows_quarantined_with_line_numbers():
 def test_garbage_accounted(lines):
     result = read("\n".join([HEADER, *lines]))
     assert result.rows() + result.skipped + result.quarantine.height == result.lines
+
+
+# -- fast path (whole block through the CSV reader) against the line-by-line path -------------
+
+SEND = ROW.replace("AllReduce", "Send").replace(",-1", ",5").replace("180500", "")
+
+
+def line_path(text: str):
+    """What the line-by-line path makes of the whole text (the reference)."""
+    data = text.encode()
+    return hook_csv._parse_lines(Source.from_bytes("hook.csv", data),
+                                 LineBatch.from_block(data, 1).frame(), len(data))
+
+
+def test_well_formed_block_takes_the_fast_path():
+    text = f"{HEADER}\r\n{ROW}\r\n{SEND}\r\n"
+    fast = hook_csv._parse_block(text.encode())
+    assert fast is not None
+    assert (fast.lines, fast.skipped, fast.bytes_read) == (3, 1, len(text))
+    assert fast.tables["collectives"].equals(line_path(text).tables["collectives"])
+    assert fast.tables["collectives"]["peer"].to_list() == [None, 5]
+
+
+@pytest.mark.parametrize("text", [
+    f"{HEADER}\n# comment\n{ROW}\n",               # comment line
+    f"{HEADER}\n{ROW}\n\n{ROW}\n",                  # blank line
+    f"{HEADER}\n{ROW}\n{ROW.rsplit(',', 1)[0]}\n",  # a row one field short
+    f"{HEADER}\n{ROW},1\n",                         # one field too many
+    f"{HEADER}\n{ROW.replace(',88412,', ',x,')}\n",  # pid not an integer
+    f"{HEADER}\n{ROW}\n{HEADER}\n{ROW}\n",          # a repeated header
+])
+def test_blocks_with_other_lines_fall_back(text):
+    assert hook_csv._parse_block(text.encode()) is None
+    result = read(text)
+    reference = line_path(text)
+    assert result.tables["collectives"].equals(reference.tables["collectives"])
+    assert result.quarantine.equals(reference.quarantine)
+    assert (result.lines, result.skipped) == (reference.lines, reference.skipped)
+
+
+def test_header_only_file():
+    result = read(HEADER + "\n")
+    assert (result.rows(), result.lines, result.skipped) == (0, 1, 1)
+
+
+field_edits = st.sampled_from([
+    lambda r: r, lambda r: r, lambda r: r.replace("AllReduce", "AllGather"),
+    lambda r: r.replace(",180500,", ",,"), lambda r: r.replace(",-1", ",3"),
+    lambda r: r.replace(",9,", ",42,"), lambda r: r.replace("AllReduce", "allreduce"),
+    lambda r: r.replace(",3,", ", 3,"), lambda r: r.replace(",3,", ",3x,"),
+    lambda r: r[:40], lambda r: r + ",", lambda r: "", lambda r: "# " + r,
+    lambda r: r.replace("gpu-b03", "gpu-é03"), lambda r: r.replace(",41,", ",-41,"),
+])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(field_edits, max_size=30), st.integers(120, 700))
+def test_fast_path_agrees_with_line_path(edits, batch_bytes):
+    """Whatever mix of good and bad rows, and wherever blocks are cut, the reader's output
+    equals the line-by-line path's over the whole file, line numbers included."""
+    text = "\n".join([HEADER, *(edit(ROW) for edit in edits)]) + "\n"
+    source = Source.from_bytes("hook.csv", text.encode())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(hook_csv, "iter_line_blocks",
+                      lambda s: base.iter_line_blocks(s, batch_bytes=batch_bytes))
+        result = read_all(HookCsvReader(), source)
+    reference = line_path(text)
+    assert result.tables["collectives"].equals(reference.tables["collectives"])
+    assert result.quarantine.equals(reference.quarantine)
+    assert (result.lines, result.skipped) == (reference.lines, reference.skipped)

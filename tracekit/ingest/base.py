@@ -133,11 +133,49 @@ class LineBatch:
     first_line_no: int
     bytes_read: int
 
+    @classmethod
+    def from_block(cls, data: bytes, first_line_no: int) -> LineBatch:
+        """The lines of ``data`` (whole lines; the last one may lack its line end).
+
+        Polars' multi-threaded CSV reader, told there is one column, no quoting and a separator
+        the block does not contain, splits lines several times faster than decoding and
+        splitting one string; it drops the ``\\r`` of ``\\r\\n``, replaces undecodable bytes
+        and a leading byte-order mark, and reads an empty line as null.
+        """
+        separator = next((s for s in LINE_SPLIT_SEPARATORS if s not in data), None)
+        if separator is None:
+            text = data.decode("utf-8", errors="replace").removeprefix("\ufeff")
+            lines = (pl.Series("line", [text.removesuffix("\n")]).str.split("\n").explode()
+                     .str.strip_suffix("\r"))
+        else:
+            lines = pl.read_csv(
+                data, has_header=False, separator=separator.decode(), quote_char=None,
+                new_columns=["line"], schema_overrides={"line": pl.String},
+                encoding="utf8-lossy",
+            ).to_series().fill_null("")
+        return cls(lines, first_line_no, len(data))
+
     def frame(self) -> pl.DataFrame:
         """The lines as a frame with ``line_no`` and ``line`` columns."""
         return pl.DataFrame({"line": self.lines}).with_row_index(
             "line_no", offset=self.first_line_no
         ).with_columns(pl.col("line_no").cast(pl.Int64))
+
+
+def iter_line_blocks(source: Source, batch_bytes: int = LINE_BATCH_BYTES) -> Iterator[bytes]:
+    """The bytes of a text source in blocks of whole lines (about ``batch_bytes`` each; a line
+    longer than that makes its block longer). The last block may end without a line end."""
+    pending: list[bytes] = []  # bytes after the last line end (a line may span blocks)
+    with source.open() as stream:
+        while block := stream.read(batch_bytes):
+            cut = block.rfind(b"\n") + 1
+            if cut == 0:
+                pending.append(block)
+                continue
+            yield b"".join([*pending, block[:cut]])
+            pending = [block[cut:]] if cut < len(block) else []
+    if pending:
+        yield b"".join(pending)
 
 
 def iter_line_batches(source: Source, batch_bytes: int = LINE_BATCH_BYTES) -> Iterator[LineBatch]:
@@ -148,39 +186,10 @@ def iter_line_batches(source: Source, batch_bytes: int = LINE_BATCH_BYTES) -> It
     end is still returned, so readers can quarantine it as truncated.
     """
     line_no = 1
-    pending: list[bytes] = []  # bytes after the last line end (a line may span blocks)
-    with source.open() as stream:
-        while block := stream.read(batch_bytes):
-            cut = block.rfind(b"\n") + 1
-            if cut == 0:
-                pending.append(block)
-                continue
-            batch = _batch(b"".join([*pending, block[:cut]]), line_no)
-            pending = [block[cut:]] if cut < len(block) else []
-            line_no += len(batch.lines)
-            yield batch
-    if pending:
-        yield _batch(b"".join(pending), line_no)
-
-
-def _batch(data: bytes, first_line_no: int) -> LineBatch:
-    """The lines of ``data`` (whole lines; the last one may lack its line end).
-
-    Polars' multi-threaded CSV reader, told there is one column, no quoting and a separator the
-    batch does not contain, splits lines several times faster than decoding and splitting in
-    one string; it drops the ``\\r`` of ``\\r\\n``, replaces undecodable bytes and a leading
-    byte-order mark, and reads an empty line as null.
-    """
-    separator = next((s for s in LINE_SPLIT_SEPARATORS if s not in data), None)
-    if separator is None:
-        text = data.decode("utf-8", errors="replace").removeprefix("\ufeff").removesuffix("\n")
-        lines = pl.Series("line", [text]).str.split("\n").explode().str.strip_suffix("\r")
-    else:
-        lines = pl.read_csv(
-            data, has_header=False, separator=separator.decode(), quote_char=None,
-            new_columns=["line"], schema_overrides={"line": pl.String}, encoding="utf8-lossy",
-        ).to_series().fill_null("")
-    return LineBatch(lines, first_line_no, len(data))
+    for block in iter_line_blocks(source, batch_bytes):
+        batch = LineBatch.from_block(block, line_no)
+        line_no += len(batch.lines)
+        yield batch
 
 
 def quarantine_frame(source: Source, bad: pl.DataFrame) -> pl.DataFrame:

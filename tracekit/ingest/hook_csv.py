@@ -13,7 +13,14 @@ import polars as pl
 
 from tracekit import schema
 from tracekit.ingest import nccl_names
-from tracekit.ingest.base import Chunk, Reader, Source, iter_line_batches, quarantine_frame
+from tracekit.ingest.base import (
+    Chunk,
+    LineBatch,
+    Reader,
+    Source,
+    iter_line_blocks,
+    quarantine_frame,
+)
 
 COLUMNS = (
     "event_id", "t_call_ns", "duration_ns", "host", "pid", "rank", "device", "comm", "nranks",
@@ -23,6 +30,9 @@ HEADER = ",".join(COLUMNS)
 INTEGER_COLUMNS = ("event_id", "t_call_ns", "pid", "rank", "device", "nranks", "call", "count",
                    "datatype")
 """Columns that must hold an integer; ``duration_ns`` and ``peer`` may be empty or -1."""
+NUMERIC_COLUMNS = (*INTEGER_COLUMNS, "duration_ns", "peer")
+CSV_SCHEMA = {c: pl.Int64 if c in NUMERIC_COLUMNS else pl.String for c in COLUMNS}
+"""Column types of a well-formed block, for the fast path."""
 
 
 class HookCsvReader(Reader):
@@ -38,11 +48,48 @@ class HookCsvReader(Reader):
         return first.strip() == HEADER
 
     def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
-        for batch in iter_line_batches(source):
-            yield _parse(source, batch.frame(), batch.bytes_read)
+        line_no = 1
+        for block in iter_line_blocks(source):
+            chunk = _parse_block(block) or _parse_lines(
+                source, LineBatch.from_block(block, line_no).frame(), len(block))
+            line_no += chunk.lines
+            yield chunk
 
 
-def _parse(source: Source, lines: pl.DataFrame, bytes_read: int) -> Chunk:
+def _parse_block(block: bytes) -> Chunk | None:
+    """The fast path: a block of well-formed rows (and at most a header line first) parsed by
+    polars' CSV reader in one call. None when the block holds anything else (comments, blank
+    lines, a bad row, undecodable bytes), so that :func:`_parse_lines` accounts for every line
+    with its number."""
+    first_end = block.find(b"\n") + 1 or len(block)
+    has_header = block[:first_end].rstrip(b"\r\n") == HEADER.encode()
+    data = block[first_end:] if has_header else block
+    if b"#" in data:
+        return None
+    if not data:
+        return Chunk(lines=int(has_header), skipped=int(has_header), bytes_read=len(block))
+    try:
+        rows = pl.read_csv(data, has_header=False, schema=CSV_SCHEMA, quote_char=None)
+    except pl.exceptions.PolarsError:
+        return None
+    # Short rows read as nulls: every row must have had exactly the right number of fields.
+    if data.count(b",") != rows.height * (len(COLUMNS) - 1):
+        return None
+    valid = rows.select(
+        pl.all_horizontal(pl.col(INTEGER_COLUMNS).is_not_null().all()),
+        nccl_names.op_name(pl.col("op")).is_not_null().all(),
+        nccl_names.dtype_name(pl.col("datatype")).is_not_null().all(),
+    ).row(0)
+    if not all(valid):
+        return None
+    typed = rows.with_columns(pl.col(pl.String).fill_null(""))
+    return Chunk(tables={"collectives": _collectives(typed)}, lines=rows.height + has_header,
+                 skipped=int(has_header), bytes_read=len(block))
+
+
+def _parse_lines(source: Source, lines: pl.DataFrame, bytes_read: int) -> Chunk:
+    """The line-by-line path: each line checked on its own, bad rows quarantined with their
+    line numbers and reasons."""
     line = pl.col("line")
     blank_or_comment = (line.str.strip_chars() == "") | line.str.starts_with("#")
     is_header = pl.col("line").str.strip_chars() == HEADER
@@ -56,7 +103,7 @@ def _parse(source: Source, lines: pl.DataFrame, bytes_read: int) -> Chunk:
     ).unnest("_f")
     typed = fields.with_columns(
         [pl.col(c).str.strip_chars().cast(pl.Int64, strict=False).alias(f"_{c}")
-         for c in (*INTEGER_COLUMNS, "duration_ns", "peer")]
+         for c in NUMERIC_COLUMNS]
     )
     reason = (
         pl.when(pl.col("_commas") != len(COLUMNS) - 1)
@@ -80,33 +127,40 @@ def _parse(source: Source, lines: pl.DataFrame, bytes_read: int) -> Chunk:
     bad = checked.filter(pl.col("reason").is_not_null())
     good = checked.filter(pl.col("reason").is_null())
 
-    dtype = nccl_names.dtype_name(pl.col("_datatype"))
-    duration = pl.when(pl.col("_duration_ns") >= 0).then(pl.col("_duration_ns"))
-    collectives = good.select(
-        pl.lit(None, dtype=pl.String).alias("job"),
-        pl.col("_rank").cast(pl.Int32).alias("rank"),
-        pl.col("host"),
-        pl.col("_pid").alias("pid"),
-        pl.col("_device").cast(pl.Int32).alias("cuda_dev"),
-        pl.col("comm"),
-        pl.col("_nranks").cast(pl.Int32).alias("nranks"),
-        nccl_names.op_name(pl.col("op")).alias("op"),
-        pl.col("_call").alias("seq"),
-        pl.lit(None, dtype=pl.Int64).alias("op_count"),
-        pl.col("_count").alias("count"),
-        dtype.alias("dtype"),
-        (pl.col("_count") * nccl_names.dtype_size(dtype)).alias("bytes"),
-        pl.when(pl.col("_peer") >= 0).then(pl.col("_peer")).cast(pl.Int32).alias("peer"),
-        pl.col("_t_call_ns").alias("t_start_ns"),
-        (pl.col("_t_call_ns") + duration).alias("t_end_ns"),
-    )
+    typed = good.select(
+        [pl.col(f"_{c}").alias(c) if c in NUMERIC_COLUMNS else pl.col(c) for c in COLUMNS])
     return Chunk(
-        tables={"collectives": schema.conform("collectives", collectives)},
+        tables={"collectives": _collectives(typed)},
         quarantine=quarantine_frame(source, bad),
         lines=lines.height,
         skipped=skip,
         bytes_read=bytes_read,
     )
+
+
+def _collectives(rows: pl.DataFrame) -> pl.DataFrame:
+    """Canonical ``collectives`` rows from valid hook rows (integer columns typed)."""
+    dtype = nccl_names.dtype_name(pl.col("datatype"))
+    duration = pl.when(pl.col("duration_ns") >= 0).then(pl.col("duration_ns"))
+    collectives = rows.select(
+        pl.lit(None, dtype=pl.String).alias("job"),
+        pl.col("rank").cast(pl.Int32),
+        pl.col("host"),
+        pl.col("pid"),
+        pl.col("device").cast(pl.Int32).alias("cuda_dev"),
+        pl.col("comm"),
+        pl.col("nranks").cast(pl.Int32),
+        nccl_names.op_name(pl.col("op")).alias("op"),
+        pl.col("call").alias("seq"),
+        pl.lit(None, dtype=pl.Int64).alias("op_count"),
+        pl.col("count"),
+        dtype.alias("dtype"),
+        (pl.col("count") * nccl_names.dtype_size(dtype)).alias("bytes"),
+        pl.when(pl.col("peer") >= 0).then(pl.col("peer")).cast(pl.Int32).alias("peer"),
+        pl.col("t_call_ns").alias("t_start_ns"),
+        (pl.col("t_call_ns") + duration).alias("t_end_ns"),
+    )
+    return schema.conform("collectives", collectives)
 
 
 READERS = [HookCsvReader()]
