@@ -39,7 +39,7 @@ class Identity:
         for r in range(layout.world):
             for g, group in enumerate(GROUPS):
                 handles[(r, group)] = int(heaps[r] + 0x1C8A3F2A0 + g * 0x1A4C2E00)
-        buffers = 0x7F0000000000 + (rng.integers(0x100, 0xFFF, size=layout.world) << 32)
+        buffers = 0x7F0000000000 + (rng.integers(0x100, 0xFFF, size=layout.world) << 28)
         streams = heaps + 0x1C7F0E510
         return cls(hosts, pids, handles, buffers, streams)
 
@@ -74,7 +74,8 @@ def call_frame(layout: Layout, result: CycleResult, starts_ns: np.ndarray,
         t_call = (base + np.round(rec.arrival_s[cycles] * 1e9).astype(np.int64)).ravel()
         t_end = (base + np.round(rec.end_s[cycles] * 1e9).astype(np.int64)).ravel()
         op = rec.op
-        calls = op.calls if op.kind == "p2p" else ((op.op, -1),)
+        # the peer of a send / recv, the root of a broadcast (TP rank 0), else none
+        calls = op.calls if op.kind == "p2p" else ((op.op, 0 if op.op == "Broadcast" else -1),)
         group = "pp" if op.kind == "p2p" else op.group
         for sub, (name, peer) in enumerate(calls):
             size = rank.size
@@ -105,15 +106,19 @@ class CallNumbers:
     """Per-rank, per-communicator call numbers that continue across chunks."""
 
     def __init__(self) -> None:
-        self.offsets: dict[tuple[int, str], int] = {}
+        self.offsets: dict[tuple[int, str], tuple[int, int]] = {}
         self.events: dict[int, int] = {}
 
     def number(self, frame: pl.DataFrame) -> pl.DataFrame:
-        """Add ``call`` (0-based per rank and communicator) and ``event_id`` (per rank)."""
+        """Add ``call`` (0-based per rank and communicator), ``launch`` (per rank and
+        communicator, one per NCCL group: the send / recv of one pipeline exchange share it)
+        and ``event_id`` (per rank)."""
         offsets = pl.DataFrame(
             {"rank": [k[0] for k in self.offsets], "group": [k[1] for k in self.offsets],
-             "_offset": list(self.offsets.values())},
-            schema={"rank": pl.Int32, "group": pl.String, "_offset": pl.Int64})
+             "_offset": [v[0] for v in self.offsets.values()],
+             "_launch": [v[1] for v in self.offsets.values()]},
+            schema={"rank": pl.Int32, "group": pl.String, "_offset": pl.Int64,
+                    "_launch": pl.Int64})
         events = pl.DataFrame({"rank": list(self.events), "_event": list(self.events.values())},
                               schema={"rank": pl.Int32, "_event": pl.Int64})
         numbered = (
@@ -122,13 +127,38 @@ class CallNumbers:
             .with_columns(
                 (pl.int_range(pl.len()).over("rank", "group") + pl.col("_offset").fill_null(0))
                 .alias("call"),
+                ((pl.col("sub") == 0).cast(pl.Int64).cum_sum().over("rank", "group") - 1
+                 + pl.col("_launch").fill_null(0)).alias("launch"),
                 (pl.int_range(pl.len()).over("rank") + pl.col("_event").fill_null(0))
                 .alias("event_id"),
             )
-            .drop("_offset", "_event")
+            .drop("_offset", "_launch", "_event")
         )
-        for row in numbered.group_by("rank", "group").agg(pl.col("call").max()).iter_rows():
-            self.offsets[(row[0], row[1])] = row[2] + 1
+        last = numbered.group_by("rank", "group").agg(pl.col("call", "launch").max())
+        for rank, group, call, launch in last.iter_rows():
+            self.offsets[(rank, group)] = (call + 1, launch + 1)
         for row in numbered.group_by("rank").agg(pl.col("event_id").max()).iter_rows():
             self.events[row[0]] = row[1] + 1
         return numbered
+
+
+def pointer_columns(identity: Identity) -> list[pl.Expr]:
+    """``sendbuff`` / ``recvbuff`` as NCCL prints them (``%p``): one send and one receive
+    buffer per rank; NCCL >= 2.12 prints ``(nil)`` for the unused send buffer of a Send / Recv
+    and the user buffer as ``recvbuff``; in-place all-reduces and broadcasts use one buffer."""
+    rank = pl.col("rank")
+    send = {r: f"0x{int(b):x}" for r, b in enumerate(identity.buffers)}
+    receive = {r: f"0x{int(b) + 0x4000000:x}" for r, b in enumerate(identity.buffers)}
+    in_place = pl.col("op").is_in(["AllReduce", "Broadcast"])
+    return [
+        pl.when(pl.col("op").is_in(["Send", "Recv"])).then(pl.lit("(nil)"))
+        .otherwise(rank.replace_strict(send, return_dtype=pl.String)).alias("sendbuff"),
+        pl.when(in_place).then(rank.replace_strict(send, return_dtype=pl.String))
+        .otherwise(rank.replace_strict(receive, return_dtype=pl.String)).alias("recvbuff"),
+    ]
+
+
+def comm_handles(identity: Identity) -> pl.Expr:
+    """The ``comm`` pointer of each call's (rank, communicator kind)."""
+    handles = {f"{r}/{g}": f"0x{v:x}" for (r, g), v in identity.handles.items()}
+    return pl.format("{}/{}", "rank", "group").replace_strict(handles).alias("comm")

@@ -8,32 +8,14 @@ from typing import Annotated
 
 import typer
 
-from tracekit.errors import TracekitError
+from tracekit import cli_support
 
 synth_app = typer.Typer(name="synth", no_args_is_help=True,
                         help="Generate labeled synthetic jobs in the real raw formats.")
 
 
-def _command(name: str):
-    """Register a synth command; TracekitErrors print as one line with exit status 2, as for
-    every tracekit command."""
-
-    def decorate(function):
-        @functools.wraps(function)
-        def wrapper(*a, **kw):
-            from tracekit import cli
-
-            try:
-                return function(*a, **kw)
-            except TracekitError as error:
-                if cli._state["debug"]:
-                    raise
-                cli.errors.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
-                raise typer.Exit(2) from None
-
-        return synth_app.command(name)(wrapper)
-
-    return decorate
+_command = functools.partial(cli_support.command, synth_app)
+"""Register a ``synth`` sub-command with the main CLI's error handling."""
 
 
 @_command("job")
@@ -55,7 +37,12 @@ def job(
     sequence_parallel: Annotated[bool, typer.Option(help="Megatron --sequence-parallel.")] = False,
     distributed_optimizer: Annotated[bool, typer.Option(
         help="Megatron --use-distributed-optimizer.")] = True,
-    collectives: Annotated[str, typer.Option(help="Collective log format: hook or none.")] = "hook",
+    collectives: Annotated[str, typer.Option(
+        help="Collective log format: hook (tracekit hook CSV per rank), nccl (NCCL_DEBUG=INFO "
+             "log per process) or none.")] = "hook",
+    nccl_timestamps: Annotated[bool, typer.Option(
+        help="NCCL 2.26+ timestamps on INFO lines (NCCL_DEBUG_TIMESTAMP_LEVELS=INFO); without "
+             "them an NCCL log has no timing.")] = True,
     monitoring: Annotated[bool, typer.Option(help="Write DCGM, RNIC, IPMI and host CPU "
                                                   "exports.")] = True,
     seed: Annotated[int, typer.Option(help="Random seed (same seed, same bytes).")] = 0,
@@ -73,7 +60,8 @@ def job(
                     scenario=scenario, model=model, hardware=hardware,
                     gpus_per_host=gpus_per_host, sequence_parallel=sequence_parallel,
                     distributed_optimizer=distributed_optimizer, collectives=collectives,
-                    monitoring=monitoring, seed=seed, job=job_id or output.name)
+                    nccl_timestamps=nccl_timestamps, monitoring=monitoring, seed=seed,
+                    job=job_id or output.name)
     result = generate_job(output, spec)
     console = Console()
     truth, labels = result.truth, result.labels
@@ -99,7 +87,7 @@ def corpus(
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
     iterations: Annotated[int | None, typer.Option(help="Iterations per job (default: the "
                                                         "preset's).")] = None,
-    collectives: Annotated[str, typer.Option(help="hook or none.")] = "hook",
+    collectives: Annotated[str, typer.Option(help="hook, nccl or none.")] = "hook",
 ) -> None:
     """Build a labeled corpus shaped like Greyhound's probing campaigns (Table 1 mix)."""
     from rich.console import Console

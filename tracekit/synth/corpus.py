@@ -47,7 +47,7 @@ def scenario_injections(name: str, iterations: int) -> list[Injection]:
 def job_spec(*, layout: str, iterations: int, inject: list[str], scenario: str | None,
              model: str, hardware: str, gpus_per_host: int, sequence_parallel: bool,
              distributed_optimizer: bool, collectives: str, monitoring: bool, seed: int,
-             job: str) -> JobSpec:
+             job: str, nccl_timestamps: bool = True) -> JobSpec:
     """A job spec from command-line style arguments."""
     if model not in MODELS:
         raise TracekitError(f"unknown model {model!r}; known: {', '.join(MODELS)}")
@@ -61,7 +61,7 @@ def job_spec(*, layout: str, iterations: int, inject: list[str], scenario: str |
     if scenario:
         injections = scenario_injections(scenario, iterations) + injections
     return JobSpec(parsed, iterations, seed, tuple(injections), collectives=collectives,
-                   monitoring=monitoring, job=job)
+                   nccl_timestamps=nccl_timestamps, monitoring=monitoring, job=job)
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,10 @@ Folder layout::
     JOB/labels.parquet                the labels table (fail-slows and benign noise episodes)
     JOB/truth.parquet                 per-iteration ground truth
     JOB/ranks/rank<N>.hook.csv        collective calls, hook CSV (--collectives hook)
+    JOB/ranks/nccl.<host>.<pid>.log   or NCCL_DEBUG=INFO logs per process (--collectives nccl)
     JOB/megatron/train.log            stdout of the last rank (iteration lines, timers)
-    JOB/monitoring/<host>/...         dcgm-exporter scrapes, mlx5 hw_counters snapshots
+    JOB/monitoring/<host>/...         dcgm-exporter, node_exporter (CPU) scrapes, mlx5
+                                      hw_counters and ipmitool sensor snapshots
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from tracekit.synth.timing import Conditions, Simulator
 from tracekit.synth.writers.hook_csv import HookCsvWriter
 from tracekit.synth.writers.megatron_log import MegatronLogWriter
 from tracekit.synth.writers.monitoring import write_monitoring
+from tracekit.synth.writers.nccl_debug import NcclDebugWriter
 
 CHUNK_CYCLES = 128
 """Cycles simulated at once. Random draws are made per chunk, so this is part of the seed's
@@ -39,8 +42,9 @@ meaning: changing it changes the output of a seed."""
 DEFAULT_START_NS = 1_760_432_400 * 10**9
 """2025-10-14 09:00:00 UTC: the default wall-clock start of a synthetic job."""
 
-COLLECTIVE_FORMATS = ("hook", "none")
-"""Collective log formats written so far (the NCCL debug-log writer is not built yet)."""
+COLLECTIVE_FORMATS = ("hook", "nccl", "none")
+"""Collective logs: tracekit hook CSV per rank, NCCL_DEBUG=INFO log per process, or none.
+One format per job: both would give every call twice in one dataset."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,9 @@ class JobSpec:
     policy: F.LabelPolicy = field(default_factory=F.LabelPolicy)
     timing: Timing = field(default_factory=Timing)
     collectives: str = "hook"
+    nccl_timestamps: bool = True
+    """NCCL 2.26+ ``NCCL_DEBUG_TIMESTAMP_LEVELS=INFO``: without timestamps an NCCL log has no
+    timing, so they are on unless asked otherwise."""
     monitoring: bool = True
     job: str = "synth-job"
     start_ns: int = DEFAULT_START_NS
@@ -165,6 +172,9 @@ def generate_job(out: Path, spec: JobSpec) -> JobResult:
     writers = []
     if spec.collectives == "hook":
         writers.append(HookCsvWriter(out / "ranks", L, run.identity))
+    elif spec.collectives == "nccl":
+        writers.append(NcclDebugWriter(out / "ranks", L, run.identity, spec.seed, spec.start_ns,
+                                       spec.nccl_timestamps))
     megatron = MegatronLogWriter(out / "megatron" / "train.log", spec, run,
                                  np.random.default_rng([spec.seed, 3]))
     numbers = CallNumbers()

@@ -7,7 +7,7 @@ from pathlib import Path
 import polars as pl
 
 from tracekit.ingest.hook_csv import COLUMNS, HEADER
-from tracekit.synth.calls import Identity
+from tracekit.synth.calls import Identity, comm_handles, pointer_columns
 from tracekit.synth.layout import Layout
 
 
@@ -30,9 +30,6 @@ class HookCsvWriter:
     def write(self, calls: pl.DataFrame) -> None:
         L, ident = self.layout, self.identity
         hosts = {r: ident.hosts[L.host_of(r)] for r in range(L.world)}
-        handles = {f"{r}/{g}": f"0x{v:x}" for (r, g), v in ident.handles.items()}
-        buffers = {r: f"0x{int(ident.buffers[r]):x}" for r in range(L.world)}
-        receive = {r: f"0x{int(ident.buffers[r]) + 0x4000000:x}" for r in range(L.world)}
         rows = calls.select(
             pl.col("event_id"),
             pl.col("t_call_ns"),
@@ -41,20 +38,13 @@ class HookCsvWriter:
             pl.col("rank").replace_strict(dict(enumerate(ident.pids.tolist())),
                                           return_dtype=pl.Int64).alias("pid"),
             (pl.col("rank") % L.gpus_per_host).cast(pl.Int64).alias("device"),
-            pl.format("{}/{}", "rank", "group").replace_strict(handles).alias("comm"),
+            comm_handles(ident),
             pl.col("nranks"),
             pl.col("call"),
             pl.col("op"),
             pl.col("count"),
             pl.col("datatype"),
-            # NCCL >= 2.12 and the shim print (nil) for the unused buffer of send / recv
-            pl.when(pl.col("op").is_in(["Send", "Recv"])).then(pl.lit("(nil)"))
-            .otherwise(pl.col("rank").replace_strict(buffers, return_dtype=pl.String))
-            .alias("sendbuff"),
-            pl.when(pl.col("op").is_in(["AllReduce", "Broadcast"]))
-            .then(pl.col("rank").replace_strict(buffers, return_dtype=pl.String))
-            .otherwise(pl.col("rank").replace_strict(receive, return_dtype=pl.String))
-            .alias("recvbuff"),
+            *pointer_columns(ident),
             pl.col("peer"),
             pl.col("rank"),
             pl.col("rank").alias("_rank"),
