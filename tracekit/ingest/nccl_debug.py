@@ -171,13 +171,13 @@ def _parse_batch(source: Source, lines: pl.DataFrame, bytes_read: int, state: _J
     when it has no line end (so COLL / Init text on it may be cut short)."""
     records = _split_spliced(lines)
     _collect_versions(records, state)
-    parts = records.with_columns(
+    candidates = _candidates(records)
+    parts = candidates.with_columns(
         pl.col("line").str.splitn(INFO_MARK, 2).struct.rename_fields(["head", "msg"])
         .alias("_p")).unnest("_p")
     parts = parts.with_columns(_envelope(pl.col("head")).alias("_env")).unnest("_env")
     parts = _repair_spliced_hosts(parts, state)
-    has_marker = pl.any_horizontal(
-        [pl.col("line").str.contains(m, literal=True) for m in COLL_MARKERS])
+    has_marker = pl.col("_marker")
     is_coll = pl.col("msg").str.contains(": opCount ", literal=True)
     is_init = (pl.col("msg").str.contains("- Init ", literal=True)
                | pl.col("msg").str.contains(INIT_LIKE))
@@ -197,7 +197,7 @@ def _parse_batch(source: Source, lines: pl.DataFrame, bytes_read: int, state: _J
         .then(pl.lit("truncated last line (the file ends without a line end)"))
         .otherwise(pl.lit("torn line: NCCL COLL/Init text without its host:pid:tid [dev] prefix"))
         .alias("reason"))
-    skipped = parts.filter(pl.col("kind") == "other").height
+    skipped = records.height - candidates.height + parts.filter(pl.col("kind") == "other").height
 
     inits, bad_inits = _parse_inits(parts.filter(pl.col("kind") == "init"), time_zone)
     _update_process_ranks(state, inits)
@@ -213,6 +213,20 @@ def _parse_batch(source: Source, lines: pl.DataFrame, bytes_read: int, state: _J
         skipped=skipped + repeated_inits,
         bytes_read=bytes_read,
     )
+
+
+def _candidates(records: pl.DataFrame) -> pl.DataFrame:
+    """The records that may be COLL or Init lines, found with cheap literal tests before any
+    regex: every other line (other subsystems, other programs) can only be skipped. When the
+    batch has spliced records, every INFO line stays too: its host repairs theirs."""
+    line = pl.col("line")
+    has_marker = pl.any_horizontal([line.str.contains(m, literal=True) for m in COLL_MARKERS])
+    # INIT_LIKE and "- Init " messages are the only kinds the markers do not cover
+    keep = (pl.col("_marker") | line.str.contains(" nranks ", literal=True)
+            | line.str.contains("- Init ", literal=True))
+    if records["spliced"].any():
+        keep = keep | line.str.contains(INFO_MARK, literal=True)
+    return records.with_columns(has_marker.alias("_marker")).filter(keep)
 
 
 def _split_spliced(lines: pl.DataFrame) -> pl.DataFrame:
@@ -265,7 +279,7 @@ def _repair_spliced_hosts(parts: pl.DataFrame, state: _JoinState) -> pl.DataFram
 
 
 def _collect_versions(records: pl.DataFrame, state: _JoinState) -> None:
-    found = records.select(
+    found = records.filter(pl.col("line").str.contains("NCCL version ", literal=True)).select(
         pl.col("line").str.extract(r"NCCL version (\d+\.\d+\.\d+\S*)", 1).drop_nulls().unique(
             maintain_order=True))
     for version in found.to_series().to_list():
