@@ -58,16 +58,30 @@ def call_gaps(collectives: pl.LazyFrame) -> pl.DataFrame:
             .collect())
 
 
+TIME_BINS = 5
+"""Windows are cut into this many equal bins and the median bin's own-time share is kept, so
+one benign pause (a GC on one rank, a checkpoint) cannot make a straggler."""
+
+
 def own_time_change(gaps: pl.DataFrame, during: tuple[int, int],
                     before: tuple[int, int]) -> pl.DataFrame:
-    """Per rank, the share of wall time spent outside NCCL in the episode and before it,
-    ``ratio`` (during / before) and ``relative`` (ratio over the median rank's ratio)."""
-    t = pl.col("t_ns")
-    share = {name: pl.col("own_s").filter(t.is_between(a, b, closed="left")).sum() / ((b - a) / 1e9)
-             for name, (a, b) in (("during", during), ("before", before))}
-    return (gaps.group_by("rank", "host", "cuda_dev")
-            .agg(share["during"].alias("own_share"), share["before"].alias("own_share_before"))
+    """Per rank, the share of wall time spent outside NCCL in the episode and before it (median
+    over :data:`TIME_BINS` bins), ``ratio`` (during / before) and ``relative`` (ratio over the
+    median rank's ratio)."""
+    shares = [_binned_share(gaps, a, b).rename({"share": name})
+              for name, (a, b) in (("own_share", during), ("own_share_before", before))]
+    return (shares[0].join(shares[1], on=["rank", "host", "cuda_dev"], how="inner")
             .filter(pl.col("own_share_before") > 0)
             .with_columns((pl.col("own_share") / pl.col("own_share_before")).alias("ratio"))
             .with_columns((pl.col("ratio") / pl.col("ratio").median()).alias("relative"))
             .sort("rank"))
+
+
+def _binned_share(gaps: pl.DataFrame, start_ns: int, end_ns: int) -> pl.DataFrame:
+    width_ns = max(1, (end_ns - start_ns) // TIME_BINS)
+    inside = gaps.filter(pl.col("t_ns").is_between(start_ns, end_ns, closed="left"))
+    return (inside.group_by("rank", "host", "cuda_dev",
+                            ((pl.col("t_ns") - start_ns) // width_ns).alias("bin"))
+            .agg(pl.col("own_s").sum())
+            .group_by("rank", "host", "cuda_dev")
+            .agg((pl.col("own_s").median() / (width_ns / 1e9)).alias("share")))
