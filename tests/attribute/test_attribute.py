@@ -12,6 +12,7 @@ import pytest
 
 from tracekit import schema
 from tracekit.attribute import attribute_dataset
+from tracekit.attribute.groups import handle_groups
 from tracekit.attribute.links import localise
 from tracekit.dataset import create_dataset, open_dataset
 from tracekit.detect import detect_dataset
@@ -221,3 +222,14 @@ def test_real_whatif_trace_points_at_the_last_stage(real_dir, tmp_path):
     ratios = dict(zip(verdict.per_stage["pp_stage"], verdict.per_stage["ratio"], strict=True))
     assert ratios[3] == pytest.approx(1.6245, abs=1e-4)
     assert max(ratios, key=ratios.get) == 3
+
+
+def test_groups_from_nccl_init_lines(formats_dir, tmp_path):
+    ingest([formats_dir / "nccl_debug_coll.log", formats_dir / "nccl_init.log"], tmp_path / "ds")
+    ds = open_dataset(tmp_path / "ds")
+    groups = handle_groups(ds.table("collectives"), ds.table("comms").collect())
+    by_group = dict(groups.filter(pl.col("group_source") == "comms")
+                    .group_by("group").agg(pl.col("rank").sort()).iter_rows())
+    assert by_group == {"0x0d6b3f8e21ca9a47/2": [0, 8], "0x41d2e9c07ab35f18/8": [0, 1],
+                        "0x7c3e5b2f9a1d4e60/16": [0, 1, 8], "0x9e04a1c3b7d26f55/8": [8]}
+    assert groups.filter(pl.col("group_source") == "inferred").height == 2

@@ -41,16 +41,21 @@ def handle_groups(collectives: pl.LazyFrame, comms: pl.DataFrame) -> pl.DataFram
 
 
 def _groups_from_comms(comms: pl.DataFrame) -> pl.DataFrame:
-    """Group ids from Init lines; a key that would hold one rank twice (two splits of one
-    parent reusing a colour) is dropped, so those handles are inferred instead."""
-    usable = comms.filter(pl.col("comm_id").is_not_null())
-    keyed = usable.with_columns(pl.format("{}/{}/{}", "comm_id",
-                                          pl.col("split_color").fill_null(-1),
-                                          "nranks").alias("group"))
-    clean = keyed.filter(pl.col("rank").is_unique().over("group")
-                         .all().over("group"))
-    return (clean.select(*HANDLE, "group").unique(subset=list(HANDLE))
-            .with_columns(pl.lit("comms").alias("group_source")))
+    """Group ids from Init lines: commId and size (a handle's START and COMPLETE lines may each
+    carry only part of them). Split children share their parent's commId, so where that puts
+    one rank twice in a group the split colour separates them; what still collides is dropped,
+    so those handles are inferred instead."""
+    per_handle = (comms.group_by(HANDLE)
+                  .agg(pl.col("rank").first(), pl.col("nranks").max(),
+                       pl.col("comm_id").drop_nulls().first(),
+                       pl.col("split_color").drop_nulls().first())
+                  .filter(pl.col("comm_id").is_not_null()))
+    unique_ranks = (pl.col("rank").n_unique() == pl.len()).over("group")
+    keyed = per_handle.with_columns(pl.format("{}/{}", "comm_id", "nranks").alias("group"))
+    keyed = keyed.with_columns(pl.when(unique_ranks).then("group").otherwise(
+        pl.format("{}/{}/{}", "comm_id", "split_color", "nranks")).alias("group"))
+    clean = keyed.filter(pl.col("group").is_not_null(), unique_ranks)
+    return clean.select(*HANDLE, "group").with_columns(pl.lit("comms").alias("group_source"))
 
 
 def _groups_from_end_times(collectives: pl.LazyFrame, handles: pl.DataFrame) -> pl.DataFrame:
