@@ -72,3 +72,12 @@ def test_conform_fills_missing_columns_with_nulls_in_canonical_order():
 def test_unknown_table_lists_known_ones():
     with pytest.raises(SchemaError, match="known tables: .*collectives"):
         schema.table("colectives")
+
+
+def test_conform_types_empty_columns_but_keeps_real_dtypes():
+    empty = pl.DataFrame({"job": [], "iteration": []})  # polars cannot type these: Null
+    conformed = schema.conform("events", empty)
+    schema.validate("events", conformed)
+    wrong = pl.DataFrame({"iteration": ["7"]})
+    with pytest.raises(SchemaError, match="'iteration' has dtype String"):
+        schema.validate("events", schema.conform("events", wrong))

@@ -8,12 +8,10 @@ traceback instead.
 from __future__ import annotations
 
 import functools
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -25,7 +23,16 @@ from rich.progress import (
 from rich.table import Table
 
 from tracekit import __version__
-from tracekit.errors import TracekitError
+from tracekit.cli_support import command as command_on
+from tracekit.cli_support import (
+    console,
+    errors,
+    format_ns,
+    format_span,
+    parse_options,
+    print_error,
+    state,
+)
 
 app = typer.Typer(
     name="tracekit",
@@ -34,28 +41,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
-errors = Console(stderr=True)
-_state = {"debug": False}
-
-
-def command(*args, **kwargs):
-    """Register a command whose TracekitErrors print as one line and exit with status 2."""
-
-    def decorate(function):
-        @functools.wraps(function)
-        def wrapper(*a, **kw):
-            try:
-                return function(*a, **kw)
-            except TracekitError as error:
-                if _state["debug"]:
-                    raise
-                errors.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
-                raise typer.Exit(2) from None
-
-        return app.command(*args, **kwargs)(wrapper)
-
-    return decorate
+command = functools.partial(command_on, app)
+"""Register a top-level command (see :func:`tracekit.cli_support.command`)."""
 
 
 def _version(value: bool) -> None:
@@ -70,30 +57,7 @@ def main(
                                           help="Print the version and exit.")] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
 ) -> None:
-    _state["debug"] = debug
-
-
-def parse_options(pairs: list[str] | None) -> dict[str, str]:
-    """``["k=v", ...]`` to a dict; a clear error for a pair without ``=``."""
-    options = {}
-    for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise TracekitError(f"option {pair!r} is not KEY=VALUE")
-        options[key.strip()] = value
-    return options
-
-
-def format_ns(ns: int | None) -> str:
-    if ns is None:
-        return "-"
-    return datetime.fromtimestamp(ns / 1e9, UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def format_span(t_min_ns: int | None, t_max_ns: int | None) -> str:
-    if t_min_ns is None or t_max_ns is None:
-        return "no timestamps"
-    return f"{format_ns(t_min_ns)} .. {format_ns(t_max_ns)} ({(t_max_ns - t_min_ns) / 1e9:.0f} s)"
+    state["debug"] = debug
 
 
 @command()
@@ -167,7 +131,7 @@ def ingest(
         for note in s.notes:
             console.print(f"[yellow]note:[/] {s.path}: {note}", highlight=False)
     for s in summary.failed:
-        errors.print(f"[bold red]error:[/] {s.error}", highlight=False, soft_wrap=True)
+        print_error(s.error)
     if summary.failed:
         raise typer.Exit(1)
 

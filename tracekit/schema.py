@@ -467,9 +467,14 @@ def conform(name: str, frame: pl.DataFrame) -> pl.DataFrame:
     """Add the table's missing columns as nulls and put columns in canonical order.
 
     Readers use this so they only build the columns their format has. Columns that exist keep
-    their dtype, so a wrong dtype is still caught by :func:`validate`.
+    their dtype, so a wrong dtype is still caught by :func:`validate`; only columns polars could
+    not type (dtype Null: empty or all-null) take the canonical dtype, which loses nothing.
     """
     spec = table(name)
+    untyped = {c: spec.schema[c] for c, dtype in frame.schema.items()
+               if dtype == pl.Null() and c in spec.schema}
+    if untyped:
+        frame = frame.cast(untyped)
     missing = [pl.lit(None, dtype=c.dtype).alias(c.name) for c in spec.columns
                if c.name not in frame.columns]
     if missing:

@@ -7,7 +7,9 @@ import re
 import numpy as np
 import polars as pl
 import pytest
-from megatron_calls import (
+from typer.testing import CliRunner
+
+from tests.iterations.megatron_calls import (
     Layout,
     collectives,
     drop_records,
@@ -15,8 +17,6 @@ from megatron_calls import (
     iteration_calls,
     rank_frame,
 )
-from typer.testing import CliRunner
-
 from tracekit import schema
 from tracekit.cli import app
 from tracekit.dataset import create_dataset

@@ -88,7 +88,8 @@ def change_events(job: str, rank: int | None, detector: str, series: pl.DataFram
         "iteration": series["iteration"].gather(changepoints),
         "ts_ns": series["t_start_ns"].gather(changepoints),
         "before_s": means[:-1], "after_s": means[1:],
-    }, schema_overrides={"rank": pl.Int32, "before_s": pl.Float64, "after_s": pl.Float64})
+    }, schema_overrides={"job": pl.String, "rank": pl.Int32, "detector": pl.String,
+                         "before_s": pl.Float64, "after_s": pl.Float64})
     frame = frame.with_columns((pl.col("after_s") / pl.col("before_s")).alias("ratio"))
     return schema.conform("events", frame)
 

@@ -7,10 +7,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
-from tracekit import cli as main_cli
+from tracekit import cli_support
 from tracekit.errors import TracekitError
 
 validate_app = typer.Typer(
@@ -28,24 +27,8 @@ Threshold = Annotated[float, typer.Option(help="Slow when over the peers' median
                                           "than this share.")]
 
 
-def command(name: str):
-    """Register a sub-command with the main CLI's error handling (one red line, exit 2)."""
-
-    def decorate(function):
-        @functools.wraps(function)
-        def wrapper(*args, **kwargs):
-            try:
-                return function(*args, **kwargs)
-            except TracekitError as error:
-                if main_cli._state["debug"]:
-                    raise
-                main_cli.errors.print(f"[bold red]error:[/] {escape(str(error))}",
-                                      highlight=False, soft_wrap=True)
-                raise typer.Exit(2) from None
-
-        return validate_app.command(name)(wrapper)
-
-    return decorate
+command = functools.partial(cli_support.command, validate_app)
+"""Register a ``validate`` sub-command with the main CLI's error handling."""
 
 
 @command("gemm")
@@ -73,7 +56,7 @@ def gemm(
     from tracekit.validate.gemm import GemmDevice
     from tracekit.validate.replay import validate_gemm
 
-    factors = {k: int(v) for k, v in main_cli.parse_options(slow_device).items()}
+    factors = {k: int(v) for k, v in cli_support.parse_options(slow_device).items()}
     devices = [GemmDevice(d, factors.get(d, 1)) for d in device] if device else None
     if factors and not devices:
         raise TracekitError("--slow-device needs the devices listed with --device")
@@ -90,7 +73,7 @@ def gemm(
         table.add_row(r["device"], r["dtype"], f"{r['shape']} {r['m']}x{r['n']}x{r['k']}",
                       f"{r['mean_s'] * 1e3:.3g}", f"{(r['std_s'] or 0) * 1e3:.2g}",
                       f"{r['tflops']:.3g}", _ratio(r["slowdown"]), _slow(r["slow"]))
-    main_cli.console.print(table)
+    cli_support.console.print(table)
     _print_outcome(outcome)
 
 
@@ -121,7 +104,7 @@ def p2p(
 
     groups = [_ranks(g) for g in group] if group else None
     delays = {}
-    for link, seconds in main_cli.parse_options(inject_delay).items():
+    for link, seconds in cli_support.parse_options(inject_delay).items():
         src, _, dst = link.partition("-")
         delays[(_rank(src), _rank(dst))] = float(seconds)
     outcome = validate_p2p(dataset, episode=episode, groups=groups, topologies=topology,
@@ -137,7 +120,7 @@ def p2p(
         table.add_row(r["group"], r["topology"], str(r["pass"]),
                       f"{r['src_rank']} -> {r['dst_rank']}", r["reach"],
                       f"{r['bandwidth_gb_s']:.3g}", _ratio(r["slowdown"]), _slow(r["slow"]))
-    main_cli.console.print(table)
+    cli_support.console.print(table)
     _print_outcome(outcome)
 
 
@@ -160,7 +143,7 @@ def _slow(value: bool | None) -> str:
 
 
 def _print_outcome(outcome) -> None:
-    console = main_cli.console
+    console = cli_support.console
     for line in outcome.report.environment:
         console.print(f"ran on {line}", highlight=False)
     for note in outcome.notes:
