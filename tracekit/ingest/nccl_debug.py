@@ -14,6 +14,7 @@ counters) carries across line batches, so a file larger than memory streams.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -36,6 +37,13 @@ SPLICE_PATTERN = (r"(?:\[\d{4}-\d\d-\d\d[^\]]*\] )?" + ENVELOPE_PATTERN
 COLL_MARKERS = ("opCount ", "Init START", "Init COMPLETE", "[nranks=")
 """Text that only COLL and Init messages contain: a line holding one of these but no usable
 envelope is a torn NCCL record (quarantined), not an unrelated line (skipped)."""
+MARKER_PATTERN = "|".join(re.escape(marker) for marker in COLL_MARKERS)
+"""One regex for any marker: a single SIMD literal search, several times faster than one
+``contains`` per marker."""
+
+CANDIDATE_PATTERN = "|".join(re.escape(text) for text in (*COLL_MARKERS, " nranks ", "- Init "))
+"""Text every COLL or Init line holds (a marker, or what :data:`INIT_LIKE` and the
+``- Init`` test need): lines without any of it can only be skipped."""
 
 INIT_LIKE = r"^(?:\[Rank \d+\] )?(?:\w+ )?comm \S+ rank \d+ nranks "
 """Start of an Init START / COMPLETE message (lower-case ``nranks``; the 2.20+ ``comm .. rank ..
@@ -216,17 +224,14 @@ def _parse_batch(source: Source, lines: pl.DataFrame, bytes_read: int, state: _J
 
 
 def _candidates(records: pl.DataFrame) -> pl.DataFrame:
-    """The records that may be COLL or Init lines, found with cheap literal tests before any
-    regex: every other line (other subsystems, other programs) can only be skipped. When the
+    """The records that may be COLL or Init lines, found with one literal search before any
+    parsing: every other line (other subsystems, other programs) can only be skipped. When the
     batch has spliced records, every INFO line stays too: its host repairs theirs."""
     line = pl.col("line")
-    has_marker = pl.any_horizontal([line.str.contains(m, literal=True) for m in COLL_MARKERS])
-    # INIT_LIKE and "- Init " messages are the only kinds the markers do not cover
-    keep = (pl.col("_marker") | line.str.contains(" nranks ", literal=True)
-            | line.str.contains("- Init ", literal=True))
+    keep = line.str.contains(CANDIDATE_PATTERN)
     if records["spliced"].any():
         keep = keep | line.str.contains(INFO_MARK, literal=True)
-    return records.with_columns(has_marker.alias("_marker")).filter(keep)
+    return records.filter(keep).with_columns(line.str.contains(MARKER_PATTERN).alias("_marker"))
 
 
 def _split_spliced(lines: pl.DataFrame) -> pl.DataFrame:
