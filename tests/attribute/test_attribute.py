@@ -233,3 +233,25 @@ def test_groups_from_nccl_init_lines(formats_dir, tmp_path):
     assert by_group == {"0x0d6b3f8e21ca9a47/2": [0, 8], "0x41d2e9c07ab35f18/8": [0, 1],
                         "0x7c3e5b2f9a1d4e60/16": [0, 1, 8], "0x9e04a1c3b7d26f55/8": [8]}
     assert groups.filter(pl.col("group_source") == "inferred").height == 2
+
+
+@pytest.mark.parametrize(("injection", "cause", "target"), [
+    ("thermal:rank=3@150+150x2.0", "gpu-thermal", "rank:3"),
+    ("cpu:host=1@150+150x2.0", "insufficient-evidence", None),
+])
+def test_nccl_debug_logs_and_synthesized_monitoring(tmp_path, injection, cause, target):
+    """NCCL COLL lines carry issue times only: a strong arrival straggler is still named (and
+    explained by the synthesizer's own DCGM export); anything weaker says what is missing."""
+    spec = JobSpec(Layout.parse("tp2-dp2-pp2", gpus_per_host=2), ITERATIONS, 5,
+                   (Injection.parse(injection),), collectives="nccl", job="nccl")
+    result = generate_job(tmp_path / "job", spec)
+    ingest([tmp_path / "job" / "ranks", tmp_path / "job" / "monitoring"], tmp_path / "ds")
+    open_dataset(tmp_path / "ds").write_table("episodes",
+                                              _episodes_from_labels("nccl", result.labels))
+    verdict = attribute_dataset(tmp_path / "ds").episodes.row(0, named=True)
+    assert (verdict["cause"], verdict["target"]) == (cause, target)
+    if target is None:
+        assert "no end times" in verdict["evidence"]
+    else:
+        assert "arrived last in 95% of its collectives vs 62% before" in verdict["evidence"]
+        assert "hw_thermal set in 100% of samples" in verdict["evidence"]

@@ -61,7 +61,8 @@ def attribute_episodes(dataset: Dataset, episodes: pl.DataFrame) -> pl.DataFrame
     calls = member_calls(collectives, dataset.table("comms").collect())
     instances = collective_instances(calls)
     gaps = call_gaps(collectives)
-    rank_hosts = dict(calls.select("rank", "host").unique("rank").iter_rows())
+    ranks = calls.select("rank", "host", "cuda_dev").unique("rank").sort("rank")
+    rank_hosts = dict(ranks.select("rank", "host").iter_rows())
     monitoring = {name: dataset.table(name).collect()
                   for name in ("gpu_metrics", "host_metrics", "nic_counters")}
     trace_start, trace_end = _trace_span(dataset, instances)
@@ -81,7 +82,7 @@ def attribute_episodes(dataset: Dataset, episodes: pl.DataFrame) -> pl.DataFrame
             window,
             instances.filter(t.is_between(start, end, closed="left")),
             instances.filter(t.is_between(before, start, closed="left")),
-            gaps, rank_hosts, *monitoring.values())))
+            gaps, ranks, rank_hosts, *monitoring.values())))
     filled = pl.DataFrame(
         [{c: getattr(v, c) for c in VERDICT_COLUMNS} for v in verdicts],
         schema={c: schema.EPISODES.schema[c] for c in VERDICT_COLUMNS})

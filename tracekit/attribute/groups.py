@@ -43,17 +43,27 @@ def handle_groups(collectives: pl.LazyFrame, comms: pl.DataFrame) -> pl.DataFram
 def _groups_from_comms(comms: pl.DataFrame) -> pl.DataFrame:
     """Group ids from Init lines: commId and size (a handle's START and COMPLETE lines may each
     carry only part of them). Split children share their parent's commId, so where that puts
-    one rank twice in a group the split colour separates them; what still collides is dropped,
+    one rank twice in a group the split colour separates them. Splits that print no commId
+    (NCCL 2.23+) are keyed by their parent's group and colour. What still collides is dropped,
     so those handles are inferred instead."""
     per_handle = (comms.group_by(HANDLE)
                   .agg(pl.col("rank").first(), pl.col("nranks").max(),
                        pl.col("comm_id").drop_nulls().first(),
-                       pl.col("split_color").drop_nulls().first())
-                  .filter(pl.col("comm_id").is_not_null()))
+                       pl.col("parent_comm").drop_nulls().first(),
+                       pl.col("split_color").drop_nulls().first()))
     unique_ranks = (pl.col("rank").n_unique() == pl.len()).over("group")
-    keyed = per_handle.with_columns(pl.format("{}/{}", "comm_id", "nranks").alias("group"))
+    with_id = per_handle.filter(pl.col("comm_id").is_not_null())
+    keyed = with_id.with_columns(pl.format("{}/{}", "comm_id", "nranks").alias("group"))
     keyed = keyed.with_columns(pl.when(unique_ranks).then("group").otherwise(
         pl.format("{}/{}/{}", "comm_id", "split_color", "nranks")).alias("group"))
+    parents = keyed.select("host", "pid", pl.col("comm").alias("parent_comm"),
+                           pl.col("group").alias("parent_group"))
+    splits = (per_handle.filter(pl.col("comm_id").is_null(), pl.col("split_color").is_not_null())
+              .join(parents, on=["host", "pid", "parent_comm"], how="inner")
+              .with_columns(pl.format("{}/split{}/{}", "parent_group", "split_color", "nranks")
+                            .alias("group")))
+    keyed = pl.concat([keyed.select(*HANDLE, "rank", "group"),
+                       splits.select(*HANDLE, "rank", "group")])
     clean = keyed.filter(pl.col("group").is_not_null(), unique_ranks)
     return clean.select(*HANDLE, "group").with_columns(pl.lit("comms").alias("group_source"))
 

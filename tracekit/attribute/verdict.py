@@ -25,6 +25,13 @@ monitoring signal each add :data:`CONFIRMATION_BONUS`."""
 CONFIRMATION_BONUS = 0.25
 
 
+ARRIVAL_LAST_SHARE = 0.9
+ARRIVAL_RISE = 1.5
+"""Without call end times (NCCL_DEBUG COLL lines print issue times only) a rank is a straggler
+by arrival alone when it arrives last in at least 90 % of its collectives and at least 1.5x as
+often as before. Waiting spreads along the pipeline, so weaker skew is not blamed."""
+
+
 @dataclass(frozen=True)
 class Verdict:
     kind: str
@@ -42,6 +49,8 @@ class Signals:
     during: pl.DataFrame
     before: pl.DataFrame
     gaps: pl.DataFrame
+    ranks: pl.DataFrame
+    """rank, host, cuda_dev of every rank with matched collectives."""
     rank_hosts: dict[int, str]
     gpu_metrics: pl.DataFrame
     host_metrics: pl.DataFrame
@@ -56,6 +65,12 @@ def decide(signals: Signals) -> Verdict:
                        f"{signals.before.height} before it (need {MIN_INSTANCES} each, with the "
                        "communicator of every call)")
     culprits = _compute_culprits(signals) + _communication_culprits(signals)
+    if not culprits and signals.gaps.is_empty():
+        return Verdict("unknown", INSUFFICIENT, None, 0.0,
+                       "the collective calls have no end times (NCCL_DEBUG COLL lines print "
+                       "issue times only): no own compute or transfer time to compare, and no "
+                       f"rank arrived last in {ARRIVAL_LAST_SHARE:.0%} of its collectives; "
+                       "ingest the hook CSV or a profiler trace with call durations")
     if not culprits:
         return Verdict("unknown", "unknown", None, 0.0,
                        f"no rank's own compute time and no group's transfer time changed by more "
@@ -71,39 +86,48 @@ def decide(signals: Signals) -> Verdict:
 
 
 def _compute_culprits(signals: Signals) -> list[Verdict]:
-    """Ranks whose own compute share grew more than the threshold over their peers; all the
-    ranks of one host (with more than one rank) make that host the culprit."""
+    """Ranks whose own compute share grew more than the threshold over their peers (by arrival
+    alone when calls have no end times); all the ranks of one host (with more than one rank)
+    make that host the culprit."""
     w = signals.window
-    own = own_time_change(signals.gaps, (w.start_ns, w.end_ns), (w.before_start_ns, w.start_ns))
-    late = own.filter(pl.col("relative") > SUSPECT_RATIO)
-    if late.is_empty():
-        return []
     skew = skew_change(signals.during, signals.before, (w.end_ns - w.start_ns) / 1e9,
                        (w.start_ns - w.before_start_ns) / 1e9)
+    arrival = pl.format("arrived last in {}% of its collectives vs {}% before",
+                        (pl.col("last_share") * 100).round(0).cast(pl.Int64),
+                        (pl.col("last_share_before") * 100).round(0).cast(pl.Int64))
+    if signals.gaps.is_empty():
+        own = signals.ranks.join(skew, on="rank", how="inner")
+        late = own.filter(pl.col("last_share") >= ARRIVAL_LAST_SHARE,
+                          pl.col("last_share") >= ARRIVAL_RISE * pl.col("last_share_before"))
+        late = late.with_columns(pl.format("rank {} ({}/{}) ", "rank", "host", "cuda_dev")
+                                 .add(arrival).alias("text"))
+    else:
+        own = own_time_change(signals.gaps, (w.start_ns, w.end_ns),
+                              (w.before_start_ns, w.start_ns))
+        late = own.filter(pl.col("relative") > SUSPECT_RATIO).join(skew, on="rank", how="left")
+        late = late.with_columns(pl.format(
+            "rank {} ({}/{}) spent {}% of the time computing vs {}% before (x{} relative to its "
+            "peers)", "rank", "host", "cuda_dev",
+            (pl.col("own_share") * 100).round(0).cast(pl.Int64),
+            (pl.col("own_share_before") * 100).round(0).cast(pl.Int64),
+            pl.col("relative").round(2)).add(pl.lit(", ").add(arrival).fill_null(""))
+            .alias("text"))
+    if late.is_empty():
+        return []
     ranks_per_host = own.group_by("host").len()
-    late_per_host = late.group_by("host").len()
-    whole = late_per_host.join(ranks_per_host, on="host", suffix="_all").filter(
-        (pl.col("len") == pl.col("len_all")) & (pl.col("len_all") > 1))["host"].to_list()
+    whole = (late.group_by("host").len().join(ranks_per_host, on="host", suffix="_all")
+             .filter((pl.col("len") == pl.col("len_all")) & (pl.col("len_all") > 1))
+             ["host"].to_list())
     out = []
-    for host in whole:
+    for host in sorted(whole):
         rows = late.filter(pl.col("host") == host)
-        timing = (f"all {rows.height} ranks of host {host} ({_ranks(rows)}) computed "
-                  f"x{rows['relative'].min():.2f}-x{rows['relative'].max():.2f} longer than "
-                  "their peers relative to before")
+        timing = f"all {rows.height} ranks of host {host} were stragglers: " + "; ".join(
+            rows["text"].to_list())
         finding = ev.host_finding(signals.host_metrics, host, w)
         out.append(_culprit("compute", f"host:{host}", timing, finding, unique=True))
     for row in late.filter(~pl.col("host").is_in(whole)).iter_rows(named=True):
-        rank = row["rank"]
-        arrival = skew.filter(pl.col("rank") == rank)
-        timing = (f"rank {rank} ({row['host']}/{row['cuda_dev']}) spent "
-                  f"{row['own_share']:.0%} of the time computing vs {row['own_share_before']:.0%} "
-                  f"before (x{row['relative']:.2f} relative to its peers)")
-        if arrival.height:
-            a = arrival.row(0, named=True)
-            timing += (f", arrived last in {a['last_share']:.0%} of its collectives vs "
-                       f"{a['last_share_before']:.0%} before")
         finding = ev.gpu_finding(signals.gpu_metrics, row["host"], row["cuda_dev"], w)
-        out.append(_culprit("compute", f"rank:{rank}", timing, finding, unique=True))
+        out.append(_culprit("compute", f"rank:{row['rank']}", row["text"], finding, unique=True))
     return out
 
 
@@ -152,6 +176,3 @@ def _culprit(kind: str, target: str | None, timing: str, finding: ev.Finding,
     return Verdict(kind, finding.cause, target, confidence + CONFIRMATION_BONUS,
                    f"{timing}; {finding.text}")
 
-
-def _ranks(rows: pl.DataFrame) -> str:
-    return "ranks " + ", ".join(str(r) for r in rows["rank"].to_list())
