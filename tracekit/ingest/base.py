@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import io
+import queue
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import BinaryIO, ClassVar
+from typing import BinaryIO, ClassVar, TypeVar
 
 import polars as pl
 
@@ -183,13 +185,66 @@ def iter_line_batches(source: Source, batch_bytes: int = LINE_BATCH_BYTES) -> It
 
     Line ends may be ``\\n`` or ``\\r\\n``; undecodable bytes are replaced rather than fatal (a
     torn multi-byte character must not lose the rest of the line). A last line without a line
-    end is still returned, so readers can quarantine it as truncated.
+    end is still returned, so readers can quarantine it as truncated. The next batch is read
+    and split while the caller parses this one.
     """
-    line_no = 1
-    for block in iter_line_blocks(source, batch_bytes):
-        batch = LineBatch.from_block(block, line_no)
-        line_no += len(batch.lines)
-        yield batch
+
+    def batches() -> Iterator[LineBatch]:
+        line_no = 1
+        for block in iter_line_blocks(source, batch_bytes):
+            batch = LineBatch.from_block(block, line_no)
+            line_no += len(batch.lines)
+            yield batch
+
+    return read_ahead(batches())
+
+
+T = TypeVar("T")
+
+
+def read_ahead(items: Iterator[T], depth: int = 1) -> Iterator[T]:
+    """Yield ``items`` while a background thread already makes the next ``depth`` of them, so
+    making them (reading and splitting, parsing) overlaps with what the caller does with each
+    (parsing, writing Parquet). Polars releases the GIL in its kernels, so on two cores both
+    run at once. Holds at most ``depth + 2`` items in memory. An exception raised while making
+    an item is raised here; closing this generator stops the thread."""
+    slots: queue.Queue[tuple[bool, T | BaseException | None]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(message: tuple[bool, T | BaseException | None]) -> bool:
+        while not stop.is_set():
+            try:
+                slots.put(message, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not put((True, item)):
+                    return
+            put((False, None))
+        except BaseException as error:  # handed to the consumer and raised there
+            put((False, error))
+        finally:
+            if stop.is_set() and hasattr(items, "close"):
+                items.close()
+
+    worker = threading.Thread(target=produce, name="tracekit-read-ahead", daemon=True)
+    worker.start()
+    try:
+        while True:
+            more, value = slots.get()
+            if not more:
+                if value is not None:
+                    raise value
+                return
+            yield value
+    finally:
+        stop.set()
+        worker.join()
 
 
 def quarantine_frame(source: Source, bad: pl.DataFrame) -> pl.DataFrame:

@@ -20,6 +20,7 @@ from tracekit.ingest.base import (
     Source,
     iter_line_blocks,
     quarantine_frame,
+    read_ahead,
 )
 
 COLUMNS = (
@@ -48,12 +49,17 @@ class HookCsvReader(Reader):
         return first.strip() == HEADER
 
     def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
-        line_no = 1
-        for block in iter_line_blocks(source):
-            chunk = _parse_block(block) or _parse_lines(
-                source, LineBatch.from_block(block, line_no).frame(), len(block))
-            line_no += chunk.lines
-            yield chunk
+        """Chunks of one block each, parsed while the caller writes the previous one."""
+        return read_ahead(_chunks(source))
+
+
+def _chunks(source: Source) -> Iterator[Chunk]:
+    line_no = 1
+    for block in iter_line_blocks(source):
+        chunk = _parse_block(block) or _parse_lines(
+            source, LineBatch.from_block(block, line_no).frame(), len(block))
+        line_no += chunk.lines
+        yield chunk
 
 
 def _parse_block(block: bytes) -> Chunk | None:

@@ -22,7 +22,14 @@ import polars as pl
 
 from tracekit import schema
 from tracekit.ingest import nccl_names
-from tracekit.ingest.base import Chunk, Reader, Source, iter_line_batches, quarantine_frame
+from tracekit.ingest.base import (
+    Chunk,
+    Reader,
+    Source,
+    iter_line_batches,
+    quarantine_frame,
+    read_ahead,
+)
 
 INFO_MARK = " NCCL INFO "
 """Separates the envelope (``[prefix]host:pid:tid [dev]``) from the message on INFO lines."""
@@ -125,19 +132,23 @@ class NcclDebugReader(Reader):
         return INFO_MARK in text and (": opCount " in text or "- Init " in text)
 
     def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
-        time_zone = options.get("tz", "UTC")
-        state = _JoinState()
-        unterminated = None if _ends_with_line_end(source) else 0
-        batches = iter_line_batches(source)
-        batch = next(batches, None)
-        while batch is not None:
-            following = next(batches, None)
-            lines = batch.frame()
-            if following is None and unterminated is not None and lines.height:
-                unterminated = lines["line_no"][-1]
-            yield _parse_batch(source, lines, batch.bytes_read, state, time_zone, unterminated)
-            batch = following
-        yield Chunk(notes=_notes(state, time_zone))
+        """Chunks of one line batch each, parsed while the caller writes the previous one."""
+        return read_ahead(_chunks(source, options.get("tz", "UTC")))
+
+
+def _chunks(source: Source, time_zone: str) -> Iterator[Chunk]:
+    state = _JoinState()
+    unterminated = None if _ends_with_line_end(source) else 0
+    batches = iter_line_batches(source)
+    batch = next(batches, None)
+    while batch is not None:
+        following = next(batches, None)
+        lines = batch.frame()
+        if following is None and unterminated is not None and lines.height:
+            unterminated = lines["line_no"][-1]
+        yield _parse_batch(source, lines, batch.bytes_read, state, time_zone, unterminated)
+        batch = following
+    yield Chunk(notes=_notes(state, time_zone))
 
 
 def _ends_with_line_end(source: Source) -> bool:
