@@ -255,3 +255,16 @@ def test_nccl_debug_logs_and_synthesized_monitoring(tmp_path, injection, cause, 
     else:
         assert "arrived last in 95% of its collectives vs 62% before" in verdict["evidence"]
         assert "hw_thermal set in 100% of samples" in verdict["evidence"]
+
+
+def test_cpu_contention_from_the_synthesizers_node_exporter(tmp_path):
+    """15 s scrapes leave no sample before a short episode: the peers decide."""
+    spec = JobSpec(Layout.parse("tp2-dp2-pp2", gpus_per_host=2), ITERATIONS, 5,
+                   (Injection.parse("cpu:host=1@150+150x2.0"),), job="cpu")
+    result = generate_job(tmp_path / "job", spec)
+    ingest([tmp_path / "job" / "ranks", tmp_path / "job" / "monitoring"], tmp_path / "ds")
+    open_dataset(tmp_path / "ds").write_table("episodes",
+                                              _episodes_from_labels("cpu", result.labels))
+    verdict = attribute_dataset(tmp_path / "ds").episodes.row(0, named=True)
+    assert (verdict["cause"], verdict["target"]) == ("cpu-contention", "host:gpu02")
+    assert "host gpu02: CPU (no sample before) 77 % (peers 3 %)" in verdict["evidence"]

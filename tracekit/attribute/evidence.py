@@ -27,7 +27,7 @@ CLOCK_DROP = 0.05
 
 CPU_RISE_PCT = 15.0
 """CPU contention: host CPU utilisation up by at least this many points over its own level
-before and over its peers' median."""
+before and over its peers' median (whichever of the two the samples allow)."""
 
 CNP_SURGE = 3.0
 """Congestion: CNP / ECN rate at least 3x the NIC's own rate before and its peers' median."""
@@ -128,11 +128,14 @@ def host_finding(host_metrics: pl.DataFrame, host: str, window: Window) -> Findi
     peers = stats.filter(pl.col("host") != host)["during"].median()
     if own["during"] is None:
         return Finding(None, "", f"no host CPU samples for {host} during the episode")
-    rise = own["during"] - (own["before"] if own["before"] is not None else own["during"])
-    over_peers = own["during"] - peers if peers is not None else rise
-    text = (f"host {host}: CPU {own['before'] or 0:.0f} -> {own['during']:.0f} %"
-            + (f" (peers {peers:.0f} %)" if peers is not None else ""))
-    if rise >= CPU_RISE_PCT and over_peers >= CPU_RISE_PCT:
+    before = own["before"]
+    over_peers = own["during"] - peers if peers is not None else None
+    rise = own["during"] - before if before is not None else over_peers
+    text = (f"host {host}: CPU "
+            + (f"{before:.0f} -> " if before is not None else "(no sample before) ")
+            + f"{own['during']:.0f} %" + (f" (peers {peers:.0f} %)" if peers is not None else ""))
+    if rise is not None and rise >= CPU_RISE_PCT and (over_peers is None
+                                                       or over_peers >= CPU_RISE_PCT):
         return Finding("cpu-contention", text)
     return Finding(None, text + ": no CPU saturation, host cause unexplained")
 
