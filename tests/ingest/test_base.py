@@ -1,0 +1,114 @@
+"""Line batching shared by the text readers: exact lines and line numbers whatever the line ends,
+encoding damage or block boundaries, and the read-ahead thread's error and early-exit handling."""
+
+from __future__ import annotations
+
+import threading
+
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tracekit.errors import InputError
+from tracekit.ingest.base import (
+    LINE_SPLIT_SEPARATORS,
+    LineBatch,
+    Source,
+    iter_line_batches,
+    read_ahead,
+)
+
+
+def batches(data: bytes, batch_bytes: int = 1 << 20) -> list[LineBatch]:
+    return list(iter_line_batches(Source.from_bytes("t.log", data), batch_bytes=batch_bytes))
+
+
+def all_lines(data: bytes, batch_bytes: int = 1 << 20) -> list[str]:
+    return [line for batch in batches(data, batch_bytes) for line in batch.lines.to_list()]
+
+
+def reference_lines(data: bytes) -> list[str]:
+    """What a plain Python reader makes of the bytes."""
+    if not data:
+        return []
+    text = data.decode("utf-8", errors="replace").removeprefix("\ufeff")
+    return [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")]
+
+
+def test_line_ends_blank_lines_and_unterminated_last_line():
+    data = b"a\r\n\r\nb\n \n\nc \r\nlast"
+    assert all_lines(data) == ["a", "", "b", " ", "", "c ", "last"]
+
+
+def test_byte_order_mark_and_undecodable_bytes():
+    data = b"\xef\xbb\xbfNCCL INFO x\ntorn \xe2\x82 char\nbad \xff\xfe end\n"
+    assert all_lines(data) == ["NCCL INFO x", "torn \ufffd char", "bad \ufffd\ufffd end"]
+
+
+def test_numbers_and_bytes_across_blocks_and_a_line_longer_than_a_block():
+    long_line = "x" * 250
+    data = f"one\ntwo\n{long_line}\nthree\nfour\n".encode()
+    got = batches(data, batch_bytes=8)
+    assert [line for b in got for line in b.lines.to_list()] == [
+        "one", "two", long_line, "three", "four"]
+    numbers = [n for b in got for n in b.frame()["line_no"].to_list()]
+    assert numbers == [1, 2, 3, 4, 5]
+    assert sum(b.bytes_read for b in got) == len(data)
+
+
+def test_block_holding_every_separator_is_split_the_slow_way():
+    data = b"".join(LINE_SPLIT_SEPARATORS) + b" x\r\ny\n"
+    assert all_lines(data) == ["\x1f\x1e\x1d\x1c\x00 x", "y"]
+
+
+def test_empty_source_has_no_batches():
+    assert batches(b"") == []
+
+
+line_bytes = st.binary(max_size=40).map(
+    lambda b: b.replace(b"\n", b" ").replace(b"\xef\xbb\xbf", b" "))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(line_bytes, min_size=1, max_size=20), st.booleans(), st.integers(4, 200))
+def test_lines_match_a_plain_python_reader(lines, terminated, batch_bytes):
+    data = b"\n".join(lines) + (b"\n" if terminated else b"")
+    got = batches(data, batch_bytes)
+    assert [line for b in got for line in b.lines.to_list()] == reference_lines(data)
+    assert [n for b in got for n in b.frame()["line_no"].to_list()] == list(
+        range(1, len(reference_lines(data)) + 1))
+
+
+def test_read_ahead_yields_in_order_and_raises_the_producers_error():
+    def items():
+        yield from range(5)
+        raise InputError("broken", "f.log", 6)
+
+    got = []
+    with pytest.raises(InputError, match="broken"):
+        for item in read_ahead(items()):
+            got.append(item)
+    assert got == [0, 1, 2, 3, 4]
+
+
+def test_read_ahead_stops_its_thread_when_the_caller_stops_early():
+    closed = threading.Event()
+
+    def items():
+        try:
+            yield from range(1000)
+        finally:
+            closed.set()
+
+    ahead = read_ahead(items())
+    assert next(ahead) == 0
+    ahead.close()
+    assert closed.is_set()
+    assert not any(t.name == "tracekit-read-ahead" for t in threading.enumerate())
+
+
+def test_frame_has_typed_line_numbers():
+    frame = LineBatch(pl.Series("line", ["a", "b"]), 7, 4).frame()
+    assert frame.schema == {"line_no": pl.Int64, "line": pl.String}
+    assert frame["line_no"].to_list() == [7, 8]
