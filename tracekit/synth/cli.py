@@ -46,6 +46,8 @@ def job(
     monitoring: Annotated[bool, typer.Option(help="Write DCGM, RNIC, IPMI and host CPU "
                                                   "exports.")] = True,
     seed: Annotated[int, typer.Option(help="Random seed (same seed, same bytes).")] = 0,
+    pack: Annotated[bool, typer.Option(help="Store ranks/, megatron/ and monitoring/ as "
+                                            ".tar.xz archives (ingest reads them).")] = False,
     job_id: Annotated[str | None, typer.Option("--job", help="Job id (default: folder name).")]
     = None,
 ) -> None:
@@ -62,7 +64,7 @@ def job(
                     distributed_optimizer=distributed_optimizer, collectives=collectives,
                     nccl_timestamps=nccl_timestamps, monitoring=monitoring, seed=seed,
                     job=job_id or output.name)
-    result = generate_job(output, spec)
+    result = generate_job(output, spec, pack=pack)
     console = Console()
     truth, labels = result.truth, result.labels
     fail_slows = labels.filter("fail_slow")
@@ -88,6 +90,8 @@ def corpus(
     iterations: Annotated[int | None, typer.Option(help="Iterations per job (default: the "
                                                         "preset's).")] = None,
     collectives: Annotated[str, typer.Option(help="hook, nccl or none.")] = "hook",
+    pack: Annotated[bool, typer.Option(help="Store each job's raw folders as .tar.xz "
+                                            "archives.")] = False,
 ) -> None:
     """Build a labeled corpus shaped like Greyhound's probing campaigns (Table 1 mix)."""
     from rich.console import Console
@@ -95,7 +99,7 @@ def corpus(
     from tracekit.synth.corpus import generate_corpus
 
     summary = generate_corpus(output, preset, jobs, seed, iterations=iterations,
-                              collectives=collectives)
+                              collectives=collectives, pack=pack)
     Console().print(f"wrote {summary.height} jobs to {output}", highlight=False)
     for row in summary.group_by("category").len().sort("category").iter_rows():
         Console().print(f"  {row[0]}: {row[1]}", highlight=False)

@@ -16,7 +16,7 @@ import polars as pl
 from tracekit.errors import TracekitError
 from tracekit.synth.faults import Component, Injection, duration_distribution_s
 from tracekit.synth.job import JobSpec, generate_job
-from tracekit.synth.layout import HARDWARE, MODELS, Layout, Model
+from tracekit.synth.layout import HARDWARE, MODELS, Layout
 
 
 def _fraction(components, start, length, severity, steps=1) -> tuple:
@@ -74,10 +74,13 @@ class CorpusPreset:
     collectives: str = "hook"
 
 
-PROBE_MODEL = Model("gpt2-probe", layers=4, hidden=4096, seq_len=2048, micro_batches=4,
-                    fp16=True)
+PROBE_MODEL = MODELS["gpt2-probe"]
 """The probing jobs' GPT2 shape with 4 layers, so a CI-sized job keeps the per-layer call
 pattern and byte counts of the real model at a fraction of the calls."""
+
+CI_HOST = replace(HARDWARE["a100"], host_cpus=32)
+"""A100 hosts of 2 GPUs and 32 CPUs: the committed corpus keeps two hosts (so congestion has a
+link to hit) at a size CI can hold."""
 
 PRESETS: dict[str, CorpusPreset] = {
     "probing-1node": CorpusPreset(
@@ -92,14 +95,23 @@ PRESETS: dict[str, CorpusPreset] = {
                hardware=HARDWARE["h800"]),
         600, {"clean": 11, "network-congestion": 13, "network-congestion+gpu-thermal": 3},
         large=True, collectives="none"),
+    "ci": CorpusPreset(
+        Layout(tp=2, dp=2, pp=1, gpus_per_host=2,
+               model=replace(PROBE_MODEL, layers=2, micro_batches=2), hardware=CI_HOST),
+        300, {"clean": 2, "cpu-contention": 1, "gpu-degradation": 1, "network-congestion": 2,
+              "network-congestion+gpu-thermal": 1}),
 }
 """Greyhound's campaigns: 1-node GPT2-11B on 4 x H800 (TP 2, PP 2), 4-node GPT2-7B on
 4 x 8 A100 (TP 2; the paper's DP 4 would leave 24 GPUs idle, so DP fills the 32), large jobs
-of 512 H800 GPUs."""
+of 512 H800 GPUs. ``ci`` is the committed corpus: every cause of the three campaigns (Table 1)
+and clean jobs, at 4 ranks on 2 hosts and 300 iterations."""
 
-SEVERITY_RANGE = {"compute": (1.15, 1.6), "communication": (1.2, 3.0), "large": (1.5, 5.0)}
+SEVERITY_RANGE = {"compute": (1.15, 1.6), "cpu": (1.8, 3.0), "communication": (1.2, 3.0),
+                  "large": (1.5, 5.0)}
 """Culprit slowdowns drawn per category; the paper's JCT slowdowns (11.8 %, 15.5 %, 34.6 % on
-average, 20 % of large jobs slowed > 50 %) come out of these after synchronisation."""
+average, 20 % of large jobs slowed > 50 %) come out of these after synchronisation. CPU
+contention slows the host side, which GPU work hides until it is 1 / Timing.host_ratio (1.43x)
+slower, so its range starts higher."""
 
 
 def allocate(mix: dict[str, int], jobs: int) -> dict[str, int]:
@@ -124,7 +136,8 @@ def _episode(category: str, preset: CorpusPreset, iteration_s: float,
              rng: np.random.Generator) -> Injection:
     causes = category.split("+")
     kind = "communication" if "network-congestion" in causes else "compute"
-    low, high = SEVERITY_RANGE["large" if preset.large else kind]
+    low, high = SEVERITY_RANGE["large" if preset.large
+                               else "cpu" if category == "cpu-contention" else kind]
     n = preset.iterations
     drawn = int(duration_distribution_s(kind, rng, preset.large) / iteration_s)
     length = int(np.clip(drawn, 20, 0.4 * n))
@@ -138,7 +151,8 @@ def _episode(category: str, preset: CorpusPreset, iteration_s: float,
 
 
 def generate_corpus(out: Path, preset_name: str, jobs: int, seed: int,
-                    iterations: int | None = None, collectives: str | None = None) -> pl.DataFrame:
+                    iterations: int | None = None, collectives: str | None = None,
+                    pack: bool = False) -> pl.DataFrame:
     """Write ``jobs`` job folders under ``out`` and ``corpus.csv`` (job, category, seed);
     return that summary."""
     from tracekit.synth.job import JobRun
@@ -167,7 +181,7 @@ def generate_corpus(out: Path, preset_name: str, jobs: int, seed: int,
                                                               rng),)
         name = f"{preset_name}-{number:0{width}d}"
         spec = replace(base, seed=job_seed, injections=injections, job=name)
-        generate_job(out / name, spec)
+        generate_job(out / name, spec, pack=pack)
         rows.append({"job": name, "category": category, "seed": job_seed})
     summary = pl.DataFrame(rows, schema={"job": pl.String, "category": pl.String,
                                          "seed": pl.Int64})

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import tarfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -160,9 +161,10 @@ class JobRun:
                           masks, links)
 
 
-def generate_job(out: Path, spec: JobSpec) -> JobResult:
+def generate_job(out: Path, spec: JobSpec, pack: bool = False) -> JobResult:
     """Simulate ``spec`` and write the job folder ``out`` (replacing an earlier synthetic job
-    there; refusing to touch a folder that holds anything else)."""
+    there; refusing to touch a folder that holds anything else). ``pack`` replaces the raw
+    sub-folders by ``.tar.xz`` archives (what ingest reads as well) for committed data."""
     out = Path(out)
     _prepare(out)
     run = JobRun(spec)
@@ -220,7 +222,28 @@ def generate_job(out: Path, spec: JobSpec) -> JobResult:
     truth = mark_truth(truth, labels)
     labels.write_parquet(out / "labels.parquet")
     truth.write_parquet(out / "truth.parquet")
+    if pack:
+        for folder in PACKED_FOLDERS:
+            if (out / folder).is_dir():
+                pack_folder(out / folder)
     return JobResult(out, labels, truth, run.iteration_s)
+
+
+PACKED_FOLDERS = ("ranks", "megatron", "monitoring")
+
+
+def pack_folder(folder: Path) -> Path:
+    """Replace ``folder`` by ``folder.tar.xz`` with reproducible bytes: members sorted, owner,
+    mode and time fixed, so the same seed still gives the same archive."""
+    archive = folder.with_name(folder.name + ".tar.xz")
+    with tarfile.open(archive, "w:xz", format=tarfile.PAX_FORMAT, preset=6) as tar:
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            info = tarfile.TarInfo(path.relative_to(folder.parent).as_posix())
+            info.size, info.mode, info.mtime = path.stat().st_size, 0o644, 0
+            with path.open("rb") as stream:
+                tar.addfile(info, stream)
+    shutil.rmtree(folder)
+    return archive
 
 
 SYNTH_MARKER = "synth.json"
