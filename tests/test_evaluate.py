@@ -13,6 +13,8 @@ from tracekit import schema
 from tracekit.errors import InputError
 from tracekit.evaluate import (
     Fraction,
+    corpus_changed,
+    episode_matches,
     evaluate,
     read_baseline,
     regressions,
@@ -121,7 +123,8 @@ def test_episode_matches_delay_and_attribution(evaluation):
 
 
 def test_episode_table(evaluation):
-    table = {r["detector"]: r for r in evaluation.episode_table.iter_rows(named=True)}
+    table = {r["detector"]: r for r in evaluation.episode_table.filter(
+        pl.col("category") == "all").iter_rows(named=True)}
     a, b = table["a"], table["b"]
     assert a["precision_text"] == "75.0 (3/4)"  # the GC-pause detection is a false positive
     assert a["recall_text"] == "75.0 (3/4)"
@@ -138,23 +141,128 @@ def test_silent_detector_still_counted():
     quiet = result.job_table.filter((pl.col("detector") == "quiet")
                                     & (pl.col("category") == "all")).row(0, named=True)
     assert (quiet["accuracy_text"], quiet["fnr_text"]) == ("40.0 (2/5)", "100.0 (3/3)")
-    row = result.episode_table.filter(pl.col("detector") == "quiet").row(0, named=True)
+    row = result.episode_table.filter((pl.col("detector") == "quiet")
+                                      & (pl.col("category") == "all")).row(0, named=True)
     assert (row["recall_text"], row["precision_text"], row["localisation_text"]) == (
         "0.0 (0/4)", "n/a (0/0)", "not attributed")
 
 
-def test_regression_detects_a_weakened_detector(tmp_path, evaluation):
-    path = tmp_path / "accuracy.json"
-    write_baseline(path, evaluation.metrics(), corpus="tiny")
+def test_episode_table_per_category(evaluation):
+    rows = {(r["detector"], r["category"]): r for r in evaluation.episode_table.iter_rows(
+        named=True)}
+    assert evaluation.episode_table.filter(pl.col("detector") == "a")["category"].to_list() == [
+        "communication", "compute", "all"]
+    compute, comm = rows[("a", "compute")], rows[("a", "communication")]
+    assert (compute["recall_text"], compute["precision_text"]) == ("100.0 (1/1)", "100.0 (1/1)")
+    assert (comm["recall_text"], comm["precision_text"]) == ("66.7 (2/3)", "66.7 (2/3)")
+    assert compute["localisation_text"] == comm["localisation_text"] == "100.0 (1/1)"
+    assert rows[("b", "compute")]["recall_text"] == "0.0 (0/1)"
+    assert rows[("b", "compute")]["localisation_text"] == "not attributed"
+
+
+def _one_match(label: dict, detected_target: str, detected_cause: str) -> dict:
+    """Score one detection of one label (both over 0-10 s)."""
+    names = ["job", "episode", "fail_slow", "t_start_ns", "t_end_ns", "start_iteration",
+             *label]
+    labels = schema.conform("labels", pl.DataFrame(
+        [("j", 0, True, 0, 10 * S, 0, *label.values())],
+        schema=[(n, schema.LABELS.schema[n]) for n in names], orient="row"))
+    episodes = schema.conform("episodes", pl.DataFrame(
+        [("d", "j", 0, 0, 10 * S, 0, detected_cause, detected_target)],
+        schema=[(n, schema.EPISODES.schema[n]) for n in (
+            "detector", "job", "episode", "t_start_ns", "t_end_ns", "start_iteration", "cause",
+            "target")], orient="row"))
+    return episode_matches(labels, episodes).row(0, named=True)
+
+
+COMPOUND = {"cause": "network-congestion+gpu-thermal", "target": "link:gpu01-gpu02+rank:1",
+            "target_rank": 1, "target_host": "gpu01", "target_gpu": 1,
+            "target_link": "gpu01-gpu02"}
+
+
+@pytest.mark.parametrize(("detected", "right"), [
+    ("link:gpu01-gpu02+rank:1", True),
+    ("rank:1+link:gpu01-gpu02", True),  # attribution found the parts in the other order
+    ("rank:1+link:gpu02-gpu01", True),  # and the link from its other end
+    ("gpu:gpu01/1+link:gpu02-gpu01", True),  # the culprit GPU spelled by host and index
+    ("rank:1", False),  # half a compound culprit is not the culprit
+    ("link:gpu01-gpu02", False),
+    ("rank:2+link:gpu01-gpu02", False),
+    ("rank:1+link:gpu01-gpu02+rank:3", False),
+])
+def test_compound_culprit_compared_as_a_set(detected, right):
+    assert _one_match(COMPOUND, detected, "gpu-thermal+network-congestion")[
+        "target_correct"] is right
+
+
+def test_compound_cause_compared_as_a_set():
+    assert _one_match(COMPOUND, "rank:1", "gpu-thermal + network-congestion")[
+        "cause_correct"] is True
+    assert _one_match(COMPOUND, "rank:1", "gpu-thermal")["cause_correct"] is False
+
+
+def test_single_culprit_any_spelling():
+    gpu = {"cause": "gpu-thermal", "target": "gpu:b07/5", "target_rank": 13,
+           "target_host": "b07", "target_gpu": 5}
+    assert _one_match(gpu, "rank:13", "gpu-thermal")["target_correct"] is True
+    assert _one_match(gpu, "gpu:b07/5", "gpu-thermal")["target_correct"] is True
+    assert _one_match(gpu, "gpu:b07/4", "gpu-thermal")["target_correct"] is False
+    untargeted = {"cause": "gpu-thermal", "target": None, "target_rank": 13}
+    assert _one_match(untargeted, "rank:13", "gpu-thermal")["target_correct"] is True
+
+
+@pytest.fixture
+def corpus_dir(tmp_path):
+    corpus = tmp_path / "tiny"
+    corpus.mkdir()
+    (corpus / "corpus.csv").write_text("job,category\nc1,compute\n")
+    return corpus
+
+
+def test_regression_detects_a_weakened_detector(tmp_path, evaluation, corpus_dir):
+    path = tmp_path / "baselines" / "accuracy.json"
+    write_baseline(path, evaluation.metrics(), corpus_dir)
     baseline = read_baseline(path)
+    assert baseline["metrics"]["job"]["a"]["all"]["tp"] == 2
+    assert baseline["metrics"]["episode"]["a"]["all"]["correct_targets"] == 2
     assert regressions(evaluation.metrics(), baseline) == []
     weakened = evaluate(JOBS, _labels(), _episodes().filter(
         ~((pl.col("detector") == "a") & (pl.col("job") == "c1"))))
     found = {(r.where, r.metric) for r in regressions(weakened.metrics(), baseline)}
-    assert ("a/compute", "accuracy") in found
-    assert ("a/compute", "fnr") in found
-    assert ("a/episodes", "recall") in found
-    assert not any(where.startswith("b/") for where, _ in found)
+    assert ("job a/compute", "accuracy") in found
+    assert ("job a/compute", "fnr") in found
+    assert ("job a/all", "fnr") in found
+    assert ("episode a/compute", "recall") in found
+    assert ("episode a/all", "recall") in found
+    assert not any(" b/" in where for where, _ in found)
+
+
+def test_regression_detects_lost_attribution(tmp_path, evaluation, corpus_dir):
+    path = tmp_path / "accuracy.json"
+    write_baseline(path, evaluation.metrics(), corpus_dir)
+    unattributed = evaluate(JOBS, _labels(), _episodes().with_columns(
+        cause=pl.lit(None, pl.String), target=pl.lit(None, pl.String)))
+    found = {(r.where, r.metric) for r in regressions(unattributed.metrics(),
+                                                       read_baseline(path))}
+    assert ("episode a/all", "localisation") in found
+    assert ("episode a/all", "cause_accuracy") in found
+    assert not any(metric in ("recall", "precision", "fnr") for _, metric in found)
+
+
+def test_baseline_knows_its_corpus(tmp_path, evaluation, corpus_dir):
+    path = tmp_path / "accuracy.json"
+    write_baseline(path, evaluation.metrics(), corpus_dir)
+    baseline = read_baseline(path)
+    assert corpus_changed(baseline, corpus_dir) is None
+    (corpus_dir / "corpus.csv").write_text("job,category\nc1,compute\nc2,clean\n")
+    assert "--update-baseline" in corpus_changed(baseline, corpus_dir)
+
+
+def test_old_baseline_format_is_a_clear_error(tmp_path):
+    path = tmp_path / "accuracy.json"
+    path.write_text('{"metrics": {"job": {}, "episode": {}}}')
+    with pytest.raises(InputError, match="re-measure"):
+        read_baseline(path)
 
 
 def test_missing_baseline_is_a_clear_error(tmp_path):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,10 +106,12 @@ def analyze(
     detector: str | None = None,
     progress: StageProgress | None = None,
     write_job_report: bool = True,
+    skip: Collection[str] = (),
 ) -> Analysis:
     """Run every stage on ``dump`` into the dataset ``output``; the report goes to
     ``report_dir`` (default ``output/report``) unless ``write_job_report`` is false (corpus
-    evaluation). Re-running is idempotent like ingest."""
+    evaluation). Analysis stages named in ``skip`` are skipped ("not asked for").
+    Re-running is idempotent like ingest."""
     from tracekit.ingest.pipeline import ingest
     from tracekit.report.document import write_report
     from tracekit.report.job import choose_detector, job_report
@@ -141,7 +143,7 @@ def analyze(
         started = time.perf_counter()
         notify(stage, "start")
         function = _stage_function(stage)
-        reason = _skip_reason(stage, dataset)
+        reason = "not asked for" if stage in skip else _skip_reason(stage, dataset)
         if function is None:
             _finish(result, notify, stage, started, "unavailable",
                     f"{'.'.join(STAGE_FUNCTIONS[stage])} is not in this build")
@@ -175,10 +177,11 @@ def is_dataset(path: Path) -> bool:
 
 
 def analyze_corpus(corpus: Path, work: Path,
-                   progress: Callable[[str, int, int], None] | None = None) -> list[Path]:
+                   progress: Callable[[str, int, int], None] | None = None,
+                   skip: Collection[str] = ()) -> list[Path]:
     """Datasets of every job of ``corpus``: job folders that already are datasets are used as
-    they are; raw job folders (dumps) are analysed into ``work/<job>`` (no per-job report).
-    ``progress(job, done, total)`` after each job."""
+    they are; raw job folders (dumps) are analysed into ``work/<job>`` (no per-job report,
+    analysis stages in ``skip`` skipped). ``progress(job, done, total)`` after each job."""
     corpus = Path(corpus)
     if not corpus.is_dir():
         raise InputError("a corpus is a folder with one sub-folder per job", str(corpus))
@@ -191,7 +194,7 @@ def analyze_corpus(corpus: Path, work: Path,
             datasets.append(folder)
         else:
             target = Path(work) / folder.name
-            analyze([folder], target, job=folder.name, write_job_report=False)
+            analyze([folder], target, job=folder.name, write_job_report=False, skip=skip)
             datasets.append(target)
         if progress is not None:
             progress(folder.name, done, len(jobs))

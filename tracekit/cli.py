@@ -306,23 +306,34 @@ def eval_command(
     = None,
     update_baseline: Annotated[Path | None, typer.Option(
         "--update-baseline", help="Write the measured metrics as the new baseline file.")] = None,
+    attribute: Annotated[bool, typer.Option(help="Attribute episodes (culprit and cause "
+                                            "accuracy).")] = True,
 ) -> None:
-    """Accuracy, FPR and FNR per category and detector; episode precision, recall, delay."""
-    from tracekit.evaluate import evaluate_corpus, read_baseline, regressions, write_baseline
-    from tracekit.report.tables import episode_accuracy_table
+    """Accuracy, FPR, FNR, culprit and cause accuracy per category and detector; episode
+    precision, recall, delay."""
+    from tracekit.evaluate import (
+        corpus_changed,
+        evaluate_corpus,
+        read_baseline,
+        regressions,
+        write_baseline,
+    )
+    from tracekit.report.tables import episode_accuracy_table, job_level_table
 
     work = work or Path("build") / "corpus" / corpus.name
     expected = read_baseline(baseline) if baseline else None
     _, result = evaluate_corpus(corpus, work, include_detectors=list(
-        expected["metrics"]["job"]) if expected else None)
-    console.print(_frame_table(result.job_table.select(
-        "detector", "category", "jobs", accuracy="accuracy_text", FPR="fpr_text",
-        FNR="fnr_text"), "job level"))
+        expected["metrics"]["job"]) if expected else None, attribute=attribute)
+    console.print(_frame_table(job_level_table(result.job_table, result.episode_table),
+                               "job level"))
     console.print(_frame_table(episode_accuracy_table(result.episode_table), "episode level"))
     if update_baseline:
-        write_baseline(update_baseline, result.metrics(), corpus=str(corpus))
+        write_baseline(update_baseline, result.metrics(), corpus)
         console.print(f"baseline written: {update_baseline}", highlight=False, soft_wrap=True)
     if expected:
+        changed = corpus_changed(expected, corpus)
+        if changed:
+            errors.print(f"[yellow]warning:[/] {changed}", highlight=False, soft_wrap=True)
         worse = regressions(result.metrics(), expected)
         for regression in worse:
             errors.print(f"[bold red]regression:[/] {regression}", highlight=False,

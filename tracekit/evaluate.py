@@ -17,6 +17,7 @@ that stays silent on a job is still counted.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,11 @@ from tracekit.errors import InputError
 
 ALL = "all"
 """Category name of the row that pools every job."""
+
+UNKNOWN_CATEGORY = "unknown"
+"""Category of a job whose size the dataset does not record."""
+
+NOT_ATTRIBUTED = "not attributed"
 
 OPEN_END_NS = 2**63 - 1
 """End used for an episode still open at the end of its trace (``t_end_ns`` null)."""
@@ -128,8 +134,7 @@ def job_accuracy(outcomes: pl.DataFrame) -> pl.DataFrame:
         .alias(f"{name}_text")
         for name, (num, den) in rates.items()
     )
-    category_order = pl.col("category") == ALL
-    return counts.sort("detector", category_order, "category")
+    return counts.sort("detector", _category_order(), "category")
 
 
 def episode_matches(labels: pl.DataFrame, episodes: pl.DataFrame,
@@ -178,7 +183,7 @@ def episode_matches(labels: pl.DataFrame, episodes: pl.DataFrame,
         delay_iterations=(pl.col("detected_start_iteration")
                           - pl.col("label_start_iteration")).clip(lower_bound=0),
         target_correct=pl.when(attributed_target).then(
-            _canonical_target(pl.col("detected_target")).is_in(_label_targets())),
+            _culprit_parts(pl.col("detected_target")) == _culprit_parts(_label_target())),
         cause_correct=pl.when(attributed_cause).then(
             _cause_set(pl.col("detected_cause")) == _cause_set(pl.col("cause"))),
     ).sort("detector", "job", "label_episode")
@@ -191,15 +196,27 @@ def _canonical_target(target: pl.Expr) -> pl.Expr:
         .otherwise(target.str.strip_chars())
 
 
-def _label_targets() -> pl.Expr:
-    """Every spelling of a label's culprit a detector may use: its words, its rank, its GPU."""
-    spellings = [
-        _canonical_target(pl.col("target")),
-        pl.format("rank:{}", pl.col("target_rank")),
-        pl.format("gpu:{}/{}", pl.col("target_host"), pl.col("target_gpu")),
-        _canonical_target(pl.format("link:{}", pl.col("target_link"))),
-    ]
-    return pl.concat_list(spellings).list.drop_nulls()
+def _label_target() -> pl.Expr:
+    """The label's culprit; older labels fill only the ``target_*`` columns."""
+    return pl.coalesce(pl.col("target"), pl.format("rank:{}", pl.col("target_rank")),
+                       pl.format("gpu:{}/{}", pl.col("target_host"), pl.col("target_gpu")),
+                       pl.format("link:{}", pl.col("target_link")))
+
+
+def _culprit_parts(target: pl.Expr) -> pl.Expr:
+    """A culprit as the sorted set of its ``+``-joined parts, in the label's terms.
+
+    A compound culprit lists its parts in whatever order the injection (or the attribution)
+    found them, so ``rank:1+link:b-a`` equals ``link:a-b+rank:1``. Link endpoints are sorted,
+    and the labeled GPU spelled ``gpu:HOST/G`` becomes its rank (``target_*`` columns of the
+    same row), so either spelling of the culprit GPU is right.
+    """
+    parts = target.str.split("+").list.eval(_canonical_target(pl.element()))
+    gpu = pl.format("gpu:{}/{}", pl.col("target_host"), pl.col("target_gpu"))
+    rank = pl.format("rank:{}", pl.col("target_rank"))
+    as_rank = parts.list.set_difference(pl.concat_list(gpu)).list.concat(pl.concat_list(rank))
+    return (pl.when(rank.is_not_null() & parts.list.contains(gpu)).then(as_rank)
+            .otherwise(parts).list.unique().list.sort())
 
 
 def _cause_set(cause: pl.Expr) -> pl.Expr:
@@ -227,15 +244,28 @@ def detection_matches(labels: pl.DataFrame, episodes: pl.DataFrame) -> pl.DataFr
             .sort("detector", "job", "episode"))
 
 
-def episode_accuracy(labels: pl.DataFrame, episodes: pl.DataFrame,
+def _by_category(frame: pl.DataFrame, jobs: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with its job's category, plus a copy of every row in the pooled ``all``."""
+    categorised = frame.join(jobs.select("job", "category"), on="job", how="left").with_columns(
+        pl.col("category").fill_null(UNKNOWN_CATEGORY))
+    return pl.concat([categorised, categorised.with_columns(category=pl.lit(ALL))])
+
+
+def _category_order() -> pl.Expr:
+    return pl.col("category") == ALL
+
+
+def episode_accuracy(jobs: pl.DataFrame, labels: pl.DataFrame, episodes: pl.DataFrame,
                      detectors: list[str] | None = None) -> pl.DataFrame:
-    """Per detector: precision, recall (percent, with fractions), median and worst detection
-    delay, localisation and cause accuracy over the attributed matches."""
+    """Per detector and job category (plus ``all``): precision, recall (percent, with
+    fractions), median and worst detection delay, localisation and cause accuracy over the
+    attributed matches."""
     detectors = _detectors(episodes, detectors)
-    matches = episode_matches(labels, episodes, detectors)
-    detections = detection_matches(labels, episodes)
-    names = _detector_frame(episodes, detectors)
-    recall = matches.group_by("detector").agg(
+    matches = _by_category(episode_matches(labels, episodes, detectors), jobs)
+    detections = _by_category(detection_matches(labels, episodes), jobs)
+    categories = pl.concat([jobs.select("category"), pl.DataFrame({"category": [ALL]})]).unique()
+    names = _detector_frame(episodes, detectors).join(categories, how="cross")
+    recall = matches.group_by("detector", "category").agg(
         labels=pl.len(), detected_labels=pl.col("detected").sum(),
         delay_s_median=pl.col("delay_s").median(), delay_s_max=pl.col("delay_s").max(),
         delay_iterations_median=pl.col("delay_iterations").median(),
@@ -245,15 +275,15 @@ def episode_accuracy(labels: pl.DataFrame, episodes: pl.DataFrame,
         attributed_causes=pl.col("cause_correct").is_not_null().sum(),
         correct_causes=pl.col("cause_correct").sum(),
     )
-    precision = detections.group_by("detector").agg(
+    precision = detections.group_by("detector", "category").agg(
         detections=pl.len(), true_detections=pl.col("true_positive").sum())
     rates = {"precision": ("true_detections", "detections"),
              "recall": ("detected_labels", "labels"),
              "localisation": ("correct_targets", "attributed_targets"),
              "cause_accuracy": ("correct_causes", "attributed_causes")}
     counts = [c for pair in rates.values() for c in pair]
-    table = (names.join(recall, on="detector", how="left")
-             .join(precision, on="detector", how="left")
+    table = (names.join(recall, on=["detector", "category"], how="left")
+             .join(precision, on=["detector", "category"], how="left")
              .with_columns(pl.col(counts).fill_null(0).cast(pl.Int64)))
     table = table.with_columns(
         pl.when(pl.col(den) > 0).then(100.0 * pl.col(num) / pl.col(den)).alias(name)
@@ -263,10 +293,32 @@ def episode_accuracy(labels: pl.DataFrame, episodes: pl.DataFrame,
         pl.when(pl.col(den) > 0)
         .then(pl.format("{} ({}/{})", pl.col(name).round(1).cast(pl.String), pl.col(num),
                         pl.col(den)))
-        .otherwise(pl.lit("n/a (0/0)" if name in ("precision", "recall") else "not attributed"))
+        .otherwise(pl.lit("n/a (0/0)" if name in ("precision", "recall") else NOT_ATTRIBUTED))
         .alias(f"{name}_text")
         for name, (num, den) in rates.items()
-    ).sort("detector")
+    ).sort("detector", _category_order(), "category")
+
+
+JOB_METRICS = ("jobs", "tp", "fp", "tn", "fn", "accuracy", "fpr", "fnr")
+EPISODE_METRICS = ("labels", "detected_labels", "detections", "true_detections",
+                   "attributed_targets", "correct_targets", "attributed_causes",
+                   "correct_causes", "precision", "recall", "delay_s_median",
+                   "delay_iterations_median", "localisation", "cause_accuracy")
+"""What the regression baseline keeps per detector and category: the exact counts behind
+every rate, so a changed number in review says which job or episode moved."""
+
+METRIC_DIGITS = 3
+"""Rates and delays are stored rounded (far below any tolerance) so the baseline diffs
+cleanly."""
+
+
+def _metric_tree(table: pl.DataFrame, keys: tuple[str, ...]) -> dict[str, Any]:
+    tree: dict[str, Any] = {}
+    for row in table.iter_rows(named=True):
+        tree.setdefault(row["detector"], {})[row["category"]] = {
+            key: round(row[key], METRIC_DIGITS) if isinstance(row[key], float) else row[key]
+            for key in keys}
+    return tree
 
 
 @dataclass
@@ -280,19 +332,10 @@ class Evaluation:
     episode_table: pl.DataFrame
 
     def metrics(self) -> dict[str, Any]:
-        """The numbers the regression baseline keeps, as plain JSON-ready values."""
-        job_metrics = {
-            row["detector"]: {} for row in self.job_table.iter_rows(named=True)}
-        for row in self.job_table.iter_rows(named=True):
-            job_metrics[row["detector"]][row["category"]] = {
-                key: row[key] for key in ("jobs", "tp", "fp", "tn", "fn", "accuracy", "fpr",
-                                          "fnr")}
-        episode_metrics = {
-            row["detector"]: {key: row[key] for key in (
-                "labels", "detections", "precision", "recall", "delay_s_median",
-                "delay_iterations_median", "localisation", "cause_accuracy")}
-            for row in self.episode_table.iter_rows(named=True)}
-        return {"job": job_metrics, "episode": episode_metrics}
+        """The numbers the regression baseline keeps, as plain JSON-ready values:
+        ``{"job"|"episode": {detector: {category: {metric: value}}}}``."""
+        return {"job": _metric_tree(self.job_table, JOB_METRICS),
+                "episode": _metric_tree(self.episode_table, EPISODE_METRICS)}
 
 
 def evaluate(jobs: pl.DataFrame, labels: pl.DataFrame, episodes: pl.DataFrame,
@@ -305,14 +348,12 @@ def evaluate(jobs: pl.DataFrame, labels: pl.DataFrame, episodes: pl.DataFrame,
         outcomes=outcomes,
         job_table=job_accuracy(outcomes),
         matches=episode_matches(labels, episodes, detectors),
-        episode_table=episode_accuracy(labels, episodes, detectors),
+        episode_table=episode_accuracy(jobs, labels, episodes, detectors),
     )
 
 
 # -- corpus ---------------------------------------------------------------------------------
 
-
-UNKNOWN_CATEGORY = "unknown"
 
 
 @dataclass
@@ -411,14 +452,18 @@ def load_corpus(datasets: list[Path]) -> Corpus:
 
 
 def evaluate_corpus(corpus: Path, work: Path, include_detectors: list[str] | None = None,
-                    progress=None) -> tuple[Corpus, Evaluation]:
+                    progress=None, attribute: bool = True) -> tuple[Corpus, Evaluation]:
     """Analyse every job of a labeled corpus (raw jobs into ``work``) and evaluate every
     detector that reported an episode, plus ``include_detectors`` (those of a baseline: a
     detector gone silent then counts as missing every fail-slow instead of vanishing).
-    ``progress(job, done, total)`` after each job."""
+
+    Raw jobs run the whole pipeline, attribution included whenever this build has it and the
+    job has episodes, so localisation and cause accuracy are measured; ``attribute=False``
+    skips it (detection accuracy only). ``progress(job, done, total)`` after each job."""
     from tracekit.analyze import analyze_corpus
 
-    corpus_data = load_corpus(analyze_corpus(Path(corpus), Path(work), progress))
+    skip = () if attribute else ("attribute",)
+    corpus_data = load_corpus(analyze_corpus(Path(corpus), Path(work), progress, skip=skip))
     if corpus_data.labels.height == 0:
         raise InputError("no job of this corpus has labels; evaluation needs a labeled corpus "
                          "(`tracekit synth corpus`)", str(corpus))
@@ -475,41 +520,78 @@ def regressions(metrics: dict[str, Any], baseline: dict[str, Any]) -> list[Regre
     the baseline that disappeared counts as a regression of all its metrics)."""
     tolerance = {**DEFAULT_TOLERANCE, **baseline.get("tolerance", {})}
     found = []
-    for detector, categories in baseline["metrics"]["job"].items():
-        for category, was in categories.items():
-            now = metrics["job"].get(detector, {}).get(category, {})
-            found += _compare(f"{detector}/{category}", now, was, tolerance)
-    for detector, was in baseline["metrics"]["episode"].items():
-        found += _compare(f"{detector}/episodes", metrics["episode"].get(detector, {}), was,
-                          tolerance)
+    for level in ("job", "episode"):
+        for detector, categories in baseline["metrics"][level].items():
+            for category, was in categories.items():
+                now = metrics[level].get(detector, {}).get(category, {})
+                found += _compare(f"{level} {detector}/{category}", now, was, tolerance)
     return found
 
 
-def baseline_document(metrics: dict[str, Any], corpus: str) -> dict[str, Any]:
-    """The JSON a baseline file holds: the corpus it was measured on, the tolerance and the
-    metrics."""
-    return {"corpus": corpus, "tolerance": dict(DEFAULT_TOLERANCE), "metrics": metrics}
+UPDATE_COMMAND = "`tracekit eval CORPUS --update-baseline FILE`"
+
+BASELINE_FORMAT = 2
+"""Version of the baseline file layout (2: metrics per detector and category at both levels,
+with counts, and the corpus fingerprint)."""
 
 
-def write_baseline(path: Path, metrics: dict[str, Any], corpus: str) -> None:
+def corpus_fingerprint(corpus: Path) -> str:
+    """SHA-256 over the corpus' files (relative names and bytes): a baseline measured on other
+    data is not comparable, and the check says so instead of reporting phantom regressions."""
+    corpus = Path(corpus)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in corpus.rglob("*") if p.is_file()):
+        relative = path.relative_to(corpus)
+        if any(part.startswith(".") for part in relative.parts):
+            continue
+        digest.update(relative.as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def baseline_document(metrics: dict[str, Any], corpus: Path) -> dict[str, Any]:
+    """The JSON a baseline file holds: format, the corpus it was measured on (name and
+    fingerprint), the tolerance and the metrics."""
+    return {"format": BASELINE_FORMAT,
+            "corpus": {"name": Path(corpus).name, "sha256": corpus_fingerprint(corpus)},
+            "tolerance": dict(DEFAULT_TOLERANCE), "metrics": metrics}
+
+
+def write_baseline(path: Path, metrics: dict[str, Any], corpus: Path) -> None:
     """Write (replace) a baseline file; the only way a baseline changes."""
     from tracekit.dataset import atomic_path
 
-    with atomic_path(Path(path)) as temporary:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as temporary:
         temporary.write_text(json.dumps(baseline_document(metrics, corpus), indent=2,
                                         sort_keys=True) + "\n")
 
 
 def read_baseline(path: Path) -> dict[str, Any]:
-    """A baseline file; a clear error when it is missing or not a baseline."""
+    """A baseline file; a clear error when it is missing, not a baseline, or of another
+    format."""
     path = Path(path)
     try:
         document = json.loads(path.read_text())
     except FileNotFoundError:
-        raise InputError("no baseline file; create it with `tracekit eval CORPUS "
-                         "--update-baseline FILE`", str(path)) from None
+        raise InputError(f"no baseline file; create it with {UPDATE_COMMAND}", str(path)) \
+            from None
     except (OSError, json.JSONDecodeError) as error:
         raise InputError(f"unreadable baseline: {error}", str(path)) from None
     if not isinstance(document, dict) or "metrics" not in document:
         raise InputError("not a tracekit accuracy baseline (no 'metrics')", str(path))
+    if document.get("format") != BASELINE_FORMAT:
+        raise InputError(f"baseline format {document.get('format')} is not the current "
+                         f"{BASELINE_FORMAT}; re-measure it with {UPDATE_COMMAND}", str(path))
     return document
+
+
+def corpus_changed(baseline: dict[str, Any], corpus: Path) -> str | None:
+    """Why ``baseline`` was not measured on ``corpus`` as it is now (None when it was)."""
+    measured = baseline.get("corpus", {}).get("sha256")
+    if measured == corpus_fingerprint(corpus):
+        return None
+    return (f"the baseline was measured on another version of the corpus "
+            f"(sha256 {str(measured)[:12]}); if the corpus change is intended, re-measure with "
+            f"{UPDATE_COMMAND}")

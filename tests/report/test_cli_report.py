@@ -31,9 +31,11 @@ def test_eval_baseline_update_and_regression(corpus_datasets, tmp_path):
     runner = CliRunner()
     out = runner.invoke(app, ["eval", str(corpus), "--update-baseline", str(baseline)])
     assert out.exit_code == 0, out.output
-    assert "100.0 (2/2)" in out.output
+    assert "job level" in out.output and "episode level" in out.output
     stored = json.loads(baseline.read_text())
     assert stored["metrics"]["job"]["bocd+v"]["all"]["tp"] == 1
+    assert stored["metrics"]["job"]["bocd+v"]["compute"]["accuracy"] == 100.0
+    assert stored["metrics"]["episode"]["bocd+v"]["all"]["correct_targets"] == 1
     out = runner.invoke(app, ["eval", str(corpus), "--baseline", str(baseline)])
     assert out.exit_code == 0 and "no regression" in out.output
     # weaken the detector: it no longer reports c1's episode
@@ -41,8 +43,9 @@ def test_eval_baseline_update_and_regression(corpus_datasets, tmp_path):
     weakened.write_table("episodes", weakened.table("episodes").collect().clear())
     out = runner.invoke(app, ["eval", str(corpus), "--baseline", str(baseline)])
     assert out.exit_code == 1
-    assert "regression: bocd+v/compute accuracy: 50.0 vs baseline 100.0" in out.output
-    assert "bocd+v/episodes recall" in out.output
+    assert "regression: job bocd+v/compute accuracy: 50.0 vs baseline 100.0" in out.output
+    assert "episode bocd+v/compute recall" in out.output
+    assert "measured on another version of the corpus" in out.output
 
 
 def test_eval_refuses_an_unlabeled_corpus(corpus_datasets, tmp_path):

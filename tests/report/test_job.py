@@ -2,9 +2,12 @@ from __future__ import annotations
 
 import polars as pl
 
+from tracekit import schema
 from tracekit.dataset import create_dataset
 from tracekit.report.document import write_report
 from tracekit.report.job import choose_detector, episode_table, job_report
+
+from .conftest import T0, S, build_job
 
 
 def test_job_report_files_figures_and_numbers(job_dataset, tmp_path):
@@ -53,3 +56,38 @@ def test_detector_choice_prefers_bocd_v():
 def test_empty_dataset_report_explains(tmp_path):
     report = job_report(create_dataset(tmp_path / "empty"))
     assert "No iterations in this dataset" in report.sections[0].paragraphs[0]
+
+
+def test_validation_verdicts_in_the_job_report(tmp_path):
+    dataset = build_job(tmp_path / "validated")
+    rows = [
+        # check, target, host, gpu, src, dst, suspect, verdict, slowdown, rate, unit
+        ("gemm", "gpu:h0/1", "h0", 1, None, None, False, "healthy", 1.01, 231.5, "TFLOP/s"),
+        ("gemm", "gpu:h0/2", "h0", 2, None, None, True, "confirmed", 1.43, 162.0, "TFLOP/s"),
+        ("p2p", "link:0->2", None, None, 0, 2, True, "refuted", 1.02, 180.2, "GB/s"),
+    ]
+    names = ["check", "target", "host", "gpu", "src_rank", "dst_rank", "suspect", "verdict",
+             "slowdown", "rate", "rate_unit"]
+    frame = pl.DataFrame(rows, schema=[(n, schema.VALIDATIONS.schema[n]) for n in names],
+                         orient="row")
+    dataset.write_table("validations", schema.conform("validations", frame.with_columns(
+        job=pl.lit("j1"), episode=pl.lit(0, pl.Int32), threshold=pl.lit(0.1),
+        device=pl.lit("NVIDIA H100 80GB HBM3"), ts_ns=pl.lit(T0 + 200 * S),
+        evidence=pl.format("{} measured", "target"))))
+    report = job_report(dataset)
+    section = next(s for s in report.sections if s.title == "Hardware validation")
+    assert section.paragraphs[0].startswith(
+        "3 GEMM / P2P check result(s) (`tracekit validate`): 1 confirmed, 1 refuted, 1 healthy.")
+    table = section.tables[0].frame
+    assert table["target"].to_list() == ["gpu:h0/2", "link:0->2", "gpu:h0/1"]
+    assert table.row(0, named=True) | {"evidence": None} == {
+        "episode": "0", "check": "gemm", "target": "gpu:h0/2", "suspect": "yes",
+        "verdict": "confirmed", "slowdown": "x1.43", "slow above": "x1.1",
+        "rate": "162.0 TFLOP/s", "evidence": None, "device": "NVIDIA H100 80GB HBM3",
+        "checked (UTC)": "2023-11-14 22:16:40"}
+    markdown = write_report(report, tmp_path / "out").markdown.read_text()
+    assert "## Hardware validation" in markdown and "| gpu:h0/2 | yes | confirmed |" in markdown
+
+
+def test_no_validation_section_without_checks(job_dataset):
+    assert "Hardware validation" not in [s.title for s in job_report(job_dataset).sections]

@@ -76,8 +76,13 @@ def corpus_report(corpus: Corpus, title: str, detector: str | None = None,
         accuracy.paragraphs.append(
             "Job level: a job is positive when it has a labeled fail-slow; a detector flags it "
             "when it reports an episode. FPR = FP / negatives, FNR = FN / positives.")
-        accuracy.tables.append(ReportTable("Job-level accuracy (like Greyhound's Tables 3 and 4)",
-                                           accuracy_table(evaluation.job_table)))
+        accuracy.paragraphs.append(
+            "Culprit and cause: share of the detected fail-slows whose attributed culprit "
+            "(any spelling of the labeled rank, GPU or link; compound culprits as sets) and "
+            "cause set equal the label's; \"not attributed\" when attribution did not run.")
+        accuracy.tables.append(ReportTable(
+            "Job-level accuracy with culprit and cause accuracy (like Greyhound's Tables 3 "
+            "and 4)", accuracy_table(evaluation.job_table, evaluation.episode_table)))
         accuracy.tables.append(ReportTable(
             "Episode level: overlap matching, delay from the labeled onset",
             episode_accuracy_table(evaluation.episode_table)))

@@ -9,15 +9,13 @@ from __future__ import annotations
 import polars as pl
 
 from tracekit.dataset import Dataset
-from tracekit.evaluate import episode_matches
+from tracekit.evaluate import NOT_ATTRIBUTED, episode_matches
 from tracekit.report.document import Report, ReportFigure, ReportTable
 from tracekit.report.figures import EVIDENCE_PANELS, iteration_timeline
 from tracekit.report.tables import percent
 
 PREFERRED_DETECTORS = ("bocd+v", "bocd", "window")
 """Detector whose episodes a job report shows when several ran: the paper's best first."""
-
-NOT_ATTRIBUTED = "not attributed"
 
 
 def choose_detector(episodes: pl.DataFrame, detector: str | None = None) -> str | None:
@@ -51,6 +49,44 @@ def episode_table(episodes: pl.DataFrame) -> pl.DataFrame:
         pl.col("confidence").round(2),
         pl.col("evidence").fill_null("-"),
     )
+
+
+VERDICT_ORDER = ("confirmed", "unsuspected-slow", "slow", "refuted", "not-testable",
+                 "healthy")
+"""Validation verdicts, the ones that change what an operator does first."""
+
+
+def validation_table(validations: pl.DataFrame) -> pl.DataFrame:
+    """Hardware checks (``tracekit validate``) as a reader wants them: the episode they ran
+    for, the unit, the verdict and the measurement behind it; suspects first."""
+    rank = pl.col("verdict").replace_strict(
+        {v: i for i, v in enumerate(VERDICT_ORDER)}, default=len(VERDICT_ORDER))
+    return validations.sort("episode", rank, "check", "target", nulls_last=True).select(
+        pl.col("episode").cast(pl.String).fill_null("-").alias("episode"),
+        "check", "target",
+        pl.when(pl.col("suspect")).then(pl.lit("yes")).otherwise(pl.lit("no")).alias("suspect"),
+        "verdict",
+        pl.format("x{}", pl.col("slowdown").round(3)).fill_null("-").alias("slowdown"),
+        pl.format("x{}", (1 + pl.col("threshold")).round(3)).fill_null("-").alias("slow above"),
+        pl.format("{} {}", pl.col("rate").round(2), pl.col("rate_unit")).fill_null("-")
+        .alias("rate"),
+        pl.col("evidence").fill_null("-"),
+        pl.col("device").fill_null("-"),
+        _utc("ts_ns").alias("checked (UTC)"),
+    )
+
+
+def _validation_section(report: Report, validations: pl.DataFrame) -> None:
+    counts = validations.group_by("verdict").len()
+    tally = dict(zip(counts["verdict"].to_list(), counts["len"].to_list(), strict=True))
+    ordered = [v for v in VERDICT_ORDER if v in tally] + sorted(set(tally) - set(VERDICT_ORDER))
+    section = report.section("Hardware validation")
+    section.paragraphs.append(
+        f"{validations.height} GEMM / P2P check result(s) (`tracekit validate`): "
+        + ", ".join(f"{tally[v]} {v}" for v in ordered) + ". A suspect found slow is "
+        "confirmed, one measured healthy is refuted; a unit the episode did not name is slow "
+        "or healthy (a slow one is hardware the trace missed).")
+    section.tables.append(ReportTable("Validation verdicts", validation_table(validations)))
 
 
 def _collect(dataset: Dataset, name: str) -> pl.DataFrame:
@@ -125,6 +161,9 @@ def job_report(dataset: Dataset, detector: str | None = None) -> Report:
                               pl.col("target_correct").alias("culprit right"),
                               pl.col("cause_correct").alias("cause right")),
                on="label", how="left")))
+    validations = _collect(dataset, "validations")
+    if validations.height:
+        _validation_section(report, validations)
     quarantined = sum(s.get("quarantined", 0) for s in dataset.manifest.get("sources", []))
     if quarantined:
         report.section("Input quality").paragraphs.append(

@@ -36,31 +36,49 @@ def percent(expr: pl.Expr, digits: int = 1) -> pl.Expr:
     return pl.format("{} %", (100 * expr).round(digits)).fill_null("-")
 
 
-def accuracy_table(job_table: pl.DataFrame) -> pl.DataFrame:
+def accuracy_table(job_table: pl.DataFrame, episode_table: pl.DataFrame | None = None
+                   ) -> pl.DataFrame:
     """The paper's Tables 3 and 4 side by side: one row per detector, accuracy / FPR / FNR
-    (with fractions) per category."""
+    (with fractions) per category; with ``episode_table``, each category also gets culprit
+    (localisation) and cause accuracy columns, over the attributed detections."""
     categories = list(dict.fromkeys(job_table["category"].to_list()))
     wide = job_table.select("detector", "category", "accuracy_text", "fpr_text", "fnr_text")
+    if episode_table is not None:
+        wide = wide.join(episode_table.select("detector", "category", "localisation_text",
+                                              "cause_accuracy_text"),
+                         on=["detector", "category"], how="left")
     out = wide.select("detector").unique(maintain_order=True)
     for category in categories:
+        columns = {"accuracy_text": "accuracy", "fpr_text": "FPR", "fnr_text": "FNR",
+                   "localisation_text": "culprit", "cause_accuracy_text": "cause"}
         part = wide.filter(pl.col("category") == category).select(
-            "detector",
-            pl.col("accuracy_text").alias(f"{category}: accuracy"),
-            pl.col("fpr_text").alias(f"{category}: FPR"),
-            pl.col("fnr_text").alias(f"{category}: FNR"))
+            "detector", *(pl.col(name).alias(f"{category}: {label}")
+                          for name, label in columns.items() if name in wide.columns))
         out = out.join(part, on="detector", how="left")
     return out
 
 
+def job_level_table(job_table: pl.DataFrame, episode_table: pl.DataFrame) -> pl.DataFrame:
+    """One row per detector and category: jobs, accuracy / FPR / FNR with fractions, and the
+    culprit and cause accuracy of its attributed detections."""
+    return job_table.select(
+        "detector", "category", "jobs", accuracy="accuracy_text", FPR="fpr_text",
+        FNR="fnr_text",
+    ).join(episode_table.select("detector", "category", culprit="localisation_text",
+                                cause="cause_accuracy_text"),
+           on=["detector", "category"], how="left", maintain_order="left")
+
+
 def episode_accuracy_table(episode_table: pl.DataFrame) -> pl.DataFrame:
-    """Episode-level precision, recall, delay, localisation and cause accuracy per detector."""
+    """Episode-level precision, recall, delay, localisation and cause accuracy per detector
+    and category."""
     return episode_table.select(
-        "detector",
+        "detector", "category",
         pl.col("precision_text").alias("precision"),
         pl.col("recall_text").alias("recall"),
         pl.col("delay_iterations_median").round(1).alias("median delay (iterations)"),
         pl.col("delay_s_median").round(1).alias("median delay (s)"),
         pl.col("delay_s_max").round(1).alias("worst delay (s)"),
-        pl.col("localisation_text").alias("localisation"),
+        pl.col("localisation_text").alias("culprit"),
         pl.col("cause_accuracy_text").alias("cause"),
     )
