@@ -33,9 +33,13 @@ def test_row_values_and_nulls():
 
 def test_bad_rows_quarantined_with_line_numbers():
     result = read("\n".join([HEADER, ROW, ROW.replace("AllReduce", "Nope"),
-                             ROW.replace(",9,", ",99,"), "1,2,3"]))
+                             ROW.replace(",9,", ",99,"), "1,2,3",
+                             ROW.replace(",3,0,", ",99999999999,0,"),
+                             ROW.replace(",-1", ",4294967296")]))
     assert result.quarantine.select("line_no", "reason").rows() == [
-        (3, "unknown op"), (4, "unknown datatype"), (5, "expected 16 fields, found 3")]
+        (3, "unknown op"), (4, "unknown datatype"), (5, "expected 16 fields, found 3"),
+        (6, "rank is out of range"), (7, "peer is out of range")]
+    assert result.tables["collectives"].height == 1
 
 
 @settings(max_examples=40, deadline=None)
@@ -96,6 +100,7 @@ field_edits = st.sampled_from([
     lambda r: r.replace(",3,", ", 3,"), lambda r: r.replace(",3,", ",3x,"),
     lambda r: r[:40], lambda r: r + ",", lambda r: "", lambda r: "# " + r,
     lambda r: r.replace("gpu-b03", "gpu-é03"), lambda r: r.replace(",41,", ",-41,"),
+    lambda r: r.replace(",8,", ",2147483648,"), lambda r: r.replace(",-1", ",2147483647"),
 ])
 
 

@@ -32,6 +32,9 @@ INTEGER_COLUMNS = ("event_id", "t_call_ns", "pid", "rank", "device", "nranks", "
                    "datatype")
 """Columns that must hold an integer; ``duration_ns`` and ``peer`` may be empty or -1."""
 NUMERIC_COLUMNS = (*INTEGER_COLUMNS, "duration_ns", "peer")
+INT32_COLUMNS = ("rank", "device", "nranks", "peer")
+"""Columns the ``collectives`` table holds as 32-bit integers: a larger value is refused."""
+INT32_RANGE = (-(2**31), 2**31 - 1)
 CSV_SCHEMA = {c: pl.Int64 if c in NUMERIC_COLUMNS else pl.String for c in COLUMNS}
 """Column types of a well-formed block, for the fast path."""
 
@@ -83,6 +86,8 @@ def _parse_block(block: bytes) -> Chunk | None:
         return None
     valid = rows.select(
         pl.all_horizontal(pl.col(INTEGER_COLUMNS).is_not_null().all()),
+        pl.all_horizontal(pl.col(INT32_COLUMNS).is_between(*INT32_RANGE).or_(
+            pl.col(INT32_COLUMNS).is_null()).all()),
         nccl_names.op_name(pl.col("op")).is_not_null().all(),
         nccl_names.dtype_name(pl.col("datatype")).is_not_null().all(),
     ).row(0)
@@ -123,6 +128,9 @@ def _parse_lines(source: Source, lines: pl.DataFrame, bytes_read: int) -> Chunk:
         reason = reason.when(
             pl.col(f"_{column}").is_null() & (pl.col(column).str.strip_chars() != "")
         ).then(pl.lit(f"{column} is not an integer"))
+    for column in INT32_COLUMNS:
+        reason = reason.when(~pl.col(f"_{column}").is_between(*INT32_RANGE)).then(
+            pl.lit(f"{column} is out of range"))
     reason = (
         reason.when(nccl_names.op_name(pl.col("op")).is_null()).then(pl.lit("unknown op"))
         .when(nccl_names.dtype_name(pl.col("_datatype")).is_null())
