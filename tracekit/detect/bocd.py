@@ -25,6 +25,7 @@ import numpy as np
 from scipy.special import gammaln
 
 from tracekit.detect.base import Detector, as_series, reference_level
+from tracekit.detect.bocd_kernel import compiled
 
 PAPER_THRESHOLD = 0.9
 """Greyhound (ATC 2025) reports a change when the change probability exceeds 0.9."""
@@ -53,12 +54,15 @@ class _StudentConstants:
         self.table = np.empty(0)
 
     def __call__(self, n: np.ndarray) -> np.ndarray:
-        needed = int(n.max()) + 1
+        self.ensure(int(n.max()) + 1)
+        return self.table[n]
+
+    def ensure(self, needed: int) -> None:
+        """Grow the table to at least ``needed`` run lengths."""
         if needed > self.table.size:
             size = max(needed, 2 * self.table.size, 1024)
             alpha = self.alpha0 + 0.5 * np.arange(size)
             self.table = gammaln(alpha + 0.5) - gammaln(alpha) - 0.5 * np.log(2 * alpha * np.pi)
-        return self.table[n]
 
 
 class RunLengthPosterior:
@@ -158,8 +162,26 @@ class BocdRun:
                                             d.max_run_lengths)
         self.last_start = np.zeros(self.n_series, np.int64)
 
+    def advance_block(self, z: np.ndarray) -> np.ndarray:
+        """Absorb ``z[:, i]`` (one normalised point per series) for every i; the change start
+        per series and point, -1 for none. Compiled when numba is installed."""
+        kernel = compiled()
+        if kernel is None:
+            return np.column_stack([self.advance(z[:, i]) for i in range(z.shape[1])])
+        d, p = self.detector, self.posterior
+        p.constants.ensure(int(p.n[: p.size].max()) + z.shape[1] + 1)
+        starts = np.empty(z.shape, np.int64)
+        prior = np.array([d.prior.mu0, d.prior.kappa0, d.prior.alpha0, d.prior.beta0])
+        rates = np.array([p.log_hazard, p.log_growth, p.log_prune, d.threshold])
+        limits = np.array([d.max_run_lengths, d.short_run], np.int64)
+        p.size, self.t = kernel(np.ascontiguousarray(z, np.float64), p.log_prob, p.mu, p.beta,
+                                p.n, p.size, self.t, self.last_start, p.constants.table, prior,
+                                rates, limits, starts)
+        return starts
+
     def advance(self, z: np.ndarray) -> np.ndarray:
-        """Absorb one normalised point per series; the change start per series, -1 for none."""
+        """Absorb one normalised point per series with numpy; the change start per series,
+        -1 for none."""
         d = self.detector
         self.posterior.step(z)
         probability, run = self.posterior.short_run(d.short_run)
@@ -210,20 +232,19 @@ class Bocd(Detector):
         level, noise = reference_level(warmup[None, :], self.min_noise)
         self._level, self._noise = float(level[0]), float(noise[0])
         self._run = BocdRun(self, 1)
-        return [c for x in self._values for c in self._advance(x)]
+        return self._advance(np.asarray(self._values))
 
-    def _advance(self, x: float) -> list[int]:
-        z = np.array([(x / self._level - 1.0) / self._noise])
-        start = int(self._run.advance(z)[0])
-        if start < 0:
-            return []
-        self._found.append(start)
-        return [start]
+    def _advance(self, x: np.ndarray) -> list[int]:
+        z = ((x / self._level - 1.0) / self._noise)[None, :]
+        starts = self._run.advance_block(z)[0]
+        found = starts[starts >= 0].tolist()
+        self._found += found
+        return found
 
     def update(self, x: float) -> list[int]:
         self._values.append(x)
         if self._run is not None:
-            return self._advance(x)
+            return self._advance(np.array([x]))
         return self._start() if len(self._values) == self.warmup else []
 
     def flush(self) -> list[int]:
@@ -249,10 +270,8 @@ class Bocd(Detector):
             return [[] for _ in range(rows)]
         level, noise = reference_level(values[:, : min(self.warmup, points)], self.min_noise)
         z = (values / level[:, None] - 1.0) / noise[:, None]
-        run = BocdRun(self, rows)
+        starts = BocdRun(self, rows).advance_block(z)
         found: list[list[tuple[int, int]]] = [[] for _ in range(rows)]
-        for t in range(points):
-            start = run.advance(z[:, t])
-            for row in np.flatnonzero(start >= 0).tolist():
-                found[row].append((int(start[row]), t))
+        for row, t in zip(*np.nonzero(starts >= 0), strict=True):
+            found[row].append((int(starts[row, t]), int(t)))
         return found

@@ -8,6 +8,7 @@ kept, so attribution can see which ranks changed first or most.
 An episode is a maximal run of segments (between change points) whose level is above the
 healthy baseline by more than ``min_slowdown``. The healthy baseline is the fastest sustained
 level of the job: the lowest median among segments of at least ``MIN_BASELINE_POINTS`` points.
+A slow first segment shorter than ``WARMUP_ITERATIONS`` is the warm-up, never an episode.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from tracekit.dataset import Dataset, open_dataset
 from tracekit.detect.base import Detector
 from tracekit.detect.registry import make_detector
 from tracekit.errors import InputError
+from tracekit.parallel import Executor, LocalExecutor, map_all, record_build
 
 SOURCE_PREFERENCE = ("acf", "framework")
 """Iteration sources in order of preference: ACF reconstruction sees every rank."""
@@ -32,6 +34,11 @@ MIN_BASELINE_POINTS = 5
 
 JOB_DETECTORS = ("window", "bocd", "bocd+v", "bocd+b")
 """Detectors ``tracekit detect`` runs by default: the paper's three and ours, side by side."""
+
+WARMUP_ITERATIONS = 20
+"""A slow first segment shorter than this is the job's warm-up (compilation, NCCL connection
+set-up, allocator growth), not a fail-slow: there was no healthy level yet to slow down from.
+Equal to the detectors' warm-up window (``Bocd.warmup``)."""
 
 RANK_MATCH_ITERATIONS = 5
 """A rank's event belongs to an episode when it falls at most this many iterations before it."""
@@ -104,6 +111,7 @@ def find_episodes(job: str, detector: str, series: pl.DataFrame, changepoints: n
     long = np.diff(bounds) >= MIN_BASELINE_POINTS
     baseline = float(levels[long].min() if long.any() else levels.min())
     slow = levels > baseline * (1 + min_slowdown)
+    slow[0] &= bool(bounds[1] >= WARMUP_ITERATIONS)
     rows = []
     segment = 0
     while segment < slow.size:
@@ -157,6 +165,37 @@ def detect_series(detector: Detector, matrix: np.ndarray) -> list[np.ndarray]:
     return [detector.detect(row) for row in matrix]
 
 
+RANKS_PER_BLOCK = 64
+"""Ranks a detector steps together: one partition of ``tracekit detect --cluster``. Blocks are
+fixed by rank order, never by the number of workers, because BOCD prunes run lengths jointly
+over the rows stepped together (kept while any row needs one), so a rank's change points can
+depend on its block (measured: 1 of 256 ranks moved between the whole matrix and blocks of 16).
+Jobs of up to 64 ranks are one block; on 256 ranks, blocks of 64 cost ~15 % more than one
+matrix, and they bound a worker's memory."""
+
+
+def detect_ranks(detectors: dict[str, Detector], series: JobSeries,
+                 executor: Executor | None = None) -> dict[str, list[np.ndarray]]:
+    """Change points of every rank's row for each detector: one partition per detector and
+    block of ranks, so the result is the same whichever executor runs them."""
+    blocks = [slice(first, first + RANKS_PER_BLOCK)
+              for first in range(0, len(series.ranks), RANKS_PER_BLOCK)]
+    partitions = [(name, detector, series.ranks[block], series.matrix[block])
+                  for name, detector in detectors.items() for block in blocks]
+    changes = map_all(executor or LocalExecutor(), _detect_block, partitions,
+                      key=lambda p: f"{p[0]} on ranks {p[2][0]}-{p[2][-1]}")
+    found: dict[str, list[np.ndarray]] = {name: [] for name in detectors}
+    for (name, *_), block_changes in zip(partitions, changes, strict=True):
+        found[name].extend(block_changes)
+    return found
+
+
+def _detect_block(partition: tuple[str, Detector, list[int], np.ndarray]) -> list[np.ndarray]:
+    """One partition of :func:`detect_ranks`, run in this process or on a Dask worker."""
+    _, detector, _, matrix = partition
+    return detect_series(detector, matrix)
+
+
 @dataclass
 class Detection:
     events: pl.DataFrame
@@ -164,35 +203,40 @@ class Detection:
 
 
 def detect_dataset(dataset: Dataset | str | Path, detectors: list[str] | None = None,
-                   params: dict | None = None, min_slowdown: float = 0.05) -> Detection:
+                   params: dict | None = None, min_slowdown: float = 0.05,
+                   executor: Executor | None = None) -> Detection:
     """Run ``detectors`` (default :data:`JOB_DETECTORS`) on a dataset's iterations; write and
     return ``events`` and ``episodes`` (replacing earlier ones). ``params`` go to every
-    detector, so pass them with a single detector."""
+    detector, so pass them with a single detector. ``executor`` runs the blocks of ranks
+    (default: a local loop); the manifest records which ran them."""
     if not isinstance(dataset, Dataset):
         dataset = open_dataset(dataset)
     series = job_series(dataset.table("iterations").collect())
     if series.job.height == 0:
         raise InputError("the iterations table has no finite durations", str(dataset.path))
+    chosen = {name: make_detector(name, **(params or {})) for name in detectors or JOB_DETECTORS}
+    executor = executor or LocalExecutor()
+    rank_changes = detect_ranks(chosen, series, executor)
     events, episodes = [], []
-    for name in detectors or JOB_DETECTORS:
-        found = _detect_job(dataset.job, name, make_detector(name, **(params or {})), series,
-                            min_slowdown)
+    for name, detector in chosen.items():
+        found = _detect_job(dataset.job, name, detector, series, min_slowdown,
+                            rank_changes[name])
         events.append(found.events)
         episodes.append(found.episodes)
     detection = Detection(pl.concat(events), pl.concat(episodes))
     dataset.write_table("events", detection.events)
     dataset.write_table("episodes", detection.episodes)
+    record_build(dataset, "detect", executor, ranks_per_block=RANKS_PER_BLOCK)
     dataset.save_manifest()
     return detection
 
 
 def _detect_job(job: str, name: str, detector: Detector, series: JobSeries,
-                min_slowdown: float) -> Detection:
+                min_slowdown: float, rank_changes: list[np.ndarray]) -> Detection:
     durations = series.job["duration_s"].to_numpy()
     job_changes = detector.detect(durations)
     events = [change_events(job, None, name, series.job, durations, job_changes)]
-    for rank, row, changes in zip(series.ranks, series.matrix,
-                                  detect_series(detector, series.matrix), strict=True):
+    for rank, row, changes in zip(series.ranks, series.matrix, rank_changes, strict=True):
         events.append(change_events(job, rank, name, series.job, row, changes))
     all_events = pl.concat(events)
     episodes = find_episodes(job, name, series.job, job_changes, min_slowdown,
