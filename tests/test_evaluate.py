@@ -16,6 +16,7 @@ from tracekit.evaluate import (
     corpus_changed,
     episode_matches,
     evaluate,
+    improvements,
     read_baseline,
     regressions,
     write_baseline,
@@ -247,6 +248,25 @@ def test_regression_detects_lost_attribution(tmp_path, evaluation, corpus_dir):
     assert ("episode a/all", "localisation") in found
     assert ("episode a/all", "cause_accuracy") in found
     assert not any(metric in ("recall", "precision", "fnr") for _, metric in found)
+
+
+def test_improvement_is_reported_not_a_regression(tmp_path, evaluation, corpus_dir):
+    path = tmp_path / "accuracy.json"
+    weaker = evaluate(JOBS, _labels(), _episodes().filter(pl.col("job") != "n3"),
+                      detectors=["a", "b"])
+    write_baseline(path, weaker.metrics(), corpus_dir)  # a's false alarm on n3 is new
+    baseline = read_baseline(path)
+    assert {(c.where, c.metric) for c in regressions(evaluation.metrics(), baseline)} == {
+        ("job a/communication", "accuracy"), ("job a/communication", "fpr"),
+        ("job a/all", "accuracy"), ("job a/all", "fpr"),
+        ("episode a/communication", "precision"), ("episode a/all", "precision")}
+    better = {(c.where, c.metric) for c in improvements(weaker.metrics(),
+                                                         read_baseline(path))}
+    assert better == set()
+    write_baseline(path, evaluation.metrics(), corpus_dir)
+    better = {(c.where, c.metric) for c in improvements(weaker.metrics(), read_baseline(path))}
+    assert ("job a/all", "fpr") in better and ("episode a/all", "precision") in better
+    assert regressions(weaker.metrics(), read_baseline(path)) == []
 
 
 def test_baseline_knows_its_corpus(tmp_path, evaluation, corpus_dir):

@@ -476,8 +476,9 @@ def evaluate_corpus(corpus: Path, work: Path, include_detectors: list[str] | Non
 
 
 @dataclass(frozen=True)
-class Regression:
-    """One metric that got worse than the baseline allows."""
+class MetricChange:
+    """One metric that moved beyond the baseline's tolerance (worse: a regression; better: an
+    improvement the baseline should lock in)."""
 
     where: str
     metric: str
@@ -498,34 +499,44 @@ def _tolerance_for(metric: str, tolerance: dict[str, float]) -> float:
     return tolerance["rate_pct"]
 
 
-def _compare(where: str, current: dict[str, Any], baseline: dict[str, Any],
-             tolerance: dict[str, float]) -> list[Regression]:
-    found = []
-    for metric in (*HIGHER_IS_BETTER, *LOWER_IS_BETTER):
-        if metric not in baseline:
-            continue
-        was, now = baseline[metric], current.get(metric)
-        allowed = _tolerance_for(metric, tolerance)
-        if was is None:
-            continue
-        worse = now is None or (now < was - allowed if metric in HIGHER_IS_BETTER
-                                else now > was + allowed)
-        if worse:
-            found.append(Regression(where, metric, was, now, allowed))
-    return found
+def _moved(metric: str, was: float | None, now: float | None, allowed: float,
+           worse: bool) -> bool:
+    """Whether ``now`` is worse (or, with ``worse`` false, better) than ``was`` beyond
+    ``allowed``. A metric that lost its value (a detector gone silent, attribution gone) is
+    worse; one that gained a value is better."""
+    if was is None or now is None:
+        return (was is not None) if worse else (now is not None)
+    gain = now - was if metric in HIGHER_IS_BETTER else was - now
+    return gain < -allowed if worse else gain > allowed
 
 
-def regressions(metrics: dict[str, Any], baseline: dict[str, Any]) -> list[Regression]:
-    """Metrics worse than ``baseline`` beyond its stated tolerance (a detector or category in
-    the baseline that disappeared counts as a regression of all its metrics)."""
+def _changes(metrics: dict[str, Any], baseline: dict[str, Any], worse: bool
+             ) -> list[MetricChange]:
     tolerance = {**DEFAULT_TOLERANCE, **baseline.get("tolerance", {})}
     found = []
     for level in ("job", "episode"):
         for detector, categories in baseline["metrics"][level].items():
             for category, was in categories.items():
                 now = metrics[level].get(detector, {}).get(category, {})
-                found += _compare(f"{level} {detector}/{category}", now, was, tolerance)
+                for metric in (*HIGHER_IS_BETTER, *LOWER_IS_BETTER):
+                    allowed = _tolerance_for(metric, tolerance)
+                    if metric in was and _moved(metric, was[metric], now.get(metric),
+                                                allowed, worse):
+                        found.append(MetricChange(f"{level} {detector}/{category}", metric,
+                                                  was[metric], now.get(metric), allowed))
     return found
+
+
+def regressions(metrics: dict[str, Any], baseline: dict[str, Any]) -> list[MetricChange]:
+    """Metrics worse than ``baseline`` beyond its stated tolerance (a detector or category in
+    the baseline that disappeared counts as a regression of all its metrics)."""
+    return _changes(metrics, baseline, worse=True)
+
+
+def improvements(metrics: dict[str, Any], baseline: dict[str, Any]) -> list[MetricChange]:
+    """Metrics better than ``baseline`` beyond its tolerance: update the baseline to keep
+    them (otherwise a later regression could hide behind them)."""
+    return _changes(metrics, baseline, worse=False)
 
 
 UPDATE_COMMAND = "`tracekit eval CORPUS --update-baseline FILE`"
