@@ -169,6 +169,16 @@ def test_malformed_coll_lines_are_quarantined():
     assert result.skipped == 1
 
 
+def test_numbers_too_large_for_their_column_are_quarantined():
+    huge_rank = INIT.replace("rank 8 ", "rank 99999999999 ")
+    huge_root = COLL.format(op=0).replace("root 0", "root 4294967296")
+    result = read_text("\n".join([huge_rank, INIT, huge_root, COLL.format(op=1)]) + "\n")
+    assert result.quarantine.select("line_no", "reason").rows() == [
+        (1, "Init line with a number out of range"), (3, "root is not an integer")]
+    assert result.tables["collectives"]["rank"].to_list() == [8]
+    assert result.rows() + result.skipped + result.quarantine.height == result.lines
+
+
 def test_sniffed_among_all_readers(formats_dir):
     for name in ("nccl_debug_coll.log", "nccl_debug_coll_v2.27.log", "nccl_init.log"):
         assert registry.sniff(file_source(formats_dir / name)).format == "nccl-debug"

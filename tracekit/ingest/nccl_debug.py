@@ -69,6 +69,10 @@ START), optional API name (2.21+), optional nvmlDev (2.18+), split form with par
 key and splitCount (2.24-2.30) or childCount (HEAD), optional commId (absent on 2.23+ splits),
 and the 2.23 typo ``key 0- Init START``."""
 
+INIT_NUMBERS = {"comm_rank": pl.Int32, "nranks": pl.Int32, "init_cuda_dev": pl.Int32,
+                "nvml_dev": pl.Int32, "split_color": pl.Int64}
+"""Numbers :data:`INIT_PATTERN` captures, with the type of their ``comms`` column."""
+
 COLL_FIELDS = (
     "op_name", "opCount", "op_count", "sendbuff", "sendbuff_v", "recvbuff", "recvbuff_v",
     "count", "count_v", "datatype", "datatype_v", "op", "op_v", "root", "root_v", "comm",
@@ -122,7 +126,9 @@ class _JoinState:
 
 class NcclDebugReader(Reader):
     format = "nccl-debug"
-    version = "1"
+    version = "2"
+    """2: a leading byte-order mark is not part of the first host name; Init numbers too large
+    for their column are quarantined instead of failing the file."""
     tables = ("collectives", "comms")
     priority = 20
     description = "NCCL_DEBUG=INFO log with COLL and INIT lines (NCCL 2.14-2.30, any prefix)"
@@ -353,23 +359,31 @@ def _timestamp_ns(prefix: pl.Expr, time_zone: str) -> pl.Expr:
 
 
 def _parse_inits(rows: pl.DataFrame, time_zone: str) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Init START / COMPLETE records and the refused ones (torn or truncated)."""
+    """Init START / COMPLETE records and the refused ones (torn or truncated, or a number
+    too large for its column)."""
     parsed = rows.with_columns(
         pl.col("msg").str.extract_groups(INIT_PATTERN).alias("_i")).unnest("_i")
-    bad = parsed.filter(pl.col("comm").is_null()).with_columns(
-        pl.lit("incomplete Init line (torn or truncated)").alias("reason"))
-    good = _with_timestamps(parsed.filter(pl.col("comm").is_not_null()), "t_init_ns", time_zone)
+    numbers = parsed.with_columns(
+        [pl.col(c).cast(dtype, strict=False).alias(f"_{c}") for c, dtype in INIT_NUMBERS.items()])
+    out_of_range = pl.any_horizontal(
+        [pl.col(f"_{c}").is_null() & pl.col(c).is_not_null() for c in INIT_NUMBERS])
+    checked = numbers.with_columns(
+        pl.when(pl.col("comm").is_null()).then(pl.lit("incomplete Init line (torn or truncated)"))
+        .when(out_of_range).then(pl.lit("Init line with a number out of range"))
+        .alias("reason"))
+    bad = checked.filter(pl.col("reason").is_not_null())
+    good = _with_timestamps(checked.filter(pl.col("reason").is_null()), "t_init_ns", time_zone)
     good = good.select(
         "line_no", "host", "pid",
         pl.col("comm"),
         pl.col("comm_id"),
-        pl.col("comm_rank").cast(pl.Int32),
-        pl.col("nranks").cast(pl.Int32),
-        pl.col("init_cuda_dev").cast(pl.Int32).alias("cuda_dev"),
-        pl.col("nvml_dev").cast(pl.Int32),
+        pl.col("_comm_rank").alias("comm_rank"),
+        pl.col("_nranks").alias("nranks"),
+        pl.col("_init_cuda_dev").alias("cuda_dev"),
+        pl.col("_nvml_dev").alias("nvml_dev"),
         _bus_id(pl.col("bus_id")).alias("bus_id"),
         pl.col("parent_comm"),
-        pl.col("split_color").cast(pl.Int64),
+        pl.col("_split_color").alias("split_color"),
         "t_init_ns",
     )
     return good, bad
