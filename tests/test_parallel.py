@@ -11,15 +11,19 @@ import sys
 from pathlib import Path
 
 import cloudpickle
+import numpy as np
 import polars as pl
 import pytest
 from typer.testing import CliRunner
 
+from tracekit import schema
 from tracekit.cli import app
-from tracekit.dataset import open_dataset
+from tracekit.dataset import create_dataset, open_dataset
+from tracekit.detect import detect_dataset, episodes, make_detector
+from tracekit.detect.episodes import JOB_DETECTORS, JobSeries, detect_series
 from tracekit.errors import TracekitError
 from tracekit.ingest import pipeline
-from tracekit.parallel import LocalExecutor, open_executor
+from tracekit.parallel import LocalExecutor, map_all, open_executor
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
 
@@ -236,3 +240,132 @@ def test_failed_rank_batch_is_a_warning_and_other_batches_keep_their_rows(monkey
     assert result.warnings == ["rank 16: no iteration rows, ranks 16-16: MemoryError: worker ran "
                                "out of memory (failed 2 times; the other partitions completed)"]
     assert result.iterations["rank"].unique().sort().to_list() == list(range(16))
+
+
+def test_map_all_raises_one_error_naming_every_failed_partition():
+    with pytest.raises(TracekitError) as raised:
+        map_all(LocalExecutor(), square_or_fail, [(2, ""), (-1, ""), (-2, "")],
+                key=lambda p: f"part {p[0]}")
+    assert str(raised.value) == (
+        "2 of 3 partitions failed, nothing was written: part -1: RuntimeError: partition -1 is "
+        "broken (failed 2 times; the other partitions completed); part -2: RuntimeError: "
+        "partition -2 is broken (failed 2 times; the other partitions completed)")
+    assert map_all(LocalExecutor(), square_or_fail, [(3, ""), (4, "")]) == [9, 16]
+
+
+# -- detect: fixed blocks of ranks ----------------------------------------------------------------
+
+def _job_matrix(ranks: int = 8, points: int = 300) -> JobSeries:
+    """A job whose ranks 2 and 5 slow down by 40 % from point 150: every detector finds
+    something, so equal results are not equal emptiness."""
+    rng = np.random.default_rng(7)
+    matrix = 0.2 * (1 + 0.01 * rng.standard_normal((ranks, points)))
+    matrix[[2, 5], 150:] *= 1.4
+    job = pl.DataFrame({"iteration": np.arange(points), "duration_s": np.median(matrix, axis=0),
+                        "t_start_ns": np.arange(points) * 200_000_000,
+                        "t_end_ns": (np.arange(points) + 1) * 200_000_000})
+    return JobSeries(job, list(range(100, 100 + ranks)), matrix)
+
+
+def test_detect_ranks_steps_fixed_blocks_whatever_the_executor(monkeypatch, dask_executor):
+    series = _job_matrix()
+    detectors = {name: make_detector(name) for name in JOB_DETECTORS}
+    whole = {name: detect_series(detector, series.matrix) for name, detector in detectors.items()}
+    assert [c.tolist() for c in whole["bocd+v"]][1:3] == [[], [150]]
+    # the job fits one block: exactly what the whole matrix stepped together gives
+    one_block = episodes.detect_ranks(detectors, series, LocalExecutor())
+    assert all(np.array_equal(a, b) for name in detectors
+               for a, b in zip(one_block[name], whole[name], strict=True))
+    monkeypatch.setattr(episodes, "RANKS_PER_BLOCK", 3)
+    blocks = {name: [c for first in (0, 3, 6)
+                     for c in detect_series(detector, series.matrix[first:first + 3])]
+              for name, detector in detectors.items()}
+    for executor in (LocalExecutor(), dask_executor):
+        found = episodes.detect_ranks(detectors, series, executor)
+        assert list(found) == list(JOB_DETECTORS)
+        for name in detectors:
+            assert [c.tolist() for c in found[name]] == [c.tolist() for c in blocks[name]], name
+
+
+def test_detect_with_a_failing_block_names_it_and_writes_nothing(monkeypatch, tmp_path):
+    series = _job_matrix()
+    iterations = pl.DataFrame({
+        "job": "j", "rank": np.repeat(series.ranks, 300).astype(np.int32), "source": "acf",
+        "iteration": np.tile(np.arange(300), 8), "duration_s": series.matrix.ravel(),
+        "t_start_ns": np.tile(series.job["t_start_ns"].to_numpy(), 8)})
+    dataset = create_dataset(tmp_path / "ds", "j")
+    dataset.write_table("iterations", schema.conform("iterations", iterations))
+    monkeypatch.setattr(episodes, "RANKS_PER_BLOCK", 3)
+
+    def fail_on_rank_105(detector, matrix):
+        if np.array_equal(matrix[-1], series.matrix[5]):
+            raise MemoryError("worker ran out of memory")
+        return detect_series(detector, matrix)
+
+    monkeypatch.setattr(episodes, "detect_series", fail_on_rank_105)
+    with pytest.raises(TracekitError, match=r"^1 of 3 partitions failed, nothing was written: "
+                       r"bocd on ranks 103-105: MemoryError: worker ran out of memory \(failed "
+                       "2 times"):
+        detect_dataset(tmp_path / "ds", ["bocd"])
+    assert not open_dataset(tmp_path / "ds").has_table("events")
+
+
+# -- analyze: every stage on the cluster, the same dataset ---------------------------------------
+
+@pytest.fixture(scope="module")
+def slow_job(tmp_path_factory) -> Path:
+    """8 ranks, 400 iterations, rank 3's GPU throttled from iteration 150 to 300, with
+    monitoring, so detect finds an episode and attribute judges it."""
+    from tracekit.synth.faults import Injection
+    from tracekit.synth.job import JobSpec, generate_job
+    from tracekit.synth.layout import Layout
+
+    folder = tmp_path_factory.mktemp("slow") / "job"
+    generate_job(folder, JobSpec(Layout.parse("tp2-dp2-pp2", gpus_per_host=2), iterations=400,
+                                 seed=5, injections=(Injection.parse(
+                                     "thermal:rank=3@150+150x2.0"),), job="slow"))
+    return folder
+
+
+def test_analyze_is_identical_with_and_without_a_cluster(slow_job, tmp_path, dask_executor):
+    from tracekit.analyze import analyze
+
+    tables = ("collectives", "iterations", "events", "episodes", "gpu_metrics")
+    keys = {"collectives": ["rank", "seq", "t_start_ns"], "iterations": ["source", "rank",
+            "iteration"], "events": ["detector", "rank", "iteration"],
+            "episodes": ["detector", "episode"], "gpu_metrics": ["host", "gpu", "metric", "ts_ns"]}
+    built = {}
+    for name, executor in (("loop", LocalExecutor()), ("dask", dask_executor)):
+        result = analyze([slow_job], tmp_path / name, job="slow", executor=executor,
+                         write_job_report=False)
+        assert [(s.name, s.status) for s in result.stages][:4] == [
+            ("ingest", "done"), ("iterations", "done"), ("detect", "done"), ("attribute", "done")]
+        ds = open_dataset(tmp_path / name)
+        built[name] = ({t: ds[t].collect().sort(keys[t], nulls_last=True) for t in tables},
+                       ds.manifest["build"])
+    (loop, loop_build), (dask, dask_build) = built["loop"], built["dask"]
+    for table in tables:
+        assert dask[table].equals(loop[table]), table
+    bocd = loop["episodes"].filter(pl.col("detector") == "bocd+v")
+    assert bocd.select("start_iteration", "kind", "cause", "target").rows()[0][1:] == (
+        "compute", "gpu-thermal", "rank:3")
+    assert loop["events"].height > 0
+    cluster = {"engine": "dask", "cluster": "local:2", "workers": 2, "retries": 1}
+    assert dask_build["detect"] == {**cluster, "ranks_per_block": 64}
+    assert dask_build["attribute"] == {**cluster, "partitions": loop["episodes"].height}
+    assert dask_build["ingest"]["engine"] == dask_build["iterations"]["engine"] == "dask"
+    assert {stage: b["engine"] for stage, b in loop_build.items()} == {
+        "ingest": "local", "iterations": "local", "detect": "local", "attribute": "local"}
+
+
+@pytest.mark.parametrize("command", ["detect", "attribute", "analyze"])
+def test_cli_analysis_commands_refuse_an_unreachable_cluster(tmp_path, command):
+    address = f"tcp://127.0.0.1:{_free_port()}"
+    create_dataset(tmp_path / "ds", "j")
+    arguments = [command, str(tmp_path / "ds"), "--cluster", address]
+    if command == "analyze":
+        arguments[1:2] = [str(tmp_path / "ds"), "-o", str(tmp_path / "out")]
+    result = CliRunner().invoke(app, arguments)
+    assert result.exit_code == 2, result.output
+    assert f"cannot reach a Dask scheduler at {address}" in result.output
+    assert "Traceback" not in result.output

@@ -20,6 +20,7 @@ import polars as pl
 
 from tracekit.dataset import Dataset, create_dataset
 from tracekit.errors import InputError
+from tracekit.parallel import Executor, LocalExecutor
 
 STAGES = ("ingest", "iterations", "detect", "attribute", "report")
 
@@ -28,8 +29,8 @@ STAGE_FUNCTIONS = {
     "detect": ("tracekit.detect", "detect_dataset"),
     "attribute": ("tracekit.attribute", "attribute_dataset"),
 }
-"""Where each analysis stage lives: ``module, function(dataset)``, the functions behind the
-``tracekit iterations|detect|attribute`` verbs."""
+"""Where each analysis stage lives: ``module, function(dataset, executor=...)``, the functions
+behind the ``tracekit iterations|detect|attribute`` verbs."""
 
 StageProgress = Callable[[str, str, dict[str, Any]], None]
 """Called as ``progress(stage, event, info)`` with event ``start``, ``advance`` (ingest bytes:
@@ -58,7 +59,7 @@ class Analysis:
     failed_sources: list[str] = field(default_factory=list)
 
 
-def _stage_function(stage: str) -> Callable[[Dataset], Any] | None:
+def _stage_function(stage: str) -> Callable[..., Any] | None:
     module_name, function_name = STAGE_FUNCTIONS[stage]
     try:
         module = importlib.import_module(module_name)
@@ -107,11 +108,13 @@ def analyze(
     progress: StageProgress | None = None,
     write_job_report: bool = True,
     skip: Collection[str] = (),
+    executor: Executor | None = None,
 ) -> Analysis:
     """Run every stage on ``dump`` into the dataset ``output``; the report goes to
     ``report_dir`` (default ``output/report``) unless ``write_job_report`` is false (corpus
     evaluation). Analysis stages named in ``skip`` are skipped ("not asked for").
-    Re-running is idempotent like ingest."""
+    ``executor`` runs every stage's partitions (default: a local loop). Re-running is
+    idempotent like ingest."""
     from tracekit.ingest.pipeline import ingest
     from tracekit.report.document import write_report
     from tracekit.report.job import choose_detector, job_report
@@ -127,8 +130,10 @@ def analyze(
 
     started = time.perf_counter()
     notify("ingest", "start")
-    summary = ingest(list(dump), Path(output), job=job, progress=lambda name, done, rows: notify(
-        "ingest", "advance", source=name, bytes=done, rows=rows))
+    executor = executor or LocalExecutor()
+    summary = ingest(list(dump), Path(output), job=job, executor=executor,
+                     progress=lambda name, done, rows: notify(
+                         "ingest", "advance", source=name, bytes=done, rows=rows))
     result.failed_sources = [s.error or s.path for s in summary.failed]
     dataset = create_dataset(output)
     if not dataset.tables:
@@ -150,7 +155,7 @@ def analyze(
         elif reason:
             _finish(result, notify, stage, started, "skipped", reason)
         else:
-            value = function(dataset)
+            value = function(dataset, executor=executor)
             dataset = create_dataset(output)
             _finish(result, notify, stage, started, "done", _describe(stage, value, dataset))
 

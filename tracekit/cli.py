@@ -247,13 +247,16 @@ def analyze(
     = None,
     detector: Annotated[str | None, typer.Option(help="Detector whose episodes to show "
                                                  "(default: bocd+v when it ran).")] = None,
+    cluster: ClusterOption = None,
 ) -> None:
     """Ingest, reconstruct iterations, detect, attribute and report in one go."""
     from tracekit.analyze import STAGES
     from tracekit.analyze import analyze as run_analyze
+    from tracekit.parallel import open_executor
 
-    with Progress(TextColumn("[bold]{task.description:<10}"), BarColumn(),
-                  TextColumn("{task.fields[detail]}"), console=errors) as progress:
+    with open_executor(cluster) as executor, Progress(
+            TextColumn("[bold]{task.description:<10}"), BarColumn(),
+            TextColumn("{task.fields[detail]}"), console=errors) as progress:
         tasks = {s: progress.add_task(s, total=1, detail="waiting") for s in STAGES}
 
         def advance(stage: str, event: str, info: dict) -> None:
@@ -266,7 +269,7 @@ def analyze(
                                 detail=f"{info['status']}: {info['detail']}")
 
         result = run_analyze(dump, output, job=job, report_dir=report, detector=detector,
-                             progress=advance)
+                             progress=advance, executor=executor)
     for failure in result.failed_sources:
         errors.print(f"[yellow]skipped source:[/] {failure}", highlight=False, soft_wrap=True)
     if result.detector is None:
@@ -355,13 +358,16 @@ def detect(
     = None,
     param: Annotated[list[str] | None, typer.Option(
         "--param", help="Detector parameter KEY=VALUE (repeatable).")] = None,
+    cluster: ClusterOption = None,
 ) -> None:
     """Find change points and fail-slow episodes; writes the events and episodes tables."""
     import polars as pl
 
     from tracekit.detect import detect_dataset
+    from tracekit.parallel import open_executor
 
-    found = detect_dataset(dataset, detector, parse_options(param))
+    with open_executor(cluster) as executor:
+        found = detect_dataset(dataset, detector, parse_options(param), executor=executor)
     for name in found.episodes["detector"].unique(maintain_order=True).to_list():
         console.print(_episode_summary(found.episodes.filter(pl.col("detector") == name),
                                        f"fail-slow episodes ({name})"))
@@ -403,11 +409,14 @@ app.add_typer(validate_app, name="validate")
 def attribute(
     dataset: Annotated[Path, typer.Argument(help="Dataset folder with episodes (tracekit detect) "
                                             "or op traces.")],
+    cluster: ClusterOption = None,
 ) -> None:
     """Name each episode's culprit (rank, GPU, host, link) and cause, with the evidence."""
     from tracekit.attribute import attribute_dataset
+    from tracekit.parallel import open_executor
 
-    result = attribute_dataset(dataset)
+    with open_executor(cluster) as executor:
+        result = attribute_dataset(dataset, executor)
     for row in result.episodes.iter_rows(named=True):
         console.print(f"[bold]{row['detector']} episode {row['episode']}[/]: {row['kind']}, "
                       f"{row['cause']}, {row['target'] or 'no culprit'} (confidence "

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from tracekit.dataset import Dataset
 from tracekit.errors import TracekitError
 
 RETRIES = 1
@@ -244,6 +245,24 @@ class DaskExecutor:
     def worker_peak_rss_bytes(self) -> dict[str, int]:
         return {str(worker): int(peak) for worker, peak in
                 self.client.run(_peak_rss_bytes).items()}
+
+
+def map_all(executor: Executor, function: Callable[[Any], Any], partitions: Sequence[Any],
+            key: Callable[[Any], str] = str) -> list[Any]:
+    """Every partition's value, in partition order, for a step whose result is only right when
+    complete (a detection without some ranks would name the wrong culprits): partitions that
+    still fail after their retries raise one error naming each of them, and nothing is kept."""
+    outcomes = executor.map_partitions(function, partitions, key=key)
+    failed = [outcome.failure for outcome in outcomes if not outcome.ok]
+    if failed:
+        raise TracekitError(f"{len(failed)} of {len(outcomes)} partitions failed, nothing was "
+                            "written: " + "; ".join(failed))
+    return [outcome.value for outcome in outcomes]
+
+
+def record_build(dataset: Dataset, stage: str, executor: Executor, **details: Any) -> None:
+    """Note in the manifest's ``build`` section what ran ``stage`` (saved with the manifest)."""
+    dataset.manifest.setdefault("build", {})[stage] = {**executor.description, **details}
 
 
 def _local_workers(spec: str) -> int:

@@ -22,6 +22,7 @@ from tracekit.attribute.instances import collective_instances, member_calls
 from tracekit.attribute.stages import StageVerdict, stage_imbalance
 from tracekit.attribute.verdict import INSUFFICIENT, Signals, Verdict, decide
 from tracekit.dataset import Dataset, open_dataset
+from tracekit.parallel import Executor, LocalExecutor, map_all, record_build
 
 WARMUP_ITERATIONS = 10
 """The first iterations (autotuning, allocator warm-up) never serve as a healthy baseline."""
@@ -41,22 +42,28 @@ class Attribution:
     stages: StageVerdict | None
 
 
-def attribute_dataset(dataset: Dataset | str | Path) -> Attribution:
-    """Attribute every episode of ``dataset`` and write them back to its ``episodes`` table."""
+def attribute_dataset(dataset: Dataset | str | Path,
+                      executor: Executor | None = None) -> Attribution:
+    """Attribute every episode of ``dataset`` and write them back to its ``episodes`` table.
+    ``executor`` decides the episodes, one partition each (default: a local loop)."""
     if not isinstance(dataset, Dataset):
         dataset = open_dataset(dataset)
     episodes = dataset.table("episodes").collect()
     stages = stage_imbalance(dataset.table("op_traces").collect())
     if episodes.is_empty():
         return Attribution(episodes, stages)
-    attributed = attribute_episodes(dataset, episodes)
+    executor = executor or LocalExecutor()
+    attributed = attribute_episodes(dataset, episodes, executor)
     dataset.write_table("episodes", attributed)
+    record_build(dataset, "attribute", executor, partitions=episodes.height)
     dataset.save_manifest()
     return Attribution(attributed, stages)
 
 
-def attribute_episodes(dataset: Dataset, episodes: pl.DataFrame) -> pl.DataFrame:
-    """``episodes`` with the verdict columns filled from the dataset's other tables."""
+def attribute_episodes(dataset: Dataset, episodes: pl.DataFrame,
+                       executor: Executor | None = None) -> pl.DataFrame:
+    """``episodes`` with the verdict columns filled from the dataset's other tables; each
+    episode's signals are cut here and ``executor`` decides them (default: a local loop)."""
     collectives = dataset.table("collectives")
     calls = member_calls(collectives, dataset.table("comms").collect())
     instances = collective_instances(calls)
@@ -66,28 +73,44 @@ def attribute_episodes(dataset: Dataset, episodes: pl.DataFrame) -> pl.DataFrame
     monitoring = {name: dataset.table(name).collect()
                   for name in ("gpu_metrics", "host_metrics", "nic_counters")}
     trace_start, trace_end = _trace_span(dataset, instances)
-    verdicts = []
-    for row in episodes.iter_rows(named=True):
-        if not instances.height:
-            verdicts.append(Verdict("unknown", INSUFFICIENT, None, 0.0,
-                                    "no collective calls with timestamps: no timing per group "
-                                    "or rank (ingest NCCL logs or the hook CSV)"))
-            continue
-        start = row["t_start_ns"]
-        end = row["t_end_ns"] if row["t_end_ns"] is not None else trace_end
-        before = max(trace_start, start - int(BASELINE_SPAN * (end - start)))
-        window = Window(start, end, before)
-        t = pl.col("t_ns")
-        verdicts.append(decide(Signals(
-            window,
-            instances.filter(t.is_between(start, end, closed="left")),
-            instances.filter(t.is_between(before, start, closed="left")),
-            gaps, ranks, rank_hosts, *monitoring.values())))
+    if not instances.height:
+        verdicts = [Verdict("unknown", INSUFFICIENT, None, 0.0,
+                            "no collective calls with timestamps: no timing per group or rank "
+                            "(ingest NCCL logs or the hook CSV)")] * episodes.height
+    else:
+        partitions = []
+        for row in episodes.iter_rows(named=True):
+            start = row["t_start_ns"]
+            end = row["t_end_ns"] if row["t_end_ns"] is not None else trace_end
+            before = max(trace_start, start - int(BASELINE_SPAN * (end - start)))
+            window = Window(start, end, before)
+            t = pl.col("t_ns")
+            partitions.append((f"{row['detector']} episode {row['episode']}", Signals(
+                window,
+                instances.filter(t.is_between(start, end, closed="left")),
+                instances.filter(t.is_between(before, start, closed="left")),
+                _window_gaps(gaps, window), ranks, rank_hosts, *monitoring.values())))
+        verdicts = map_all(executor or LocalExecutor(), _decide, partitions,
+                           key=lambda partition: partition[0])
     filled = pl.DataFrame(
         [{c: getattr(v, c) for c in VERDICT_COLUMNS} for v in verdicts],
         schema={c: schema.EPISODES.schema[c] for c in VERDICT_COLUMNS})
     return _with_cost(dataset, episodes.drop(VERDICT_COLUMNS).hstack(filled)) \
         .select(schema.EPISODES.column_names)
+
+
+def _decide(partition: tuple[str, Signals]) -> Verdict:
+    """One episode's verdict: a partition, run in this process or on a Dask worker."""
+    return decide(partition[1])
+
+
+def _window_gaps(gaps: pl.DataFrame, window: Window) -> pl.DataFrame:
+    """The own times a verdict reads (the episode and its baseline), so a partition carries
+    only its stretch of the job; all of them when none fall there, so that ``decide`` still
+    knows the calls have end times. The verdict is the same either way."""
+    inside = gaps.filter(pl.col("t_ns").is_between(window.before_start_ns, window.end_ns,
+                                                   closed="left"))
+    return inside if inside.height else gaps
 
 
 def _trace_span(dataset: Dataset, instances: pl.DataFrame) -> tuple[int, int]:
