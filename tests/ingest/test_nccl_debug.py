@@ -179,6 +179,11 @@ def test_numbers_too_large_for_their_column_are_quarantined():
     assert result.rows() + result.skipped + result.quarantine.height == result.lines
 
 
+def test_byte_order_mark_is_not_part_of_the_host():
+    calls = read_text("\ufeff" + INIT + "\r\n" + COLL.format(op=0) + "\r\n").tables["collectives"]
+    assert (calls["host"].to_list(), calls["rank"].to_list()) == (["gpu-b04"], [8])
+
+
 def test_sniffed_among_all_readers(formats_dir):
     for name in ("nccl_debug_coll.log", "nccl_debug_coll_v2.27.log", "nccl_init.log"):
         assert registry.sniff(file_source(formats_dir / name)).format == "nccl-debug"
