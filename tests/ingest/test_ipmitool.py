@@ -57,3 +57,46 @@ def test_snapshot_without_time_is_a_clear_error(formats_dir):
     source = Source.from_bytes("sdr.txt", (formats_dir / "ipmitool_sdr.txt").read_bytes())
     with pytest.raises(InputError, match=r"sdr\.txt: .*--option ts="):
         list(IpmitoolReader().read(source, {}))
+
+
+def _bare_sensor(formats_dir) -> bytes:
+    """The sensor sample without its ``$ ipmitool sensor`` line, as a collector that does not
+    echo the command saves it."""
+    text = (formats_dir / "ipmitool_sensor.txt").read_bytes()
+    assert text.startswith(b"$ ipmitool sensor\n")
+    return text.split(b"\n", 1)[1]
+
+
+def test_bare_sensor_output_is_recognised_by_its_shape(formats_dir):
+    snapshots = b"".join(b"# ts=%d host=gpu-a17.cluster\n" % ts + _bare_sensor(formats_dir)
+                         for ts in (1760433600, 1760433660))
+    for name, data in (("sensor.txt", _bare_sensor(formats_dir)), ("bmc.log", snapshots)):
+        assert registry.sniff(Source.from_bytes(name, data)).format == "ipmitool"
+    chunk, got = _rows(Source.from_bytes("bmc.log", snapshots), {})
+    rows = chunk.tables["host_metrics"]
+    assert rows.height == 28 and chunk.skipped == 2 and chunk.quarantine.height == 0
+    assert set(rows["host"]) == {"gpu-a17"}
+    assert rows["ts_ns"].unique().sort().to_list() == [1760433600 * 10**9, 1760433660 * 10**9]
+    assert got["gpu3_temp_c"] == (88.0, "C", "nc")
+    assert got["ps2_status"] == (3.0, "", "0x0300")
+
+
+def test_bare_csv_sensor_output_is_recognised():
+    text = (b"Inlet Temp,24.000,degrees C,ok,na,-7.000,3.000,42.000,47.000,na\n"
+            b"Fan2A,0.000,RPM,cr,na,720.000,1080.000,na,na,na\n"
+            b"Fan3A,na,,na,na,na,na,na,na,na\n"
+            b"PS1 Status,0x1,discrete,0x0100,na,na,na,na,na,na\n")
+    source = Source.from_bytes("sensor.csv", text)
+    assert IpmitoolReader().sniff(source)
+    _, got = _rows(source, {"ts": "1760433600", "host": "n1"})
+    assert got["inlet_temp_c"] == (24.0, "C", "ok") and got["fan2a_rpm"] == (0.0, "RPM", "cr")
+
+
+@pytest.mark.parametrize("text", [
+    # ten pipe fields whose third holds digits: a table, not ipmitool sensor
+    b"a | 1 | 2 | ok | 1 | 2 | 3 | 4 | 5 | 6\n" * 3,
+    # a plain CSV with ten numeric columns
+    b"time,a,b,c,d,e,f,g,h,i\n" + b"1,2,3,4,5,6,7,8,9,10\n" * 3,
+])
+def test_other_ten_field_tables_are_not_ipmitool(text):
+    assert not IpmitoolReader().sniff(Source.from_bytes("t.txt", text))

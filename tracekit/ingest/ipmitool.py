@@ -38,6 +38,19 @@ direction (lower / upper) is plain from the value."""
 
 NO_READING = ("no reading", "disabled", "not readable", "na", "")
 
+_STATE = r"(?:ok|nc|cr|nr|ns|na|lnc|unc|lcr|ucr|lnr|unr|0x[0-9a-f]+)"
+_LIMIT = r"\s*(?:na|-?[0-9.]+)\s*"
+SNIFF_SHAPES = "|".join((
+    # sdr list (name | reading | state) and sdr elist (name | 04h | state | 7.1 | reading)
+    rf"^[^|]{{1,16}}\s*\|\s*[^|]*\|\s*{_STATE}\b",
+    # sensor: name | value | units | state then six thresholds (lnr .. unr), 10 fields
+    rf"^[^|]{{1,16}}\s*\|[^|]*\|[^|0-9]*\|\s*{_STATE}\s*(?:\|{_LIMIT}){{6}}$",
+    # -c sensor: the same ten fields joined by commas
+    rf"^[^,|]{{1,16}},\s*(?:na|-?[0-9.]+|0x[0-9a-f]+),[^,0-9]*,{_STATE},{_LIMIT}(?:,{_LIMIT}){{5}}$",
+))
+"""Line shapes of the layouts, for sniffing files without the ``$ ipmitool`` command line: the
+``sensor`` layouts are told by their ten fields, a unit without digits and six thresholds."""
+
 
 def sensor_metric(name: pl.Expr, suffix: pl.Expr) -> pl.Expr:
     """``Inlet Temp`` + ``c`` -> ``inlet_temp_c``; names without a unit keep no suffix."""
@@ -65,13 +78,13 @@ class IpmitoolReader(Reader):
     description = "ipmitool sdr list / sdr elist / sensor / -c sensor snapshots"
 
     def sniff(self, source: Source) -> bool:
+        """A ``$ ipmitool ...`` command line near the top, or a majority of lines shaped like
+        one of the layouts (a timestamp or marker line per snapshot does not count)."""
         lines = [line for line in source.head_text.splitlines()[:40] if line.strip()]
         if any(line.lstrip("$ ").startswith("ipmitool") for line in lines[:3]):
             return True
-        pipe_rows = pl.Series(lines, dtype=pl.String).str.contains(
-            r"^[^|]{1,16}\s*\|\s*[^|]*\|\s*(ok|nc|cr|nr|ns|na|lnc|unc|lcr|ucr|lnr|unr|0x[0-9a-f]+)\b"
-        )
-        return bool(lines) and pipe_rows.sum() >= max(2, len(lines) // 2)
+        shaped = pl.Series(lines, dtype=pl.String).str.contains(SNIFF_SHAPES)
+        return bool(lines) and shaped.sum() >= max(2, len(lines) // 2)
 
     def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
         clock = SnapshotClock.for_source(source, options)
