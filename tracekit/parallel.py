@@ -20,6 +20,7 @@ import socket
 import sys
 import threading
 import uuid
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -210,13 +211,19 @@ class DaskExecutor:
         relay = None if progress is None else _ProgressRelay(progress)
         if relay is not None:
             self.client.subscribe_topic(topic, relay)
-        futures = [
-            self.client.submit(
-                function if relay is None else functools.partial(
-                    _with_report, function, topic, name),
-                partition, key=f"tracekit-{run_id}-{index}", retries=self.retries, pure=False)
-            for index, (name, partition) in enumerate(zip(names, partitions, strict=True))
-        ]
+        with warnings.catch_warnings():
+            # partitions carry their data (an episode's cut of the job) so that a retry on any
+            # worker can rerun them; Dask's hint to load large inputs through Dask instead is
+            # advice for graph authors, not for the user of a command
+            warnings.filterwarnings("ignore", "Sending large graph", UserWarning)
+            futures = [
+                self.client.submit(
+                    function if relay is None else functools.partial(
+                        _with_report, function, topic, name),
+                    partition, key=f"tracekit-{run_id}-{index}", retries=self.retries,
+                    pure=False)
+                for index, (name, partition) in enumerate(zip(names, partitions, strict=True))
+            ]
         index_of = {future.key: index for index, future in enumerate(futures)}
         outcomes: list[Outcome | None] = [None] * len(futures)
         sent: dict[str, int] = {}
