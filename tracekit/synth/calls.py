@@ -50,96 +50,129 @@ class Identity:
                 "pp": d * layout.tp + t, "embedding": d * layout.tp + t}[group]
 
 
-def call_frame(layout: Layout, result: CycleResult, starts_ns: np.ndarray,
-               first_cycle: int) -> pl.DataFrame:
-    """All calls of a chunk, sorted per rank in issue order.
+@dataclass
+class _Slots:
+    """One stage's calls over a chunk, in issue order: every rank of a stage issues the same
+    sequence, so one row per call of a single rank (a *slot*) stands for them all."""
 
-    Columns: rank, cycle (global), position, sub, op, group, nranks, count, datatype, redop,
-    peer (communicator rank of the peer for send / recv, else -1), t_call_ns, t_end_ns.
-    """
-    tp, dp = layout.tp, layout.dp
-    columns: dict[str, list[np.ndarray]] = {k: [] for k in (
-        "rank", "cycle", "position", "sub", "op", "group", "nranks", "count", "datatype",
-        "redop", "peer", "t_call_ns", "t_end_ns")}
-    nranks = {"world": layout.world, "tp": tp, "dp": dp, "pp": layout.pp, "embedding": 2}
-    for rec in result.calls:
+    columns: dict[str, np.ndarray]
+    """Per-slot values: cycle, position, sub, op / group codes, nranks, count, ..."""
+    t_call_ns: np.ndarray
+    t_end_ns: np.ndarray
+    """``[slots, ranks of the stage]``."""
+
+
+class CallBuilder:
+    """Builds each chunk's call rows, per rank in issue order, and numbers them: ``call``
+    (0-based per rank and communicator), ``launch`` (per rank and communicator, one per NCCL
+    group: the send / recv of one pipeline exchange share it) and ``event_id`` (per rank),
+    continuing across chunks.
+
+    Rows are laid out already in order (stage by stage, rank-major, then the stage's slot
+    sequence), so a chunk of millions of rows needs no sort; numbers are the slot's count
+    within the chunk plus the rank's running offset."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self.calls = np.zeros((layout.world, len(GROUPS)), dtype=np.int64)
+        self.launches = np.zeros((layout.world, len(GROUPS)), dtype=np.int64)
+        self.events = np.zeros(layout.world, dtype=np.int64)
+
+    def frame(self, result: CycleResult, starts_ns: np.ndarray, first_cycle: int) -> pl.DataFrame:
+        """All calls of a chunk. Columns: rank, cycle (global), position, sub, op, group,
+        nranks, count, datatype, redop, peer (communicator rank of the peer for send / recv,
+        else -1), t_call_ns, t_end_ns, call, launch, event_id."""
+        L = self.layout
+        per_stage = L.tp * L.dp
+        parts = []
+        for stage in range(L.pp):
+            slots = _stage_slots(L, [r for r in result.calls if r.stage == stage], starts_ns)
+            if slots is None:
+                continue
+            ranks = np.arange(per_stage) + stage * per_stage
+            parts.append(self._rows(ranks, slots, first_cycle))
+        if not parts:
+            return pl.DataFrame()
+        return pl.concat(parts)
+
+    def _rows(self, ranks: np.ndarray, slots: _Slots, first_cycle: int) -> pl.DataFrame:
+        col = slots.columns
+        n = len(col["cycle"])
+        group = col["group"]
+        one_hot = group[:, None] == np.arange(len(GROUPS))[None, :]
+        call_in_chunk = (np.cumsum(one_hot, axis=0) - 1)[np.arange(n), group]
+        launch_in_chunk = (np.cumsum(one_hot & (col["sub"] == 0)[:, None], axis=0)
+                           - 1)[np.arange(n), group]
+        call = (self.calls[ranks][:, group] + call_in_chunk).ravel()
+        launch = (self.launches[ranks][:, group] + launch_in_chunk).ravel()
+        event_id = (self.events[ranks][:, None] + np.arange(n)).ravel()
+        self.calls[ranks] += one_hot.sum(axis=0)
+        self.launches[ranks] += (one_hot & (col["sub"] == 0)[:, None]).sum(axis=0)
+        self.events[ranks] += n
+
+        def tiled(values: np.ndarray) -> np.ndarray:
+            return np.tile(values, len(ranks))
+
+        return pl.DataFrame({
+            "rank": np.repeat(ranks.astype(np.int32), n),
+            "cycle": tiled(col["cycle"] + first_cycle),
+            "position": tiled(col["position"]),
+            "sub": tiled(col["sub"]),
+            "op": pl.Series(OPS).gather(tiled(col["op"])),
+            "group": pl.Series(GROUPS).gather(tiled(group)),
+            "nranks": tiled(col["nranks"]),
+            "count": tiled(col["count"]),
+            "datatype": tiled(col["datatype"]),
+            "redop": tiled(col["redop"]),
+            "peer": tiled(col["peer"]),
+            "t_call_ns": slots.t_call_ns.T.ravel(),
+            "t_end_ns": slots.t_end_ns.T.ravel(),
+            "call": call,
+            "launch": launch,
+            "event_id": event_id,
+        })
+
+
+def _stage_slots(layout: Layout, records: list, starts_ns: np.ndarray) -> _Slots | None:
+    """The slot sequence of one stage: every (cycle, op position, sub-call) its ranks issue,
+    sorted once at slot level, with the issue and end times of each rank."""
+    nranks = {"world": layout.world, "tp": layout.tp, "dp": layout.dp, "pp": layout.pp,
+              "embedding": 2}
+    pieces: dict[str, list[np.ndarray]] = {k: [] for k in (
+        "cycle", "position", "sub", "op", "group", "nranks", "count", "datatype", "redop",
+        "peer")}
+    times: list[tuple[np.ndarray, np.ndarray]] = []
+    for rec in records:
         cycles = np.flatnonzero(rec.active)
         if not len(cycles):
             continue
-        grid = (np.arange(tp)[None, :] + tp * (np.arange(dp)[:, None] + dp * rec.stage)).ravel()
-        per = grid.size
-        rank = np.tile(grid, len(cycles))
-        cycle = np.repeat(cycles, per)
-        base = starts_ns[cycles][:, None, None]
-        t_call = (base + np.round(rec.arrival_s[cycles] * 1e9).astype(np.int64)).ravel()
-        t_end = (base + np.round(rec.end_s[cycles] * 1e9).astype(np.int64)).ravel()
+        base = starts_ns[cycles][:, None]
+        t_call = base + np.round(rec.arrival_s[cycles] * 1e9).astype(np.int64).reshape(
+            len(cycles), -1)
+        t_end = base + np.round(rec.end_s[cycles] * 1e9).astype(np.int64).reshape(
+            len(cycles), -1)
         op = rec.op
         # the peer of a send / recv, the root of a broadcast (TP rank 0), else none
         calls = op.calls if op.kind == "p2p" else ((op.op, 0 if op.op == "Broadcast" else -1),)
         group = "pp" if op.kind == "p2p" else op.group
         for sub, (name, peer) in enumerate(calls):
-            size = rank.size
-            columns["rank"].append(rank)
-            columns["cycle"].append(cycle + first_cycle)
-            columns["position"].append(np.full(size, rec.position, dtype=np.int32))
-            columns["sub"].append(np.full(size, sub, dtype=np.int8))
-            columns["op"].append(np.full(size, OPS.index(name), dtype=np.int8))
-            columns["group"].append(np.full(size, GROUPS.index(group), dtype=np.int8))
-            columns["nranks"].append(np.full(size, nranks[group], dtype=np.int32))
-            columns["count"].append(np.full(size, op.count, dtype=np.int64))
-            columns["datatype"].append(np.full(size, op.dtype, dtype=np.int32))
-            columns["redop"].append(np.full(size, op.nccl_op, dtype=np.int32))
-            columns["peer"].append(np.full(size, peer, dtype=np.int32))
-            columns["t_call_ns"].append(t_call)
-            columns["t_end_ns"].append(t_end)
-    if not columns["rank"]:
-        return pl.DataFrame()
-    frame = pl.DataFrame({k: np.concatenate(v) for k, v in columns.items()})
-    return frame.with_columns(
-        pl.col("rank").cast(pl.Int32),
-        pl.col("op").replace_strict(dict(enumerate(OPS)), return_dtype=pl.String),
-        pl.col("group").replace_strict(dict(enumerate(GROUPS)), return_dtype=pl.String),
-    ).sort("rank", "cycle", "position", "sub")
-
-
-class CallNumbers:
-    """Per-rank, per-communicator call numbers that continue across chunks."""
-
-    def __init__(self) -> None:
-        self.offsets: dict[tuple[int, str], tuple[int, int]] = {}
-        self.events: dict[int, int] = {}
-
-    def number(self, frame: pl.DataFrame) -> pl.DataFrame:
-        """Add ``call`` (0-based per rank and communicator), ``launch`` (per rank and
-        communicator, one per NCCL group: the send / recv of one pipeline exchange share it)
-        and ``event_id`` (per rank)."""
-        offsets = pl.DataFrame(
-            {"rank": [k[0] for k in self.offsets], "group": [k[1] for k in self.offsets],
-             "_offset": [v[0] for v in self.offsets.values()],
-             "_launch": [v[1] for v in self.offsets.values()]},
-            schema={"rank": pl.Int32, "group": pl.String, "_offset": pl.Int64,
-                    "_launch": pl.Int64})
-        events = pl.DataFrame({"rank": list(self.events), "_event": list(self.events.values())},
-                              schema={"rank": pl.Int32, "_event": pl.Int64})
-        numbered = (
-            frame.join(offsets, on=["rank", "group"], how="left")
-            .join(events, on="rank", how="left")
-            .with_columns(
-                (pl.int_range(pl.len()).over("rank", "group") + pl.col("_offset").fill_null(0))
-                .alias("call"),
-                ((pl.col("sub") == 0).cast(pl.Int64).cum_sum().over("rank", "group") - 1
-                 + pl.col("_launch").fill_null(0)).alias("launch"),
-                (pl.int_range(pl.len()).over("rank") + pl.col("_event").fill_null(0))
-                .alias("event_id"),
-            )
-            .drop("_offset", "_launch", "_event")
-        )
-        last = numbered.group_by("rank", "group").agg(pl.col("call", "launch").max())
-        for rank, group, call, launch in last.iter_rows():
-            self.offsets[(rank, group)] = (call + 1, launch + 1)
-        for row in numbered.group_by("rank").agg(pl.col("event_id").max()).iter_rows():
-            self.events[row[0]] = row[1] + 1
-        return numbered
+            size = len(cycles)
+            pieces["cycle"].append(cycles)
+            for key, value, dtype in (
+                    ("position", rec.position, np.int32), ("sub", sub, np.int8),
+                    ("op", OPS.index(name), np.int8), ("group", GROUPS.index(group), np.intp),
+                    ("nranks", nranks[group], np.int32), ("count", op.count, np.int64),
+                    ("datatype", op.dtype, np.int32), ("redop", op.nccl_op, np.int32),
+                    ("peer", peer, np.int32)):
+                pieces[key].append(np.full(size, value, dtype=dtype))
+            times.append((t_call, t_end))
+    if not times:
+        return None
+    columns = {k: np.concatenate(v) for k, v in pieces.items()}
+    order = np.lexsort((columns["sub"], columns["position"], columns["cycle"]))
+    return _Slots({k: v[order] for k, v in columns.items()},
+                  np.concatenate([t for t, _ in times])[order],
+                  np.concatenate([t for _, t in times])[order])
 
 
 def pointer_columns(identity: Identity) -> list[pl.Expr]:

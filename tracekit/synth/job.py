@@ -26,7 +26,7 @@ import polars as pl
 
 from tracekit.errors import TracekitError
 from tracekit.synth import faults as F
-from tracekit.synth.calls import CallNumbers, Identity, call_frame
+from tracekit.synth.calls import CallBuilder, Identity
 from tracekit.synth.labels import label_frame, mark_truth, truth_frame
 from tracekit.synth.layout import Layout
 from tracekit.synth.schedule import TIMER_NAMES, StageSchedule, Timing
@@ -179,7 +179,7 @@ def generate_job(out: Path, spec: JobSpec, pack: bool = False) -> JobResult:
                                        spec.nccl_timestamps))
     megatron = MegatronLogWriter(out / "megatron" / "train.log", spec, run,
                                  np.random.default_rng([spec.seed, 3]))
-    numbers = CallNumbers()
+    calls_of = CallBuilder(L)
     starts_ns = np.zeros(n + 1, dtype=np.int64)
     lengths_ns = np.zeros(n + 1, dtype=np.int64)
     healthy_s = np.zeros(n + 1)
@@ -200,7 +200,7 @@ def generate_job(out: Path, spec: JobSpec, pack: bool = False) -> JobResult:
         lengths_ns[k0:k1] = lengths
         cursor_ns = int(starts_ns[k1 - 1] + lengths[-1])
         if writers:
-            calls = numbers.number(call_frame(L, result, starts_ns[k0:k1], k0))
+            calls = calls_of.frame(result, starts_ns[k0:k1], k0)
             for writer in writers:
                 writer.write(calls)
         # head timers of cycle k and tail timers of cycle k + 1 make iteration k
