@@ -14,6 +14,9 @@ from tracekit.synth.timing import CycleResult
 
 OPS = ("AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Send", "Recv")
 GROUPS = ("world", "tp", "dp", "pp", "embedding")
+OP_NAMES, GROUP_KINDS = pl.Enum(OPS), pl.Enum(GROUPS)
+"""Call rows hold op and communicator kind as enums: printed as their names, looked up by
+their codes."""
 
 
 @dataclass(frozen=True)
@@ -79,9 +82,10 @@ class CallBuilder:
         self.events = np.zeros(layout.world, dtype=np.int64)
 
     def frame(self, result: CycleResult, starts_ns: np.ndarray, first_cycle: int) -> pl.DataFrame:
-        """All calls of a chunk. Columns: rank, cycle (global), position, sub, op, group,
-        nranks, count, datatype, redop, peer (communicator rank of the peer for send / recv,
-        else -1), t_call_ns, t_end_ns, call, launch, event_id."""
+        """All calls of a chunk, sorted by rank, each rank's in issue order. Columns: rank,
+        cycle (global), position, sub, op, group, nranks, count, datatype, redop, peer
+        (communicator rank of the peer for send / recv, else -1), t_call_ns, t_end_ns, call,
+        launch, event_id."""
         L = self.layout
         per_stage = L.tp * L.dp
         parts = []
@@ -118,8 +122,8 @@ class CallBuilder:
             "cycle": tiled(col["cycle"] + first_cycle),
             "position": tiled(col["position"]),
             "sub": tiled(col["sub"]),
-            "op": pl.Series(OPS).gather(tiled(col["op"])),
-            "group": pl.Series(GROUPS).gather(tiled(group)),
+            "op": pl.Series(OPS, dtype=OP_NAMES).gather(tiled(col["op"])),
+            "group": pl.Series(GROUPS, dtype=GROUP_KINDS).gather(tiled(group)),
             "nranks": tiled(col["nranks"]),
             "count": tiled(col["count"]),
             "datatype": tiled(col["datatype"]),
@@ -175,23 +179,33 @@ def _stage_slots(layout: Layout, records: list, starts_ns: np.ndarray) -> _Slots
                   np.concatenate([t for _, t in times])[order])
 
 
+def per_rank(values) -> pl.Expr:
+    """A value of each row's rank, looked up by position (a gather, not a hash lookup)."""
+    return pl.lit(pl.Series(values)).gather(pl.col("rank"))
+
+
 def pointer_columns(identity: Identity) -> list[pl.Expr]:
     """``sendbuff`` / ``recvbuff`` as NCCL prints them (``%p``): one send and one receive
     buffer per rank; NCCL >= 2.12 prints ``(nil)`` for the unused send buffer of a Send / Recv
     and the user buffer as ``recvbuff``; in-place all-reduces and broadcasts use one buffer."""
-    rank = pl.col("rank")
-    send = {r: f"0x{int(b):x}" for r, b in enumerate(identity.buffers)}
-    receive = {r: f"0x{int(b) + 0x4000000:x}" for r, b in enumerate(identity.buffers)}
+    send = per_rank([f"0x{int(b):x}" for b in identity.buffers])
+    receive = per_rank([f"0x{int(b) + 0x4000000:x}" for b in identity.buffers])
     in_place = pl.col("op").is_in(["AllReduce", "Broadcast"])
     return [
         pl.when(pl.col("op").is_in(["Send", "Recv"])).then(pl.lit("(nil)"))
-        .otherwise(rank.replace_strict(send, return_dtype=pl.String)).alias("sendbuff"),
-        pl.when(in_place).then(rank.replace_strict(send, return_dtype=pl.String))
-        .otherwise(rank.replace_strict(receive, return_dtype=pl.String)).alias("recvbuff"),
+        .otherwise(send).alias("sendbuff"),
+        pl.when(in_place).then(send).otherwise(receive).alias("recvbuff"),
     ]
+
+
+def per_communicator(values: dict[tuple[int, str], object]) -> pl.Expr:
+    """A value of each row's (rank, communicator kind), looked up by position."""
+    world = 1 + max(rank for rank, _ in values)
+    table = [values[(r, g)] for r in range(world) for g in GROUPS]
+    return pl.lit(pl.Series(table)).gather(pl.col("rank") * len(GROUPS)
+                                           + pl.col("group").to_physical())
 
 
 def comm_handles(identity: Identity) -> pl.Expr:
     """The ``comm`` pointer of each call's (rank, communicator kind)."""
-    handles = {f"{r}/{g}": f"0x{v:x}" for (r, g), v in identity.handles.items()}
-    return pl.format("{}/{}", "rank", "group").replace_strict(handles).alias("comm")
+    return per_communicator({k: f"0x{v:x}" for k, v in identity.handles.items()}).alias("comm")

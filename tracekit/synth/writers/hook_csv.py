@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from tracekit.ingest.hook_csv import COLUMNS, HEADER
-from tracekit.synth.calls import Identity, comm_handles, pointer_columns
+from tracekit.synth.calls import Identity, comm_handles, per_rank, pointer_columns
 from tracekit.synth.layout import Layout
 
 
@@ -28,15 +29,14 @@ class HookCsvWriter:
         return self.folder / f"rank{rank:0{self.width}d}.hook.csv"
 
     def write(self, calls: pl.DataFrame) -> None:
+        """Append a chunk's calls (sorted by rank, as CallBuilder makes them)."""
         L, ident = self.layout, self.identity
-        hosts = {r: ident.hosts[L.host_of(r)] for r in range(L.world)}
         rows = calls.select(
             pl.col("event_id"),
             pl.col("t_call_ns"),
             (pl.col("t_end_ns") - pl.col("t_call_ns")).alias("duration_ns"),
-            pl.col("rank").replace_strict(hosts, return_dtype=pl.String).alias("host"),
-            pl.col("rank").replace_strict(dict(enumerate(ident.pids.tolist())),
-                                          return_dtype=pl.Int64).alias("pid"),
+            per_rank([ident.hosts[L.host_of(r)] for r in range(L.world)]).alias("host"),
+            per_rank(ident.pids.astype(np.int64)).alias("pid"),
             (pl.col("rank") % L.gpus_per_host).cast(pl.Int64).alias("device"),
             comm_handles(ident),
             pl.col("nranks"),
@@ -47,8 +47,9 @@ class HookCsvWriter:
             *pointer_columns(ident),
             pl.col("peer"),
             pl.col("rank"),
-            pl.col("rank").alias("_rank"),
-        ).select(*COLUMNS, "_rank")
-        for (rank,), part in rows.partition_by("_rank", as_dict=True, maintain_order=True).items():
-            with self.paths[rank].open("ab") as stream:
-                part.drop("_rank").write_csv(stream, include_header=False)
+        ).select(COLUMNS)
+        bounds = np.searchsorted(calls["rank"].to_numpy(), np.arange(L.world + 1))
+        for rank, (start, end) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+            if end > start:
+                with self.paths[rank].open("ab") as stream:
+                    rows.slice(start, end - start).write_csv(stream, include_header=False)

@@ -79,7 +79,7 @@ def write_node_exporter(path: Path, host: str, times_ns: np.ndarray, busy: np.nd
                         runnable: np.ndarray, host_cpus: int, rng: np.random.Generator) -> None:
     """Scrapes at ``times_ns`` of a host whose CPUs are ``busy`` (share per scrape) with
     ``runnable`` tasks on average (what the load averages damp)."""
-    scrapes, modes = len(times_ns), len(CPU_MODES)
+    scrapes = len(times_ns)
     interval_s = np.diff(times_ns, prepend=times_ns[0]) / 1e9
     # per-CPU busy share around the host's (the scheduler does not spread load evenly)
     per_cpu = np.clip(busy[:, None] * rng.lognormal(0.0, 0.25, (scrapes, host_cpus)), 0.0, 1.0)
@@ -91,31 +91,34 @@ def write_node_exporter(path: Path, host: str, times_ns: np.ndarray, busy: np.nd
     ticks = np.round(shares * (interval_s * USER_HZ)[:, None, None]).astype(np.int64)
     order = sorted(range(host_cpus), key=str)
     counters = (boot[None] + np.cumsum(ticks, axis=0))[:, order, :]
-    ms = times_ns // 1_000_000
-    cpu_lines = pl.DataFrame({
-        "scrape": np.repeat(np.arange(scrapes), host_cpus * modes),
-        "cpu": np.tile(np.repeat(np.asarray(order).astype(str), modes), scrapes),
-        "mode": np.tile(np.asarray(CPU_MODES), scrapes * host_cpus),
-        "centi": counters.ravel(),
-        "ms": np.repeat(ms, host_cpus * modes),
-    }).select("scrape", pl.format('node_cpu_seconds_total{{cpu="{}",mode="{}"}} {} {}', "cpu",
-                                  "mode", go_float_centi(pl.col("centi")), "ms").alias("text"))
-    blocks = [pl.DataFrame({"scrape": np.arange(scrapes), "text": [
-        f"# ts={t // 10**9} host={host}\n# HELP node_cpu_seconds_total Seconds the CPUs "
-        "spent in each mode.\n# TYPE node_cpu_seconds_total counter" for t in times_ns]}),
-        cpu_lines]
+    ms = pl.Series(times_ns // 1_000_000).cast(pl.String)
+    series = [f'node_cpu_seconds_total{{cpu="{cpu}",mode="{mode}"}} '
+              for cpu in order for mode in CPU_MODES]
+    per_scrape = len(series)
+    cpu_lines = pl.select(pl.concat_str(
+        pl.lit(pl.Series(series)).gather(np.tile(np.arange(per_scrape), scrapes)),
+        go_float_centi(pl.lit(pl.Series(counters.ravel()))), pl.lit(" "),
+        pl.lit(ms).gather(np.repeat(np.arange(scrapes), per_scrape))))
+    blocks = [pl.Series([f"# ts={t // 10**9} host={host}\n# HELP node_cpu_seconds_total Seconds "
+                         "the CPUs spent in each mode.\n# TYPE node_cpu_seconds_total counter"
+                         for t in times_ns]), cpu_lines.to_series()]
     for minutes in (1, 15, 5):  # node_load1 < node_load15 < node_load5 as strings
         name = f"node_load{minutes}"
         load = _load_average(runnable, interval_s, minutes)
-        blocks.append(pl.DataFrame({"scrape": np.arange(scrapes), "ms": ms,
-                                    "centi": np.round(load * 100).astype(np.int64)}).select(
-            "scrape", pl.format(f"# HELP {name} {minutes}m load average.\n# TYPE {name} gauge"
-                                f"\n{name} {{}} {{}}", go_float_centi(pl.col("centi")), "ms")
-            .alias("text")))
-    text = pl.concat([b.with_columns(pl.lit(i).alias("block")) for i, b in enumerate(blocks)])
-    text = text.with_row_index("order").sort("scrape", "block", "order")["text"]
-    with path.open("w") as stream:
-        stream.write("\n".join(text.to_list()) + "\n")
+        blocks.append(pl.select(pl.format(
+            f"# HELP {name} {minutes}m load average.\n# TYPE {name} gauge\n{name} {{}} {{}}",
+            go_float_centi(pl.lit(pl.Series(np.round(load * 100).astype(np.int64)))),
+            pl.lit(ms))).to_series())
+    # each scrape: its header, its CPU lines, then the load blocks; place rows by arithmetic
+    lines = 1 + per_scrape + 3
+    scrape = np.arange(scrapes)[:, None] * lines
+    target = np.concatenate([scrape.ravel(), (scrape + 1 + np.arange(per_scrape)).ravel(),
+                             *((scrape + 1 + per_scrape + b).ravel() for b in range(3))])
+    source = np.empty_like(target)
+    source[target] = np.arange(len(target))
+    text = pl.concat([b.alias("text") for b in blocks]).gather(source)
+    with path.open("wb") as stream:
+        text.to_frame().write_csv(stream, include_header=False, quote_style="never")
 
 
 def _load_average(runnable: np.ndarray, interval_s: np.ndarray, minutes: int) -> np.ndarray:

@@ -21,7 +21,14 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from tracekit.synth.calls import Identity, comm_handles, pointer_columns
+from tracekit.synth.calls import (
+    GROUPS,
+    Identity,
+    comm_handles,
+    per_communicator,
+    per_rank,
+    pointer_columns,
+)
 from tracekit.synth.layout import Layout
 
 NCCL_VERSION = "2.27.5+cuda12.9"
@@ -66,7 +73,7 @@ class NcclDebugWriter:
                       for r in range(layout.world)]
         self.comm_ids = {c.name: zlib.crc32(f"{seed}/{c.name}".encode()) << 32
                          | zlib.crc32(f"{c.name}/{seed}".encode()) for c in layout.communicators}
-        self.network = {f"{r}/{c.kind}": layout.crosses_hosts(c.ranks)
+        self.network = {(r, c.kind): layout.crosses_hosts(c.ranks)
                         for c in layout.communicators for r in c.ranks}
         rng = np.random.default_rng([seed, 6])
         for rank, path in enumerate(self.paths):
@@ -144,32 +151,33 @@ class NcclDebugWriter:
     # -- calls -----------------------------------------------------------------------------------
 
     def write(self, calls: pl.DataFrame) -> None:
+        """Append a chunk's calls (sorted by rank, as CallBuilder makes them)."""
         L, ident = self.layout, self.identity
-        envelope = {r: f"{ident.hosts[L.host_of(r)]}:{ident.pids[r]}:{ident.pids[r]} "
-                       f"[{L.local_gpu(r)}] NCCL INFO " for r in range(L.world)}
-        streams = {r: f"0x{int(s):x}" for r, s in enumerate(ident.streams)}
-        network = pl.format("{}/{}", "rank", "group").replace_strict(self.network)
+        envelope = per_rank([f"{ident.hosts[L.host_of(r)]}:{ident.pids[r]}:{ident.pids[r]} "
+                             f"[{L.local_gpu(r)}] NCCL INFO " for r in range(L.world)])
+        streams = per_rank([f"0x{int(s):x}" for s in ident.streams])
+        network = per_communicator({(r, g): self.network.get((r, g), False)
+                                    for r in range(L.world) for g in GROUPS})
         op_count = pl.when(network).then(pl.col("_launch")).otherwise(pl.lit("0"))
         stamp = (pl.from_epoch("t_call_ns", "ns").dt.strftime(TIMESTAMP_FORMAT)
                  if self.timestamps else pl.lit(""))
         launches = hex_digits(calls["launch"].to_numpy()).alias("_launch")
         lines = calls.with_columns(launches).select(
-            pl.col("rank").alias("_rank"),
             pl.concat_str(
                 stamp,
-                pl.col("rank").replace_strict(envelope, return_dtype=pl.String),
+                envelope,
                 pl.format("{}: opCount {} sendbuff {} recvbuff {} count {} datatype {} op {} "
                           "root {} comm {} [nranks={}] stream {}",
                           "op", op_count, *pointer_columns(ident),
                           "count", "datatype", "redop", pl.max_horizontal("peer", 0),
-                          comm_handles(ident), "nranks",
-                          pl.col("rank").replace_strict(streams, return_dtype=pl.String)),
+                          comm_handles(ident), "nranks", streams),
             ).alias("line"),
-        )
-        for (rank,), part in lines.partition_by("_rank", as_dict=True,
-                                                maintain_order=True).items():
-            with self.paths[rank].open("a") as stream:
-                stream.write("\n".join(part["line"].to_list()) + "\n")
+        )["line"]
+        bounds = np.searchsorted(calls["rank"].to_numpy(), np.arange(L.world + 1))
+        for rank, (start, end) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+            if end > start:
+                with self.paths[rank].open("a") as stream:
+                    stream.write("\n".join(lines.slice(start, end - start).to_list()) + "\n")
 
 
 def _timings(total_s: float, rng: np.random.Generator) -> str:
