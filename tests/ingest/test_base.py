@@ -57,9 +57,11 @@ def test_numbers_and_bytes_across_blocks_and_a_line_longer_than_a_block():
     assert sum(b.bytes_read for b in got) == len(data)
 
 
-def test_block_holding_every_separator_is_split_the_slow_way():
-    data = b"".join(LINE_SPLIT_SEPARATORS) + b" x\r\ny\n"
-    assert all_lines(data) == ["\x1f\x1e\x1d\x1c\x00 x", "y"]
+@pytest.mark.parametrize("present", [LINE_SPLIT_SEPARATORS, LINE_SPLIT_SEPARATORS[:-1]])
+def test_blocks_holding_the_separators(present):
+    """All five present: split the slow way; the last one free: it is the separator."""
+    data = b"".join(present) + b" x\r\ny\n"
+    assert all_lines(data) == [b"".join(present).decode() + " x", "y"]
 
 
 def test_empty_source_has_no_batches():
