@@ -26,10 +26,11 @@ def job(
     iterations: Annotated[int, typer.Option(help="Training iterations.")] = 3000,
     inject: Annotated[list[str] | None, typer.Option(
         help="Fail-slow to inject (repeatable): CAUSE[:TARGET]@START+DURATION[xSEVERITY[~STEPS]]"
-             ", e.g. congestion:link=0-1@900+600x1.4, thermal@20m+10mx1.3.")] = None,
+             ", e.g. congestion:link=0-1@900+600x1.4, thermal@20m+10mx1.3; decoy@300+200x2 is "
+             "a benign CNP surge that does not slow the job.")] = None,
     scenario: Annotated[str | None, typer.Option(
         help="Preset scenario (see docs/synth.md): thermal, cpu, congestion, compound, "
-             "gradual, blips, clean.")] = None,
+             "gradual, blips, decoy, thermal-decoy, clean.")] = None,
     model: Annotated[str, typer.Option(help="Model preset: gpt-tiny, gpt2-7b, gpt2-11b, "
                                             "gpt-175b.")] = "gpt-tiny",
     hardware: Annotated[str, typer.Option(help="GPU and network: a100, h800.")] = "a100",
@@ -92,6 +93,9 @@ def corpus(
     collectives: Annotated[str, typer.Option(help="hook, nccl or none.")] = "hook",
     pack: Annotated[bool, typer.Option(help="Store each job's raw folders as .tar.xz "
                                             "archives.")] = False,
+    decoys: Annotated[int | None, typer.Option(
+        help="Benign CNP surges per job (links the job does not use, single NICs), labeled "
+             "noise (default: the preset's, 0).")] = None,
 ) -> None:
     """Build a labeled corpus shaped like Greyhound's probing campaigns (Table 1 mix)."""
     from rich.console import Console
@@ -99,7 +103,7 @@ def corpus(
     from tracekit.synth.corpus import generate_corpus
 
     summary = generate_corpus(output, preset, jobs, seed, iterations=iterations,
-                              collectives=collectives, pack=pack)
+                              collectives=collectives, pack=pack, decoys=decoys)
     Console().print(f"wrote {summary.height} jobs to {output}", highlight=False)
     for row in summary.group_by("category").len().sort("category").iter_rows():
         Console().print(f"  {row[0]}: {row[1]}", highlight=False)

@@ -31,6 +31,9 @@ SCENARIOS: dict[str, list[tuple]] = {
     "compound": [_fraction(["network-congestion", "gpu-thermal"], 0.30, 0.30, 2.0)],
     "gradual": [_fraction(["gpu-degradation"], 0.20, 0.60, 1.3, 5)],
     "blips": [_fraction(["network-congestion"], f, 0.01, 2.0) for f in (0.2, 0.45, 0.7)],
+    "decoy": [_fraction(["cnp-surge"], 0.30, 0.30, 2.0)],
+    "thermal-decoy": [_fraction(["gpu-thermal"], 0.30, 0.20, 1.3),
+                      _fraction(["cnp-surge"], 0.25, 0.35, 2.0)],
 }
 """Scenario name -> episodes as (causes, start, duration as fractions of the job, severity,
 steps)."""
@@ -72,6 +75,8 @@ class CorpusPreset:
     """Category -> jobs in the paper's campaign (Table 1)."""
     large: bool = False
     collectives: str = "hook"
+    decoys: int = 0
+    """Decoy CNP surges per job (benign; 0 keeps the committed ``ci`` corpus as it is)."""
 
 
 PROBE_MODEL = MODELS["gpt2-probe"]
@@ -150,9 +155,20 @@ def _episode(category: str, preset: CorpusPreset, iteration_s: float,
                      float(np.round(rng.uniform(low, high), 2)), steps)
 
 
+def _decoy(preset: CorpusPreset, iteration_s: float, rng: np.random.Generator) -> Injection:
+    """A CNP surge shaped like a communication episode, anywhere in the job."""
+    n = preset.iterations
+    length = int(np.clip(duration_distribution_s("communication", rng, preset.large)
+                         / iteration_s, 20, 0.4 * n))
+    start = int(rng.integers(0, max(1, n - length)))
+    low, high = SEVERITY_RANGE["communication"]
+    return Injection((Component("cnp-surge"),), start, "it", length, "it",
+                     float(np.round(rng.uniform(low, high), 2)))
+
+
 def generate_corpus(out: Path, preset_name: str, jobs: int, seed: int,
                     iterations: int | None = None, collectives: str | None = None,
-                    pack: bool = False) -> pl.DataFrame:
+                    pack: bool = False, decoys: int | None = None) -> pl.DataFrame:
     """Write ``jobs`` job folders under ``out`` and ``corpus.csv`` (job, category, seed);
     return that summary."""
     from tracekit.synth.job import JobRun
@@ -164,7 +180,10 @@ def generate_corpus(out: Path, preset_name: str, jobs: int, seed: int,
     preset = PRESETS[preset_name]
     if iterations:
         preset = replace(preset, iterations=iterations)
+    if decoys is not None:
+        preset = replace(preset, decoys=decoys)
     rng = np.random.default_rng([seed, 2])
+    decoy_rng = np.random.default_rng([seed, 8])  # its own stream: decoys change nothing else
     counts = allocate(preset.mix, jobs)
     categories = [c for c, k in counts.items() for _ in range(k)]
     order = rng.permutation(len(categories))
@@ -179,6 +198,7 @@ def generate_corpus(out: Path, preset_name: str, jobs: int, seed: int,
         job_seed = int(rng.integers(2**31))
         injections = () if category == "clean" else (_episode(category, preset, iteration_s,
                                                               rng),)
+        injections += tuple(_decoy(preset, iteration_s, decoy_rng) for _ in range(preset.decoys))
         name = f"{preset_name}-{number:0{width}d}"
         spec = replace(base, seed=job_seed, injections=injections, job=name)
         generate_job(out / name, spec, pack=pack)

@@ -4,9 +4,10 @@ An injection is written ``CAUSE[:TARGET][+CAUSE[:TARGET]...]@START+DURATION[xSEV
 
 * CAUSE: ``gpu-thermal`` (``thermal``), ``gpu-degradation`` (``gpu``), ``cpu-contention``
   (``cpu``), ``network-congestion`` (``congestion``); several joined by ``+`` make one compound
-  episode.
+  episode. ``cnp-surge`` (``decoy``) is a benign CNP surge that does not slow the job.
 * TARGET: ``rank=13`` for a GPU, ``host=3`` (index or name) for CPU contention, ``link=2-5``
-  (two hosts) or ``nic=4`` for congestion; drawn at random from the seed when omitted.
+  (two hosts) or ``nic=4`` for congestion; drawn at random from the seed when omitted (a
+  decoy's: a link the job does not use, else one NIC of a host).
 * START, DURATION: iterations (``900``, ``900it``) or wall time (``90s``, ``15m``, ``2h``),
   converted with the job's healthy iteration time.
 * SEVERITY: the culprit's slowdown factor (``x1.4`` = 40 % slower compute, host work or
@@ -31,9 +32,16 @@ CAUSES = {
     "cpu-contention": "cpu-contention", "cpu": "cpu-contention",
     "network-congestion": "network-congestion", "congestion": "network-congestion",
     "network": "network-congestion",
+    "cnp-surge": "cnp-surge", "decoy": "cnp-surge",
 }
 KIND_OF_CAUSE = {"gpu-thermal": "compute", "gpu-degradation": "compute",
-                 "cpu-contention": "compute", "network-congestion": "communication"}
+                 "cpu-contention": "compute", "network-congestion": "communication",
+                 "cnp-surge": "noise"}
+DECOY = "cnp-surge"
+"""A decoy: a CNP / ECN surge from traffic that is not the job's (another tenant's flows on a
+link the job does not use, a burst on one NIC), which does not slow the job. Greyhound
+(paper-notes.md): a CNP surge on a shared link need not slow this job, so attribution must
+not take a surge alone for a culprit. Labeled benign (kind ``noise``, ``fail_slow = false``)."""
 TIME_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 
 _TIMING = re.compile(r"^(?P<start>[\d.]+)(?P<su>it|s|m|h)?\+(?P<dur>[\d.]+)(?P<du>it|s|m|h)?"
@@ -60,6 +68,10 @@ class Injection:
     severity: float = 1.5
     steps: int = 1
 
+    @property
+    def is_decoy(self) -> bool:
+        return all(c.cause == DECOY for c in self.components)
+
     @classmethod
     def parse(cls, text: str) -> Injection:
         causes, at, timing = text.strip().lower().partition("@")
@@ -69,6 +81,9 @@ class Injection:
                 f"injection {text!r} is not CAUSE[:TARGET]@START+DURATION[xSEVERITY[~STEPS]], "
                 "e.g. congestion:link=0-1@900+600x1.4")
         components = []
+        if DECOY in {CAUSES.get(p.partition(":")[0]) for p in causes.split("+")} and "+" in causes:
+            raise TracekitError(f"injection {text!r}: a decoy CNP surge is an episode of its "
+                                "own; inject it separately")
         for part in causes.split("+"):
             m = _COMPONENT.match(part)
             if not m or m["cause"] not in CAUSES:
@@ -96,6 +111,12 @@ class Fault:
     rank: int | None = None
     host: int | None = None
     link: tuple[int, int] | None = None
+    nic: int | None = None
+    """A decoy on one NIC of ``host`` (mlx5_<nic>); None: every NIC of the host or link."""
+
+    @property
+    def slows_job(self) -> bool:
+        return self.cause != DECOY
 
     def factor(self, iterations: np.ndarray) -> np.ndarray:
         """Slowdown factor of the culprit at each iteration (1 outside the episode)."""
@@ -162,10 +183,10 @@ class Plan:
 
 
 def resolve(injections: list[Injection], layout: Layout, iterations: int, iteration_s: float,
-            rng: np.random.Generator, hosts: list[str]) -> list[Fault]:
+            rng: np.random.Generator, hosts: list[str], first_episode: int = 0) -> list[Fault]:
     """Turn injections into faults with concrete targets and iteration ranges."""
     faults: list[Fault] = []
-    for episode, injection in enumerate(injections):
+    for episode, injection in enumerate(injections, start=first_episode):
         start = _iterations(injection.start, injection.start_unit, iteration_s)
         length = max(1, _iterations(injection.duration, injection.duration_unit, iteration_s))
         if start >= iterations:
@@ -210,8 +231,10 @@ def _target(component: Component, layout: Layout, rng: np.random.Generator,
         host = _host_index(value, hosts) if value is not None else int(rng.integers(layout.hosts))
         return {"host": host}
     if key not in (None, "link", "nic"):
-        raise TracekitError("network-congestion targets a link (link=A-B) or a NIC (nic=H)")
+        raise TracekitError(f"{cause} targets a link (link=A-B) or a NIC (nic=H)")
     crossed = sorted({hop for c in layout.communicators for hop in layout.ring_links(c.ranks)})
+    if cause == DECOY:
+        return _decoy_target(key, value, layout, crossed, rng, hosts)
     if not crossed:
         raise TracekitError("network congestion needs a job that spans at least two hosts")
     if key == "nic":
@@ -221,6 +244,21 @@ def _target(component: Component, layout: Layout, rng: np.random.Generator,
         pair = tuple(sorted((_host_index(a, hosts), _host_index(b, hosts))))
         return {"link": pair}
     return {"link": crossed[int(rng.integers(len(crossed)))]}
+
+
+def _decoy_target(key: str | None, value: str | None, layout: Layout,
+                  crossed: list[tuple[int, int]], rng: np.random.Generator,
+                  hosts: list[str]) -> dict:
+    """A link the job's rings do not cross (drawn when omitted), else one NIC of a host."""
+    if key == "link":
+        a, _, b = value.partition("-")
+        return {"link": tuple(sorted((_host_index(a, hosts), _host_index(b, hosts))))}
+    unused = [(a, b) for a in range(layout.hosts) for b in range(a + 1, layout.hosts)
+              if (a, b) not in crossed]
+    if key is None and unused:
+        return {"link": unused[int(rng.integers(len(unused)))]}
+    host = _host_index(value, hosts) if key == "nic" else int(rng.integers(layout.hosts))
+    return {"host": host, "nic": int(rng.integers(layout.hardware.nics_per_host))}
 
 
 def draw_noise(noise: Noise, layout: Layout, iterations: int,

@@ -99,8 +99,14 @@ class JobRun:
         plan_rng = np.random.default_rng([spec.seed, 0])
         self.identity = Identity.draw(self.layout, self.hosts, plan_rng)
         self.iteration_s = self.nominal_iteration_s()
-        self.faults = F.resolve(list(spec.injections), self.layout, spec.iterations,
-                                self.iteration_s, plan_rng, self.hosts)
+        slowing = [i for i in spec.injections if not i.is_decoy]
+        self.faults = F.resolve(slowing, self.layout, spec.iterations, self.iteration_s,
+                                plan_rng, self.hosts)
+        # decoys draw from their own stream: adding one changes nothing else about the job
+        self.faults += F.resolve([i for i in spec.injections if i.is_decoy], self.layout,
+                                 spec.iterations, self.iteration_s,
+                                 np.random.default_rng([spec.seed, 7]), self.hosts,
+                                 first_episode=len(slowing))
         self.events = F.draw_noise(spec.noise, self.layout, spec.iterations, plan_rng)
         self.dp_of_rank = np.array([self.layout.coords(r)[1] for r in range(self.layout.world)])
 
@@ -130,7 +136,7 @@ class JobRun:
         gpu = (common * warmup)[:, None] * sequence[:, self.dp_of_rank] * per_rank
         links: dict[object, np.ndarray] = {}
         if not healthy:
-            for fault in self.faults:
+            for fault in (f for f in self.faults if f.slows_job):
                 factor = fault.factor(it)
                 if fault.cause.startswith("gpu"):
                     gpu[:, fault.rank] *= factor
@@ -194,7 +200,7 @@ def generate_job(out: Path, spec: JobSpec, pack: bool = False) -> JobResult:
         result = run.simulator.run(cond, record=True)
         healthy_s[k0:k1] = (
             run.simulator.run(run.conditions(k0, k1, healthy=True), record=False).end_s
-            if run.faults else result.end_s)
+            if any(f.slows_job for f in run.faults) else result.end_s)
         lengths = np.round(result.end_s * 1e9).astype(np.int64)
         starts_ns[k0:k1] = cursor_ns + np.concatenate([[0], np.cumsum(lengths)[:-1]])
         lengths_ns[k0:k1] = lengths

@@ -49,7 +49,8 @@ def _target(fault: Fault, run: JobRun) -> dict:
         link = "-".join(hosts[h] for h in fault.link)
         return {"target": f"link:{link}", "target_link": link}
     prefix = "host" if fault.cause == "cpu-contention" else "nic"
-    return {"target": f"{prefix}:{hosts[fault.host]}", "target_host": hosts[fault.host]}
+    device = "" if fault.nic is None else f"/mlx5_{fault.nic}"
+    return {"target": f"{prefix}:{hosts[fault.host]}{device}", "target_host": hosts[fault.host]}
 
 
 def label_frame(spec: JobSpec, run: JobRun, truth: pl.DataFrame) -> pl.DataFrame:
@@ -68,7 +69,8 @@ def label_frame(spec: JobSpec, run: JobRun, truth: pl.DataFrame) -> pl.DataFrame
         row = {"episode": number, "kind": "compound" if len(parts) > 1
                else KIND_OF_CAUSE[parts[0].cause],
                "cause": "+".join(p.cause for p in parts),
-               "fail_slow": bool(realised >= 1 + policy.min_slowdown
+               "fail_slow": bool(parts[0].slows_job
+                                 and realised >= 1 + policy.min_slowdown
                                  and last - first + 1 >= policy.min_iterations),
                "severity": max(p.severity for p in parts)}
         targets = [_target(p, run) for p in parts]

@@ -4,7 +4,8 @@ temperature, power, utilisation, clock-event reason bits) and mlx5 RoCE hw_count
 
 A throttled GPU shows a lower SM clock, a higher temperature and the thermal reason bits; a
 degraded one the clock drop with hw_slowdown; congestion raises the CNP and ECN counters of the
-hosts involved. Every GPU of a synchronous job stays busy, as on real jobs (paper-notes.md:
+hosts involved, and so does a decoy surge (traffic that is not the job's), without a slowdown.
+Every GPU of a synchronous job stays busy, as on real jobs (paper-notes.md:
 hardware counters alone cannot localise). Host exports (tracekit/synth/writers/host.py) agree
 too: CPU contention raises the host's busy CPU share and load, a thermal episode its inlet,
 exhaust and GPU temperatures and fan speeds in the ipmitool snapshots.
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tracekit.synth.faults import DECOY
 from tracekit.synth.writers.host import (
     BACKGROUND_BUSY,
     GPU_TEMP_THRESHOLDS,
@@ -94,10 +96,11 @@ def write_monitoring(out: Path, run, starts_ns: np.ndarray, ends_ns: np.ndarray)
                 else:
                     reasons[:, g] |= np.where(on, HW_SLOWDOWN, 0)
             involved = (fault.link is not None and host_index in fault.link) or (
-                fault.cause == "network-congestion" and fault.link is None
+                fault.cause in ("network-congestion", DECOY) and fault.link is None
                 and fault.host == host_index)
             if involved:
-                cnp_rate += ((factor - 1) * CNP_RATE_PER_SEVERITY)[:, None]
+                nics = slice(None) if fault.nic is None else slice(fault.nic, fault.nic + 1)
+                cnp_rate[:, nics] += ((factor - 1) * CNP_RATE_PER_SEVERITY)[:, None]
         util = np.broadcast_to(np.where(training[:, None], 100, 0), clock.shape)
         values = {"sm": np.round(clock).astype(int), "temp": np.round(temp).astype(int),
                   "power": power, "util": util, "reasons": reasons}
