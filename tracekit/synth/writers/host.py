@@ -44,7 +44,7 @@ IPMI_INTERVAL_S = 60
 
 IPMI_COMMAND = "ipmitool sensor"
 """The collector echoes the command before its output (``$ ipmitool sensor``), as in a shell
-transcript; tracekit's ipmitool reader recognises sensor snapshots by that line."""
+transcript (tracekit's ipmitool reader also knows bare ``sensor`` output by its shape)."""
 
 GPU_TEMP_THRESHOLDS = (None, None, None, 85.0, 92.0, None)
 """lower nr / cr / nc, upper nc / cr / nr of the GPU temperature sensors."""
