@@ -148,8 +148,11 @@ def main() -> None:
               f"{mb / r['ingest_s']:>6.0f} {r['iterations_s']:>9.1f}s {r['detect_s']:>7.1f}s "
               f"{r['attribute_s']:>8.1f}s {r['total_s']:>7.1f}s  {r['load'][0]:>4.1f}-"
               f"{r['load'][1]:<4.1f}  {', '.join(map(str, r['peak_rss_mib'].values()))}")
-    print(f"{none['events']:,} change events; episodes (detector, start, cause, target): "
-          f"{none['episodes']}")
+    found = {}
+    for detector, *_ in none["episodes"]:
+        found[detector] = found.get(detector, 0) + 1
+    print(f"identical in every configuration: {none['events']:,} change events, episodes "
+          f"{found or 'none'} and their verdicts")
     one, two = results["local:1"], results["local:2"]
     for stage in ("ingest_s", "iterations_s", "detect_s", "attribute_s", "total_s"):
         print(f"speed-up {stage.removesuffix('_s')}: local:2 / local:1 = "
