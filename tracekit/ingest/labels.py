@@ -11,7 +11,6 @@ import json
 from collections.abc import Iterator
 
 import polars as pl
-import pyarrow.parquet as pq
 
 from tracekit import schema
 from tracekit.errors import InputError
@@ -28,8 +27,8 @@ def _parquet_columns(source: Source) -> set[str]:
         return set()
     try:
         with source.open() as stream:
-            return set(pq.ParquetFile(stream).schema_arrow.names)
-    except (OSError, ValueError):
+            return set(pl.read_parquet_schema(stream))
+    except (OSError, ValueError, pl.exceptions.PolarsError):
         return set()
 
 

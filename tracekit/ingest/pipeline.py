@@ -247,19 +247,17 @@ def _read_into(
     summary: SourceSummary,
     report: Report | None,
 ) -> None:
-    """Read all chunks, writing each as parts; replace the source's earlier parts only once
+    """Read all chunks, writing them as parts; replace the source's earlier parts only once
     every new part is on disk."""
     prefix = source.sha256[:16]
-    written: dict[str, set[Path]] = {}
+    writer = _PartWriter(dataset, prefix)
     ranks: set[int] = set()
-    for index, chunk in enumerate(reader.read(source, options)):
-        part = f"{prefix}-{index:05d}"
+    for chunk in reader.read(source, options):
         rows = 0
         for name, frame in _chunk_tables(dataset, chunk).items():
             if frame.height == 0:
                 continue
-            for piece_part, piece in _layout(name, frame, part):
-                written.setdefault(name, set()).add(dataset.write_part(name, piece, piece_part))
+            writer.add(name, frame)
             summary.rows[name] = summary.rows.get(name, 0) + frame.height
             rows += frame.height
             _extend_span(summary, name, frame, ranks)
@@ -268,10 +266,46 @@ def _read_into(
         summary.notes.extend(n for n in chunk.notes if n not in summary.notes)
         if report:
             report(source=source.name, bytes=chunk.bytes_read, rows=rows)
+    writer.flush()
     summary.quarantined = summary.rows.pop("quarantine", 0)
     summary.ranks = len(ranks)
     for name in schema.TABLES:
-        dataset.remove_parts(name, prefix, keep=written.get(name, set()))
+        dataset.remove_parts(name, prefix, keep=writer.written.get(name, set()))
+
+
+PART_ROWS = 2_000_000
+"""A source's rows are written once this many are buffered (and at its end), not per reader
+chunk: with the hive layout by rank, per-chunk writes made one small file per rank per 16 MiB."""
+
+
+class _PartWriter:
+    """Buffers a source's frames and writes them as parts ``<prefix>-<n>`` every
+    :data:`PART_ROWS` rows, remembering every path written."""
+
+    def __init__(self, dataset: Dataset, prefix: str):
+        self.dataset, self.prefix = dataset, prefix
+        self.pending: dict[str, list[pl.DataFrame]] = {}
+        self.buffered_rows = 0
+        self.parts = 0
+        self.written: dict[str, set[Path]] = {}
+
+    def add(self, name: str, frame: pl.DataFrame) -> None:
+        self.pending.setdefault(name, []).append(frame)
+        self.buffered_rows += frame.height
+        if self.buffered_rows >= PART_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        part = f"{self.prefix}-{self.parts:05d}"
+        for name, frames in self.pending.items():
+            for piece_part, piece in _layout(name, pl.concat(frames), part):
+                path = self.dataset.write_part(name, piece, piece_part)
+                self.written.setdefault(name, set()).add(path)
+        self.pending.clear()
+        self.buffered_rows = 0
+        self.parts += 1
 
 
 def _layout(name: str, frame: pl.DataFrame, part: str) -> list[tuple[str, pl.DataFrame]]:
