@@ -314,16 +314,16 @@ def test_detect_with_a_failing_block_names_it_and_writes_nothing(monkeypatch, tm
 
 @pytest.fixture(scope="module")
 def slow_job(tmp_path_factory) -> Path:
-    """8 ranks, 400 iterations, rank 3's GPU throttled from iteration 150 to 300, with
+    """8 ranks, 300 iterations, rank 3's GPU throttled from iteration 120 to 220, with
     monitoring, so detect finds an episode and attribute judges it."""
     from tracekit.synth.faults import Injection
     from tracekit.synth.job import JobSpec, generate_job
     from tracekit.synth.layout import Layout
 
     folder = tmp_path_factory.mktemp("slow") / "job"
-    generate_job(folder, JobSpec(Layout.parse("tp2-dp2-pp2", gpus_per_host=2), iterations=400,
+    generate_job(folder, JobSpec(Layout.parse("tp2-dp2-pp2", gpus_per_host=2), iterations=300,
                                  seed=5, injections=(Injection.parse(
-                                     "thermal:rank=3@150+150x2.0"),), job="slow"))
+                                     "thermal:rank=3@120+100x2.0"),), job="slow"))
     return folder
 
 
