@@ -82,8 +82,7 @@ def run_one(cluster: str | None, ranks: Path, target: Path) -> dict:
         "iterations_s": reconstructed - ingested, "detect_s": detected - reconstructed,
         "attribute_s": attributed - detected, "total_s": attributed - started,
         "partitions": len(summary.sources), "failed": len(summary.failed),
-        "detect_partitions": len(JOB_DETECTORS) * math.ceil(
-            RANKS / built["detect"]["ranks_per_block"]),
+        "detectors": len(JOB_DETECTORS), "ranks_per_block": built["detect"]["ranks_per_block"],
         "events": detection.events.height,
         "rows": sum(s.total_rows for s in summary.sources),
         "iteration_rows": result.iterations.height,
@@ -109,12 +108,14 @@ def _measure(cluster: str | None, ranks: Path) -> dict:
 def _projection(none: dict) -> list[str]:
     """Wall time for PROJECTED_RANKS ranks on N nodes: partitions run in waves of
     N x WORKERS_PER_NODE, each costing what one partition cost here without a cluster (detect:
-    the mean of its detector x block partitions). Attribution cuts every episode's signals on
-    the client, so it is projected to grow with the ranks on one machine."""
+    a detector on one rank, times the ranks of a block). Attribution cuts every episode's
+    signals on the client, so it is projected to grow with the ranks on one machine."""
     ingest_per_file = none["ingest_s"] / none["partitions"]
     iterations_per_rank = none["iterations_s"] / RANKS
-    detect_per_partition = none["detect_s"] / none["detect_partitions"]
-    detect_partitions = none["detect_partitions"] * math.ceil(PROJECTED_RANKS / RANKS)
+    block = none["ranks_per_block"]
+    detect_per_partition = none["detect_s"] / (none["detectors"] * RANKS) * min(
+        block, PROJECTED_RANKS)
+    detect_partitions = none["detectors"] * math.ceil(PROJECTED_RANKS / block)
     attribute_s = none["attribute_s"] * PROJECTED_RANKS / RANKS
     lines = []
     for nodes in PROJECTED_NODES:

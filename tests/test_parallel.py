@@ -351,7 +351,7 @@ def test_analyze_is_identical_with_and_without_a_cluster(slow_job, tmp_path, das
         "compute", "gpu-thermal", "rank:3")
     assert loop["events"].height > 0
     cluster = {"engine": "dask", "cluster": "local:2", "workers": 2, "retries": 1}
-    assert dask_build["detect"] == {**cluster, "ranks_per_block": 64}
+    assert dask_build["detect"] == {**cluster, "ranks_per_block": 256}
     assert dask_build["attribute"] == {**cluster, "partitions": loop["episodes"].height}
     assert dask_build["ingest"]["engine"] == dask_build["iterations"]["engine"] == "dask"
     assert {stage: b["engine"] for stage, b in loop_build.items()} == {
