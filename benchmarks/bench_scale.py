@@ -59,7 +59,6 @@ def run_one(cluster: str | None, ranks: Path, target: Path) -> dict:
     from tracekit.attribute import attribute_dataset
     from tracekit.dataset import open_dataset
     from tracekit.detect import detect_dataset
-    from tracekit.detect.episodes import JOB_DETECTORS
     from tracekit.ingest.pipeline import ingest
     from tracekit.iterations import reconstruct_dataset
     from tracekit.parallel import open_executor
@@ -82,7 +81,7 @@ def run_one(cluster: str | None, ranks: Path, target: Path) -> dict:
         "iterations_s": reconstructed - ingested, "detect_s": detected - reconstructed,
         "attribute_s": attributed - detected, "total_s": attributed - started,
         "partitions": len(summary.sources), "failed": len(summary.failed),
-        "detectors": len(JOB_DETECTORS), "ranks_per_block": built["detect"]["ranks_per_block"],
+        "ranks_per_block": built["detect"]["ranks_per_block"],
         "events": detection.events.height,
         "rows": sum(s.total_rows for s in summary.sources),
         "iteration_rows": result.iterations.height,
@@ -108,14 +107,14 @@ def _measure(cluster: str | None, ranks: Path) -> dict:
 def _projection(none: dict) -> list[str]:
     """Wall time for PROJECTED_RANKS ranks on N nodes: partitions run in waves of
     N x WORKERS_PER_NODE, each costing what one partition cost here without a cluster (detect:
-    a detector on one rank, times the ranks of a block). Attribution cuts every episode's
-    signals on the client, so it is projected to grow with the ranks on one machine."""
+    the work grows with the ranks and spreads over at most one worker per detector x block
+    partition). Attribution cuts every episode's signals on the client, so it is projected to
+    grow with the ranks on one machine."""
     ingest_per_file = none["ingest_s"] / none["partitions"]
     iterations_per_rank = none["iterations_s"] / RANKS
-    block = none["ranks_per_block"]
-    detect_per_partition = none["detect_s"] / (none["detectors"] * RANKS) * min(
-        block, PROJECTED_RANKS)
-    detect_partitions = none["detectors"] * math.ceil(PROJECTED_RANKS / block)
+    detect_work_s = none["detect_s"] * PROJECTED_RANKS / RANKS
+    detect_partitions = sum(math.ceil(PROJECTED_RANKS / block)
+                            for block in none["ranks_per_block"].values())
     attribute_s = none["attribute_s"] * PROJECTED_RANKS / RANKS
     lines = []
     for nodes in PROJECTED_NODES:
@@ -124,7 +123,7 @@ def _projection(none: dict) -> list[str]:
         ingest_s = waves * ingest_per_file
         batches = math.ceil(PROJECTED_RANKS / 16)
         iterations_s = math.ceil(batches / workers) * 16 * iterations_per_rank
-        detect_s = math.ceil(detect_partitions / workers) * detect_per_partition
+        detect_s = detect_work_s / min(workers, detect_partitions)
         lines.append(f"  {nodes:>3} nodes x {WORKERS_PER_NODE} workers: ingest ~{ingest_s:,.0f} s,"
                      f" iterations ~{iterations_s:,.0f} s, detect ~{detect_s:,.0f} s, attribute "
                      f"~{attribute_s:,.0f} s (client)")

@@ -277,6 +277,7 @@ def test_detect_ranks_steps_fixed_blocks_whatever_the_executor(monkeypatch, dask
     assert all(np.array_equal(a, b) for name in detectors
                for a, b in zip(one_block[name], whole[name], strict=True))
     monkeypatch.setattr(episodes, "RANKS_PER_BLOCK", 3)
+    monkeypatch.setattr(episodes, "RANKS_PER_ROW_BLOCK", 2)  # the window reads rows alone
     blocks = {name: [c for first in (0, 3, 6)
                      for c in detect_series(detector, series.matrix[first:first + 3])]
               for name, detector in detectors.items()}
@@ -351,7 +352,8 @@ def test_analyze_is_identical_with_and_without_a_cluster(slow_job, tmp_path, das
         "compute", "gpu-thermal", "rank:3")
     assert loop["events"].height > 0
     cluster = {"engine": "dask", "cluster": "local:2", "workers": 2, "retries": 1}
-    assert dask_build["detect"] == {**cluster, "ranks_per_block": 256}
+    assert dask_build["detect"] == {**cluster, "ranks_per_block": {
+        "window": 16, "bocd": 256, "bocd+v": 256, "bocd+b": 256}}
     assert dask_build["attribute"] == {**cluster, "partitions": loop["episodes"].height}
     assert dask_build["ingest"]["engine"] == dask_build["iterations"]["engine"] == "dask"
     assert {stage: b["engine"] for stage, b in loop_build.items()} == {

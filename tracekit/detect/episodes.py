@@ -174,15 +174,26 @@ Jobs of up to 256 ranks are one block, as before partitioning; stepping 256 rank
 of 64 cost 1.4-1.9x one matrix (measured), and a block of 256 ranks x 10,000 iterations is
 20 MB, so larger jobs split without costing a worker's memory."""
 
+RANKS_PER_ROW_BLOCK = 16
+"""Ranks per partition for detectors that read each row alone (no ``detect_many``, e.g. the
+sliding window): any split gives the same change points, and these are the slowest per rank,
+so small blocks spread them over the workers."""
+
+
+def ranks_per_block(detector: Detector) -> int:
+    """How many ranks one partition of ``detector`` holds."""
+    return RANKS_PER_BLOCK if hasattr(detector, "detect_many") else RANKS_PER_ROW_BLOCK
+
 
 def detect_ranks(detectors: dict[str, Detector], series: JobSeries,
                  executor: Executor | None = None) -> dict[str, list[np.ndarray]]:
     """Change points of every rank's row for each detector: one partition per detector and
     block of ranks, so the result is the same whichever executor runs them."""
-    blocks = [slice(first, first + RANKS_PER_BLOCK)
-              for first in range(0, len(series.ranks), RANKS_PER_BLOCK)]
-    partitions = [(name, detector, series.ranks[block], series.matrix[block])
-                  for name, detector in detectors.items() for block in blocks]
+    partitions = [(name, detector, series.ranks[first:first + size],
+                   series.matrix[first:first + size])
+                  for name, detector in detectors.items()
+                  for size in [ranks_per_block(detector)]
+                  for first in range(0, len(series.ranks), size)]
     changes = map_all(executor or LocalExecutor(), _detect_block, partitions,
                       key=lambda p: f"{p[0]} on ranks {p[2][0]}-{p[2][-1]}")
     found: dict[str, list[np.ndarray]] = {name: [] for name in detectors}
@@ -227,7 +238,8 @@ def detect_dataset(dataset: Dataset | str | Path, detectors: list[str] | None = 
     detection = Detection(pl.concat(events), pl.concat(episodes))
     dataset.write_table("events", detection.events)
     dataset.write_table("episodes", detection.episodes)
-    record_build(dataset, "detect", executor, ranks_per_block=RANKS_PER_BLOCK)
+    record_build(dataset, "detect", executor, ranks_per_block={
+        name: ranks_per_block(detector) for name, detector in chosen.items()})
     dataset.save_manifest()
     return detection
 
