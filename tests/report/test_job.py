@@ -49,6 +49,7 @@ def test_detector_choice_prefers_bocd_v():
     frame = pl.DataFrame({"detector": ["window", "bocd", "bocd+v", "zz"]})
     assert choose_detector(frame) == "bocd+v"
     assert choose_detector(frame.filter(pl.col("detector") == "zz")) == "zz"
+    assert choose_detector(pl.DataFrame({"detector": ["bocd", "bocd+b"]})) == "bocd+b"
     assert choose_detector(frame, "window") == "window"
     assert choose_detector(frame.clear()) is None
 
