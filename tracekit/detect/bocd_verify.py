@@ -59,9 +59,10 @@ class SegmentVerifier:
 
     def on_due(self, due: int) -> list[int]:
         candidate = self.pending.pop(0)
-        return self.judge(candidate, self.level(candidate, due + 1))
+        return self.judge(candidate, due, self.level(candidate, due + 1))
 
-    def judge(self, candidate: int, after: float) -> list[int]:
+    def judge(self, candidate: int, due: int, after: float) -> list[int]:
+        """Keep ``candidate`` (judged at point ``due``) when its level ``after`` moved enough."""
         before = self.previous_level(candidate)
         if abs(after / before - 1.0) > self.detector.min_change:
             self.accepted.append(candidate)
