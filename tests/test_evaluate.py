@@ -13,6 +13,7 @@ from tracekit import schema
 from tracekit.errors import InputError
 from tracekit.evaluate import (
     Fraction,
+    MetricChange,
     corpus_changed,
     episode_matches,
     evaluate,
@@ -288,3 +289,10 @@ def test_old_baseline_format_is_a_clear_error(tmp_path):
 def test_missing_baseline_is_a_clear_error(tmp_path):
     with pytest.raises(InputError, match="--update-baseline"):
         read_baseline(tmp_path / "none.json")
+
+
+def test_metric_change_reads_plainly():
+    assert str(MetricChange("episode a/all", "localisation", 100.0, None, 2.0)) == (
+        "episode a/all localisation: not measured vs baseline 100 (tolerance 2)")
+    assert str(MetricChange("job a/all", "fnr", 0.0, 33.333, 2.0)) == (
+        "job a/all fnr: 33.333 vs baseline 0 (tolerance 2)")

@@ -487,8 +487,11 @@ class MetricChange:
     allowed: float
 
     def __str__(self) -> str:
-        return (f"{self.where} {self.metric}: {self.current} vs baseline {self.baseline} "
-                f"(tolerance {self.allowed})")
+        def show(value: float | None) -> str:
+            return "not measured" if value is None else f"{value:g}"
+
+        return (f"{self.where} {self.metric}: {show(self.current)} vs baseline "
+                f"{show(self.baseline)} (tolerance {self.allowed:g})")
 
 
 def _tolerance_for(metric: str, tolerance: dict[str, float]) -> float:

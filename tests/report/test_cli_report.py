@@ -43,7 +43,7 @@ def test_eval_baseline_update_and_regression(corpus_datasets, tmp_path):
     weakened.write_table("episodes", weakened.table("episodes").collect().clear())
     out = runner.invoke(app, ["eval", str(corpus), "--baseline", str(baseline)])
     assert out.exit_code == 1
-    assert "regression: job bocd+v/compute accuracy: 50.0 vs baseline 100.0" in out.output
+    assert "regression: job bocd+v/compute accuracy: 50 vs baseline 100 (tolerance 2)" in out.output
     assert "episode bocd+v/compute recall" in out.output
     assert "measured on another version of the corpus" in out.output
 
