@@ -63,3 +63,17 @@ def test_a_long_series_without_numerical_trouble():
     series[35_000:] *= 1.25
     found = make_detector("bocd+v").detect(series)
     assert found.tolist() == [35_000]
+
+
+def test_compiled_recursion_gives_the_numpy_change_points(monkeypatch, step_series,
+                                                          gradual_series):
+    """numba is optional: the numpy recursion must find the same change points."""
+    pytest.importorskip("numba")
+    matrix = np.vstack([step_series, gradual_series, iteration_times(seed=5, noise=0.03)])
+    compiled = [make_detector(name).detect(row).tolist()
+                for name in ("bocd", "bocd+v", "bocd+b") for row in matrix]
+    many = [found.tolist() for found in Bocd().detect_many(matrix)]
+    monkeypatch.setattr("tracekit.detect.bocd.compiled", lambda: None)
+    assert compiled == [make_detector(name).detect(row).tolist()
+                        for name in ("bocd", "bocd+v", "bocd+b") for row in matrix]
+    assert many == [found.tolist() for found in Bocd().detect_many(matrix)]
