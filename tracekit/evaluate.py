@@ -102,6 +102,24 @@ def job_outcomes(jobs: pl.DataFrame, labels: pl.DataFrame, episodes: pl.DataFram
     )
 
 
+def _with_rates(table: pl.DataFrame, rates: dict[str, tuple[str, str]],
+                empty: dict[str, str] | None = None) -> pl.DataFrame:
+    """Add each rate ``name: (numerator, denominator)`` as a percentage (null over zero) and as
+    ``name_text`` in the paper's ``99.1 (106/107)`` form (``empty[name]`` or ``n/a (0/0)``
+    over zero)."""
+    empty = empty or {}
+    table = table.with_columns(
+        pl.when(pl.col(den) > 0).then(100.0 * pl.col(num) / pl.col(den)).alias(name)
+        for name, (num, den) in rates.items())
+    return table.with_columns(
+        pl.when(pl.col(den) > 0)
+        .then(pl.format("{} ({}/{})", pl.col(name).round(1).cast(pl.String), pl.col(num),
+                        pl.col(den)))
+        .otherwise(pl.lit(empty.get(name, "n/a (0/0)")))
+        .alias(f"{name}_text")
+        for name, (num, den) in rates.items())
+
+
 def job_accuracy(outcomes: pl.DataFrame) -> pl.DataFrame:
     """Counts and rates per detector and category (plus the pooled category ``all``).
 
@@ -122,19 +140,7 @@ def job_accuracy(outcomes: pl.DataFrame) -> pl.DataFrame:
     )
     rates = {"accuracy": ("correct", "jobs"), "fpr": ("fp", "negatives"),
              "fnr": ("fn", "positives")}
-    counts = counts.with_columns(
-        pl.when(pl.col(den) > 0).then(100.0 * pl.col(num) / pl.col(den)).alias(name)
-        for name, (num, den) in rates.items()
-    )
-    counts = counts.with_columns(
-        pl.when(pl.col(den) > 0)
-        .then(pl.format("{} ({}/{})", pl.col(name).round(1).cast(pl.String), pl.col(num),
-                        pl.col(den)))
-        .otherwise(pl.lit("n/a (0/0)"))
-        .alias(f"{name}_text")
-        for name, (num, den) in rates.items()
-    )
-    return counts.sort("detector", _category_order(), "category")
+    return _with_rates(counts, rates).sort("detector", _category_order(), "category")
 
 
 def episode_matches(labels: pl.DataFrame, episodes: pl.DataFrame,
@@ -285,18 +291,9 @@ def episode_accuracy(jobs: pl.DataFrame, labels: pl.DataFrame, episodes: pl.Data
     table = (names.join(recall, on=["detector", "category"], how="left")
              .join(precision, on=["detector", "category"], how="left")
              .with_columns(pl.col(counts).fill_null(0).cast(pl.Int64)))
-    table = table.with_columns(
-        pl.when(pl.col(den) > 0).then(100.0 * pl.col(num) / pl.col(den)).alias(name)
-        for name, (num, den) in rates.items()
-    )
-    return table.with_columns(
-        pl.when(pl.col(den) > 0)
-        .then(pl.format("{} ({}/{})", pl.col(name).round(1).cast(pl.String), pl.col(num),
-                        pl.col(den)))
-        .otherwise(pl.lit("n/a (0/0)" if name in ("precision", "recall") else NOT_ATTRIBUTED))
-        .alias(f"{name}_text")
-        for name, (num, den) in rates.items()
-    ).sort("detector", _category_order(), "category")
+    return _with_rates(table, rates, {"localisation": NOT_ATTRIBUTED,
+                                      "cause_accuracy": NOT_ATTRIBUTED}
+                       ).sort("detector", _category_order(), "category")
 
 
 JOB_METRICS = ("jobs", "tp", "fp", "tn", "fn", "accuracy", "fpr", "fnr")
