@@ -8,7 +8,7 @@ kept, so attribution can see which ranks changed first or most.
 An episode is a maximal run of segments (between change points) whose level is above the
 healthy baseline by more than ``min_slowdown``. The healthy baseline is the fastest sustained
 level of the job: the lowest median among segments of at least ``MIN_BASELINE_POINTS`` points.
-A slow first segment shorter than ``WARMUP_ITERATIONS`` is the warm-up, never an episode.
+Slow segments ending within the first ``WARMUP_ITERATIONS`` are the warm-up, never an episode.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ JOB_DETECTORS = ("window", "bocd", "bocd+v", "bocd+b")
 """Detectors ``tracekit detect`` runs by default: the paper's three and ours, side by side."""
 
 WARMUP_ITERATIONS = 20
-"""A slow first segment shorter than this is the job's warm-up (compilation, NCCL connection
+"""Slow segments ending before this iteration are the job's warm-up (compilation, NCCL connection
 set-up, allocator growth), not a fail-slow: there was no healthy level yet to slow down from.
 Equal to the detectors' warm-up window (``Bocd.warmup``)."""
 
@@ -111,7 +111,7 @@ def find_episodes(job: str, detector: str, series: pl.DataFrame, changepoints: n
     long = np.diff(bounds) >= MIN_BASELINE_POINTS
     baseline = float(levels[long].min() if long.any() else levels.min())
     slow = levels > baseline * (1 + min_slowdown)
-    slow[0] &= bool(bounds[1] >= WARMUP_ITERATIONS)
+    slow &= bounds[1:] >= WARMUP_ITERATIONS
     rows = []
     segment = 0
     while segment < slow.size:
