@@ -273,7 +273,7 @@ def _read_into(
         dataset.remove_parts(name, prefix, keep=writer.written.get(name, set()))
 
 
-PART_ROWS = 2_000_000
+PART_ROWS = 1_000_000
 """A source's rows are written once this many are buffered (and at its end), not per reader
 chunk: with the hive layout by rank, per-chunk writes made one small file per rank per 16 MiB."""
 
