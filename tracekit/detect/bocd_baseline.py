@@ -6,11 +6,13 @@ own rule to the drift as a whole: a candidate whose new level is above the healt
 warm-up's) by more than ``drift_floor`` opens a drift; the drift is dated by a CUSUM (Page 1954)
 of the series against the healthy level (after the last point where the CUSUM was zero, when it
 has since passed its decision interval), so a ramp starts at its first step, even one too small
-for BOCD to flag, and an abrupt step keeps its own date. The drift becomes a fail-slow once the
-mean iteration time since its onset exceeds the level before it (median of the
-``baseline_window`` points before the onset, as BOCD+V compares a change with the segment
-before it) by more than ``min_change`` (10 %, the paper's threshold and the labels' definition
-of a fail-slow); it is dropped when the CUSUM falls back to zero (the job is healthy again).
+for BOCD to flag, and an abrupt step keeps its own date. An abrupt step whose level passes
+BOCD+V's test is kept at once; otherwise the drift becomes a fail-slow once, over at least
+``baseline_window`` points, the mean iteration time since its onset exceeds the level before it
+(median of the ``baseline_window`` points before the onset, as BOCD+V compares a change with
+the segment before it) by more than ``min_change`` (10 %, the paper's threshold and the
+labels' definition of a fail-slow); it is dropped when the CUSUM falls back to zero (the job is
+healthy again).
 Lone slow iterations (GC pauses, checkpoints, evaluation) fail the median-of-window level test
 and barely move the clipped CUSUM.
 """
@@ -88,20 +90,24 @@ class BaselineVerifier(SegmentVerifier):
             return candidate  # no drift before it, or one as old as the last change (warm-up)
         return first + last_zero
 
-    def open_drift(self, candidate: int, due: int) -> list[int]:
+    def open_drift(self, candidate: int, due: int, after: float) -> list[int]:
         onset = self.onset(candidate)
         walk = np.cumsum(self.cusum_steps(onset, due + 1))
         first = self.accepted[-1] if self.accepted else 0
         before = self.previous_level(onset) if onset > first else self.healthy_level()
         points = np.asarray(self.values[onset : due + 1], dtype=np.float64)
         total = float(np.sum(np.minimum(points, DRIFT_POINT_CAP * before)))
+        if after / self.previous_level(candidate) - 1.0 > self.detector.min_change:
+            return self.keep(onset)  # an abrupt step: BOCD+V's test, dated at the drift onset
         self.drift = Drift(onset, before, due + 1, total, float(walk[-1] - min(0.0, walk.min())))
         return self.check_drift()
 
     def check_drift(self) -> list[int]:
         drift = self.drift
-        mean = drift.total / (drift.next - drift.onset)
-        if mean / drift.before - 1.0 > self.detector.min_change:
+        points = drift.next - drift.onset
+        mean = drift.total / points
+        if points >= self.detector.baseline_window and mean / drift.before - 1.0 > \
+                self.detector.min_change:
             self.drift = None
             return self.keep(drift.onset)
         if drift.cusum <= 0.0:
@@ -138,7 +144,7 @@ class BaselineVerifier(SegmentVerifier):
                 return self.keep(candidate)  # back to healthy
             return super().judge(candidate, due, after)  # the slowdown changed by > 10 %
         if relative > d.drift_floor:
-            return [] if self.drift is not None else self.open_drift(candidate, due)
+            return [] if self.drift is not None else self.open_drift(candidate, due, after)
         if relative < -d.drift_floor:
             self.baseline, self.drift = after, None  # faster than the warm-up: re-baseline
         return []

@@ -3,10 +3,11 @@ differs by more than 10 %.
 
 BOCD alone flags every GC pause and jitter burst (the paper measured 18-34 % false positives);
 verification removes them. The level after a candidate is the median of the ``verify_window``
-(5) points that start the new segment, so a candidate is judged 4 points after it (its date, and
-so the detection delay, is the candidate's own) and up to two slow iterations among five (a GC
-pause on one rank followed by another's, a checkpoint next to an evaluation) cannot pass: on the
-synthesized probing corpora a window of 3 let such pairs through. The level before is
+(7) points that start the new segment, so a candidate is judged 6 points after it (its date, and
+so the detection delay, is the candidate's own) and up to three slow iterations among seven
+cannot pass. In a 32-rank job some rank pauses for GC about one iteration in ten (every ~300
+iterations per rank), so clusters are common: on the synthesized probing corpora a window of 3
+let two GC pauses through, a window of 5 two GC pauses next to a checkpoint. The level before is
 the median of the segment since the previous kept change (at most ``baseline_window`` points).
 The paper says "mean"; a median of the same points is the robust reading of it.
 
@@ -85,9 +86,9 @@ class BocdVerify(Bocd):
     description = "BOCD with 10 % before/after verification (Greyhound)"
 
     min_change: float = PAPER_MIN_CHANGE
-    verify_window: int = 5
+    verify_window: int = 7
     """Points from a candidate on whose median is its new level (judged this many - 1 later):
-    the median of 5 ignores two disturbed iterations."""
+    the median of 7 ignores three disturbed iterations."""
     baseline_window: int = 50
     """At most this many points before a candidate give the level it is compared with."""
 
