@@ -124,9 +124,6 @@ class BaselineVerifier(SegmentVerifier):
         drift = self.drift
         if drift is None or (self.pending and super().next_due() <= drift.next):
             return super().on_due(due)
-        if drift.next > due:
-            self.drift = None  # the series ended first
-            return []
         x = float(self.values[drift.next])
         drift.total += min(x, DRIFT_POINT_CAP * drift.before)
         step = min((x / self.healthy_level() - 1.0) / self.noise, CUSUM_CLIP) - CUSUM_ALLOWANCE
