@@ -14,9 +14,10 @@ from tracekit.report.document import Report, ReportFigure, ReportTable
 from tracekit.report.figures import EVIDENCE_PANELS, iteration_timeline
 from tracekit.report.tables import percent
 
-PREFERRED_DETECTORS = ("bocd+v", "bocd+b", "bocd", "window")
-"""Detector whose episodes a job report shows when several ran: the paper's best (BOCD with
-verification) first, then the baseline-verified variant, then the plain ones."""
+PREFERRED_DETECTORS = ("bocd+b", "bocd+v", "bocd", "window")
+"""Detector whose episodes a job report shows when several ran: the baseline-verified variant
+first (measured best, docs/detectors.md), then the paper's best (BOCD with verification), then
+the plain ones."""
 
 
 def choose_detector(episodes: pl.DataFrame, detector: str | None = None) -> str | None:
