@@ -156,10 +156,11 @@ class Noise:
 
 @dataclass(frozen=True)
 class LabelPolicy:
-    """What counts as a fail-slow: an injected episode whose realised job slowdown (mean
-    iteration time over the healthy counterfactual with the same noise) is at least
-    ``min_slowdown`` for at least ``min_iterations`` iterations. Greyhound verifies change
-    points with the same 10 % threshold (paper-notes.md, BOCD+V)."""
+    """What counts as a fail-slow: an injected episode of at least ``min_iterations``
+    iterations whose realised job slowdown over the whole episode (its mean iteration time over
+    the healthy counterfactual with the same noise) is at least ``min_slowdown``. A gradual ramp
+    is judged on that mean, so one ending 13 % slow but averaging under 10 % is healthy.
+    Greyhound verifies change points with the same 10 % threshold (paper-notes.md, BOCD+V)."""
 
     min_slowdown: float = 0.10
     min_iterations: int = 10
