@@ -74,6 +74,36 @@ class Detector(ABC):
         return self.changepoints
 
 
+@dataclass
+class OfflineDetector(Detector):
+    """A detector that needs the whole series: ``update`` only buffers the point, and
+    ``changepoints`` searches everything buffered so far (cached until the next point)."""
+
+    def reset(self) -> None:
+        self._values: list[float] = []
+        self._cache: np.ndarray | None = None
+
+    def update(self, x: float) -> list[int]:
+        self._values.append(x)
+        self._cache = None
+        return []
+
+    @property
+    def changepoints(self) -> np.ndarray:
+        if self._cache is None:
+            self._cache = self._search(np.asarray(self._values, dtype=np.float64))
+        return self._cache
+
+    def detect(self, series) -> np.ndarray:
+        self.reset()
+        self._values = as_series(series).tolist()
+        return self.changepoints
+
+    @abstractmethod
+    def _search(self, series: np.ndarray) -> np.ndarray:
+        """Change points of the whole buffered series."""
+
+
 def reference_level(warmup: np.ndarray, min_noise: float) -> tuple[np.ndarray, np.ndarray]:
     """Healthy level and relative noise of each series from its first points (last axis).
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import gammaln
 
-from tracekit.detect.base import Detector, as_series
+from tracekit.detect.base import OfflineDetector
 from tracekit.detect.bocd import DEFAULT_HAZARD, NormalGamma
 
 OCP_TRUNCATION = 1e-4
@@ -91,7 +91,7 @@ def map_changepoints(series: np.ndarray, hazard: float = DEFAULT_HAZARD,
 
 
 @dataclass
-class BocdMap(Detector):
+class BocdMap(OfflineDetector):
     """BOCD returning the MAP segmentation exactly as R's ocp does under TCPD's defaults."""
 
     name = "bocd-map"
@@ -104,24 +104,6 @@ class BocdMap(Detector):
     alpha0: float = 1.0
     beta0: float = 1.0
 
-    def reset(self) -> None:
-        self._values: list[float] = []
-        self._cache: np.ndarray | None = None
-
-    def update(self, x: float) -> list[int]:
-        self._values.append(x)
-        self._cache = None
-        return []
-
-    @property
-    def changepoints(self) -> np.ndarray:
-        if self._cache is None:
-            prior = NormalGamma(self.mu0, self.kappa0, self.alpha0, self.beta0)
-            series = standardise(np.asarray(self._values, dtype=np.float64))
-            self._cache = map_changepoints(series, self.hazard, prior, self.truncation)
-        return self._cache
-
-    def detect(self, series) -> np.ndarray:
-        self.reset()
-        self._values = as_series(series).tolist()
-        return self.changepoints
+    def _search(self, series: np.ndarray) -> np.ndarray:
+        prior = NormalGamma(self.mu0, self.kappa0, self.alpha0, self.beta0)
+        return map_changepoints(standardise(series), self.hazard, prior, self.truncation)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import ruptures
 
-from tracekit.detect.base import MAD_TO_SIGMA, Detector, as_series
+from tracekit.detect.base import MAD_TO_SIGMA, OfflineDetector
 
 
 def robust_standardise(series: np.ndarray) -> np.ndarray:
@@ -29,7 +29,7 @@ def robust_standardise(series: np.ndarray) -> np.ndarray:
 
 
 @dataclass
-class RupturesDetector(Detector):
+class RupturesDetector(OfflineDetector):
     """Offline ruptures search with a BIC penalty on the robustly standardised series."""
 
     model: str = "l2"
@@ -39,26 +39,6 @@ class RupturesDetector(Detector):
     beyond 1e4 points."""
     penalty: float = 0.0
     """Penalty per change; 0 means the BIC default 2 log n."""
-
-    def reset(self) -> None:
-        self._values: list[float] = []
-        self._cache: np.ndarray | None = None
-
-    def update(self, x: float) -> list[int]:
-        self._values.append(x)
-        self._cache = None
-        return []
-
-    @property
-    def changepoints(self) -> np.ndarray:
-        if self._cache is None:
-            self._cache = self._search(np.asarray(self._values))
-        return self._cache
-
-    def detect(self, series) -> np.ndarray:
-        self.reset()
-        self._values = as_series(series).tolist()
-        return self.changepoints
 
     def _search(self, series: np.ndarray) -> np.ndarray:
         if series.size < 2 * self.min_size:
