@@ -17,7 +17,14 @@ from tracekit import schema
 from tracekit.errors import InputError
 from tracekit.identity import IdentityMap
 from tracekit.ingest import metric_names
-from tracekit.ingest.base import Chunk, Reader, Source, quarantine_frame
+from tracekit.ingest.base import (
+    Chunk,
+    Reader,
+    Source,
+    csv_row_text,
+    quarantine_frame,
+    read_csv_cells,
+)
 from tracekit.ingest.prometheus import gpu_metric_rows
 from tracekit.ingest.snapshots import epoch_ns
 
@@ -61,16 +68,13 @@ class AcmeTraceReader(Reader):
     def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
         metric = metric_of(source, options)
         identity = IdentityMap.load(options.get("identity_map"))
-        with source.open() as stream:
-            wide = pl.read_csv(stream, infer_schema=False, truncate_ragged_lines=True)
-        stamped = wide.with_row_index("line_no", offset=2).with_columns(
-            epoch_ns(pl.col("Time")).alias("ts_ns"))
+        wide = read_csv_cells(source)
+        stamped = wide.with_columns(epoch_ns(pl.col("Time")).alias("ts_ns"))
         bad = stamped.filter(pl.col("ts_ns").is_null()).select(
-            pl.col("line_no").cast(pl.Int64), pl.lit("Time is not a unix time").alias("reason"),
-            pl.concat_str(wide.columns, separator=",", ignore_nulls=True).alias("line"))
+            "line_no", pl.lit("Time is not a unix time").alias("reason"), csv_row_text(wide))
         long = stamped.drop_nulls("ts_ns").unpivot(
-            [c for c in wide.columns if c != "Time"], index=["ts_ns"], variable_name="column",
-            value_name="raw",
+            [c for c in wide.columns if c not in ("Time", "line_no")], index=["ts_ns"],
+            variable_name="column", value_name="raw",
         ).with_columns(pl.col("raw").cast(pl.Float64, strict=False).alias("value"))\
             .drop_nulls("value").unique(["column", "ts_ns"], keep="first", maintain_order=True)
         cells = long.with_columns(

@@ -248,6 +248,23 @@ def read_ahead(items: Iterator[T], depth: int = 1) -> Iterator[T]:
         worker.join()
 
 
+def read_csv_cells(source: Source) -> pl.DataFrame:
+    """A whole headed CSV file as text cells plus its ``line_no`` (the header is line 1).
+
+    Nothing is inferred, so one bad cell is quarantined by the reader instead of failing the file.
+    """
+    with source.open() as stream:
+        cells = pl.read_csv(stream, infer_schema=False, truncate_ragged_lines=True)
+    return cells.with_row_index("line_no", offset=2)
+
+
+def csv_row_text(cells: pl.DataFrame) -> pl.Expr:
+    """The ``line`` a quarantine row shows for a row of :func:`read_csv_cells`: its non-empty
+    cells joined by commas."""
+    return pl.concat_str([c for c in cells.columns if c != "line_no"], separator=",",
+                         ignore_nulls=True).alias("line")
+
+
 def quarantine_frame(source: Source, bad: pl.DataFrame) -> pl.DataFrame:
     """Build quarantine rows from a frame with ``line_no``, ``line`` and ``reason`` columns."""
     return bad.select(

@@ -19,7 +19,15 @@ from tracekit import schema
 from tracekit.errors import InputError
 from tracekit.identity import IdentityMap, learn_hosts, normalise_bus_id
 from tracekit.ingest import metric_names
-from tracekit.ingest.base import Chunk, Reader, Source, iter_line_batches, quarantine_frame
+from tracekit.ingest.base import (
+    Chunk,
+    Reader,
+    Source,
+    csv_row_text,
+    iter_line_batches,
+    quarantine_frame,
+    read_csv_cells,
+)
 from tracekit.ingest.counters import collapse_repeats, counter_rates
 from tracekit.ingest.ipmitool import disambiguate, sensor_metric
 from tracekit.ingest.rnic import nic_rows
@@ -465,10 +473,10 @@ class PrometheusCsvReader(Reader):
             and header[-1] == "value"
 
     def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
-        with source.open() as stream:
-            frame = pl.read_csv(stream, infer_schema=False, truncate_ragged_lines=True)
-        label_columns = [c for c in frame.columns if c not in ("timestamp", "__name__", "value")]
-        framed = frame.with_row_index("line_no", offset=2).with_columns(
+        frame = read_csv_cells(source)
+        label_columns = [c for c in frame.columns
+                         if c not in ("line_no", "timestamp", "__name__", "value")]
+        framed = frame.with_columns(
             epoch_ns(pl.col("timestamp")).alias("ts_ns"),
             pl.col("value").cast(pl.Float64, strict=False).alias("_value"),
         )
@@ -477,7 +485,7 @@ class PrometheusCsvReader(Reader):
         checked = framed.with_columns(reason.alias("reason"))
         bad = checked.filter(pl.col("reason").is_not_null()).select(
             pl.col("line_no").cast(pl.Int64), "reason",
-            pl.concat_str(frame.columns, separator=",", ignore_nulls=True).alias("line"))
+            csv_row_text(frame))
         good = checked.filter(pl.col("reason").is_null())
         samples = good.select(
             pl.col("line_no").cast(pl.Int64), pl.col("__name__").alias("name"),
