@@ -8,7 +8,7 @@ EXTRAS := dev,notebooks,distributed
 TORCH  := torch==2.13.0
 DEMO   := build/demo
 
-.PHONY: help venv demo test bench bench-scale lint report clean
+.PHONY: help venv demo test bench bench-scale lint report baseline clean
 
 help:
 	@echo "make demo    set up and analyse the embedded sample job"
@@ -17,6 +17,7 @@ help:
 	@echo "make bench-scale  ingest + analysis with no cluster, local:1 and local:2 (Dask)"
 	@echo "make lint    ruff check"
 	@echo "make report  write reports for the committed corpus under reports/"
+	@echo "make baseline  re-measure the CI accuracy baseline (commit it with the change that moved it)"
 	@echo "make clean   remove build outputs (keeps .venv)"
 
 $(STAMP): pyproject.toml
@@ -46,6 +47,9 @@ lint: venv
 
 report: venv
 	$(BIN)/tracekit report datasets/corpus -o reports/corpus
+
+baseline: venv
+	$(BIN)/tracekit eval datasets/corpus --update-baseline datasets/baselines/accuracy.json
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache .hypothesis
