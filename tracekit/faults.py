@@ -17,9 +17,6 @@ from tracekit.errors import InputError
 
 HOURS_PER_DAY = 24.0
 
-EVENT_SCHEMA = pl.Schema({"node": pl.String, "t_day": pl.Float64, "event": pl.String,
-                          "level": pl.String, "fault_class": pl.String, "desc": pl.String})
-
 
 def load_fault_trace(path: str | Path) -> pl.DataFrame:
     """The trace's events, one row each, in file order; a clear error for a file that is not

@@ -16,9 +16,6 @@ import polars as pl
 THERMAL_FLAGS = ("clock_event_hw_thermal", "clock_event_sw_thermal")
 """DCGM clock-event reasons (NVML ``nvmlClocksEventReason*``) that mean thermal throttling."""
 
-THERMAL_BITS = 0x20 | 0x40
-"""sw_thermal | hw_thermal in ``clocks_event_reasons`` (tracekit/ingest/metric_names.py)."""
-
 FLAG_SHARE = 0.5
 """A clock-event flag counts as set in a window when it is set in at least half its samples."""
 

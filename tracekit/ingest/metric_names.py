@@ -132,11 +132,6 @@ def unknown_dcgm_metric(names: pl.Expr) -> pl.Expr:
     return names.str.to_lowercase().str.replace(r"^dcgm_(fi_)?", "")
 
 
-def decode_clock_events(mask: int) -> list[str]:
-    """Names of the flags set in a clock-event (throttle) reason bitmask."""
-    return [name for bit, name in CLOCK_EVENT_FLAGS.items() if mask & bit]
-
-
 def clock_event_flag_rows(samples: pl.DataFrame) -> pl.DataFrame:
     """One 0/1 ``clock_event_<flag>`` row per flag for every ``clocks_event_reasons`` sample,
     so "was GPU 2 thermally throttled at t" is a filter, not bit arithmetic."""

@@ -12,7 +12,6 @@ decoding, so the README's not-quite-JSON lines parse too.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
 import polars as pl
@@ -34,8 +33,6 @@ DATATYPES = {
     "ncclBfloat16": "bfloat16", "ncclFloat8e4m3": "float8e4m3", "ncclFloat8e5m2": "float8e5m2",
 }
 """Datatype names printed by 2.24+ (``ncclDatatypeToString``); 2.23 prints the enum value."""
-
-FILE_NAME = re.compile(r"(?:_(?P<hash>\d+)_(?P<rank>\d+)\.json|-[^-]+-\d+\.txt)$")
 
 
 def comm_hash_hex(decimal: pl.Expr) -> pl.Expr:

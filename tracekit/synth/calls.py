@@ -46,12 +46,6 @@ class Identity:
         streams = heaps + 0x1C7F0E510
         return cls(hosts, pids, handles, buffers, streams)
 
-    def group_of(self, layout: Layout, rank: int, group: str) -> int:
-        """Index of the communicator instance of kind ``group`` that holds ``rank``."""
-        t, d, p = layout.coords(rank)
-        return {"world": 0, "tp": p * layout.dp + d, "dp": p * layout.tp + t,
-                "pp": d * layout.tp + t, "embedding": d * layout.tp + t}[group]
-
 
 @dataclass
 class _Slots:

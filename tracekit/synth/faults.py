@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -172,15 +172,6 @@ class NoiseEvent:
     iteration: int
     rank: int | None
     seconds: float
-
-
-@dataclass
-class Plan:
-    """Everything random about a job, drawn once from the seed before simulation."""
-
-    faults: list[Fault]
-    episodes: dict[int, list[Fault]]
-    events: list[NoiseEvent] = field(default_factory=list)
 
 
 def resolve(injections: list[Injection], layout: Layout, iterations: int, iteration_s: float,

@@ -31,10 +31,6 @@ class Model:
     fp16: bool = False
     """fp16 with a loss scaler (adds the found-inf all-reduce); bf16 otherwise."""
 
-    @property
-    def ffn_hidden(self) -> int:
-        return 4 * self.hidden
-
     def layer_forward_flops(self) -> float:
         """FLOPs of one transformer layer forward for one micro-batch (Narayanan et al. 2021,
         eq. 2 without recomputation: 24 B s h^2 (1 + s / 6h))."""
@@ -76,7 +72,6 @@ class Hardware:
     nvlink_latency_s: float = 8e-6
     rdma_latency_s: float = 25e-6
     sm_clock_mhz: int = 1410
-    mem_clock_mhz: int = 1593
     model_name: str = "NVIDIA A100-SXM4-80GB"
     tdp_w: float = 400.0
     nics_per_host: int = 4
@@ -88,7 +83,7 @@ class Hardware:
 HARDWARE: dict[str, Hardware] = {
     "a100": Hardware(),
     "h800": Hardware("h800", gpu_tflops=400.0, nvlink_gbps=200.0, rdma_gbps=50.0,
-                     sm_clock_mhz=1980, mem_clock_mhz=2619, model_name="NVIDIA H800",
+                     sm_clock_mhz=1980, model_name="NVIDIA H800",
                      tdp_w=700.0, host_cpus=224),
 }
 

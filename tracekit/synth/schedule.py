@@ -162,7 +162,7 @@ class StageSchedule:
                                           timers, **kw))
         return ops
 
-    def _get_batch(self, stage: int, timers, **kw) -> list[Op]:
+    def _get_batch(self, stage: int, **kw) -> list[Op]:
         """Load a micro-batch and broadcast it over TP (get_batch_on_this_tp_rank): tokens and
         position ids on the first stage, labels and loss mask on the last."""
         layout, m = self.layout, self.layout.model
@@ -182,7 +182,7 @@ class StageSchedule:
         return ops
 
     def _forward(self, stage: int, timers=("forward-compute",), **kw) -> list[Op]:
-        ops = self._get_batch(stage, timers, **kw)
+        ops = self._get_batch(stage, **kw)
         for _ in range(self.layout.layers_per_stage):
             ops += self._tp_forward(timers, **kw)
         if stage == self.layout.pp - 1 and self.layout.dp > 1:

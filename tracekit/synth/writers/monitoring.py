@@ -111,11 +111,11 @@ def write_monitoring(out: Path, run, starts_ns: np.ndarray, ends_ns: np.ndarray)
                             busy * hw.host_cpus * contention, hw.host_cpus, host_rng)
         every = IPMI_INTERVAL_S // SCRAPE_INTERVAL_S
         write_ipmitool(folder / "ipmitool_sensor.txt", host, times[::every],
-                       _ipmi_sensors(run, np.round(temp[::every]), power[::every].sum(axis=1),
+                       _ipmi_sensors(np.round(temp[::every]), power[::every].sum(axis=1),
                                      busy[::every], inlet_rise[::every], host_rng))
 
 
-def _ipmi_sensors(run, gpu_temp: np.ndarray, gpu_power_w: np.ndarray, busy: np.ndarray,
+def _ipmi_sensors(gpu_temp: np.ndarray, gpu_power_w: np.ndarray, busy: np.ndarray,
                   inlet_rise: np.ndarray, rng: np.random.Generator) -> dict[str, tuple]:
     """The BMC's view of a host: air temperatures, CPU and GPU temperatures (the GPUs' agree
     with DCGM), fans that follow the hottest GPU, and the chassis power."""
