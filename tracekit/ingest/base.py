@@ -18,7 +18,6 @@ from typing import BinaryIO, ClassVar, TypeVar
 import polars as pl
 
 from tracekit import schema
-from tracekit.errors import InputError
 
 SNIFF_BYTES = 64 * 1024
 """How much of a file readers see when sniffing its format."""
@@ -273,10 +272,3 @@ def quarantine_frame(source: Source, bad: pl.DataFrame) -> pl.DataFrame:
         pl.col("reason").cast(pl.String),
         pl.col("line").str.slice(0, schema.RAW_LINE_LIMIT).alias("raw"),
     )
-
-
-def require_option(options: dict[str, str], key: str, source: Source, why: str) -> str:
-    """An option value a reader cannot do without; a clear error naming the file otherwise."""
-    if key not in options:
-        raise InputError(f"{why}; pass it with --option {key}=VALUE", source.name)
-    return options[key]
