@@ -127,9 +127,12 @@ ITERATIONS = Table(
         _c("t_start_ns", I64, NS, "iteration start"),
         _c("t_end_ns", I64, NS, "iteration end"),
         _c("duration_s", F64, "s", "iteration time"),
-        _c("source", STR, "", "where it comes from: acf (reconstructed from collectives) or "
-           "framework (Megatron, MLPerf, what-if trace, step table)"),
-        _c("quality", STR, "", "ok, or why the boundaries are uncertain (resync, gap, disturbed)"),
+        _c("source", STR, "", "where it comes from: acf (reconstructed from collectives), "
+           "framework (Megatron, MLPerf, what-if trace, step table) or truth (a labeled job's "
+           "true iterations)"),
+        _c("quality", STR, "", "ok, or why the duration is uncertain: disturbed (extra calls "
+           "inside), resync (a boundary from a secondary call), interval-mean (mean over a "
+           "log interval), normalised (step time without a unit)"),
     ),
     key=("job", "source", "rank", "iteration"),
     time_column="t_start_ns",
@@ -242,8 +245,10 @@ LABELS = Table(
         JOB,
         _c("episode", I32, "", "episode number within the job"),
         _c("fail_slow", BOOL, "", "true for a fail-slow, false for a benign disturbance "
-           "(GC pause, evaluation, checkpoint)"),
-        _c("kind", STR, "", "compute, communication, compound, or noise"),
+           "(warm-up, GC pause, evaluation, checkpoint, logging, CNP surge) or a slowdown too "
+           "small or short to count"),
+        _c("kind", STR, "", "compute, communication, compound, or noise (benign disturbances, "
+           "CNP-surge decoys included)"),
         _c("cause", STR, "", "gpu-thermal, gpu-degradation, cpu-contention, network-congestion, "
            "... joined by + when compound"),
         _c("target", STR, "", "culprit in words: rank:13, gpu:b07/5, host:b07, link:b03-b07"),
@@ -255,7 +260,9 @@ LABELS = Table(
         _c("t_end_ns", I64, NS, "episode end"),
         _c("start_iteration", I64, "", "first affected iteration"),
         _c("end_iteration", I64, "", "last affected iteration"),
-        _c("severity", F64, "x", "slowdown factor of the culprit (1.4 = 40 % slower)"),
+        _c("severity", F64, "x", "slowdown factor of the culprit (1.4 = 40 % slower); for a "
+           "CNP-surge decoy the congestion factor the surge stands for; for other noise the "
+           "episode's mean iteration time over the healthy median"),
     ),
     key=("job", "episode"),
     time_column="t_start_ns",
