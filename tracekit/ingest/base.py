@@ -264,6 +264,14 @@ def csv_row_text(cells: pl.DataFrame) -> pl.Expr:
                          ignore_nulls=True).alias("line")
 
 
+def split_on_reason(frame: pl.DataFrame, reason: pl.Expr) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``frame`` as (good, bad) rows: ``reason`` is null on a good row and says what is wrong
+    with a bad one, in the ``reason`` column :func:`quarantine_frame` reads."""
+    checked = frame.with_columns(reason.alias("reason"))
+    is_good = pl.col("reason").is_null()
+    return checked.filter(is_good), checked.filter(~is_good)
+
+
 def quarantine_frame(source: Source, bad: pl.DataFrame) -> pl.DataFrame:
     """Build quarantine rows from a frame with ``line_no``, ``line`` and ``reason`` columns."""
     return bad.select(

@@ -17,7 +17,14 @@ import polars as pl
 from tracekit.errors import InputError
 from tracekit.identity import short_host
 from tracekit.ingest import metric_names
-from tracekit.ingest.base import Chunk, Reader, Source, iter_line_batches, quarantine_frame
+from tracekit.ingest.base import (
+    Chunk,
+    Reader,
+    Source,
+    iter_line_batches,
+    quarantine_frame,
+    split_on_reason,
+)
 from tracekit.ingest.prometheus import gpu_metric_rows
 from tracekit.ingest.snapshots import TIMESTAMP_PATTERN, SnapshotClock, epoch_ns, option_ts_ns
 
@@ -108,9 +115,9 @@ def _parse(lines: pl.DataFrame, header: list[str]) \
         .then(pl.format("expected {} values, found {}", pl.col("fields").list.len(),
                         pl.col("values").list.len()))
     )
-    checked = data.with_columns(reason.alias("reason"))
-    bad = checked.filter(pl.col("reason").is_not_null()).select("line_no", "line", "reason")
-    cells = checked.filter(pl.col("reason").is_null()).explode("fields", "values").rename(
+    good, rejected = split_on_reason(data, reason)
+    bad = rejected.select("line_no", "line", "reason")
+    cells = good.explode("fields", "values").rename(
         {"fields": "field", "values": "raw"})
     truncated = cells.filter(pl.col("raw").str.ends_with("...")).height
     notes = [f"{truncated} values cut short by dmon ('...') were left out"] if truncated else []

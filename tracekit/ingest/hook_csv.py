@@ -21,6 +21,7 @@ from tracekit.ingest.base import (
     iter_line_blocks,
     quarantine_frame,
     read_ahead,
+    split_on_reason,
 )
 
 COLUMNS = (
@@ -137,9 +138,7 @@ def _parse_lines(source: Source, lines: pl.DataFrame, bytes_read: int) -> Chunk:
         .then(pl.lit("unknown datatype"))
         .otherwise(None)
     )
-    checked = typed.with_columns(reason.alias("reason"))
-    bad = checked.filter(pl.col("reason").is_not_null())
-    good = checked.filter(pl.col("reason").is_null())
+    good, bad = split_on_reason(typed, reason)
 
     typed = good.select(
         [pl.col(f"_{c}").alias(c) if c in NUMERIC_COLUMNS else pl.col(c) for c in COLUMNS])

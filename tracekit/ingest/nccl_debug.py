@@ -29,6 +29,7 @@ from tracekit.ingest.base import (
     iter_line_batches,
     quarantine_frame,
     read_ahead,
+    split_on_reason,
 )
 
 INFO_MARK = " NCCL INFO "
@@ -367,12 +368,11 @@ def _parse_inits(rows: pl.DataFrame, time_zone: str) -> tuple[pl.DataFrame, pl.D
         [pl.col(c).cast(dtype, strict=False).alias(f"_{c}") for c, dtype in INIT_NUMBERS.items()])
     out_of_range = pl.any_horizontal(
         [pl.col(f"_{c}").is_null() & pl.col(c).is_not_null() for c in INIT_NUMBERS])
-    checked = numbers.with_columns(
-        pl.when(pl.col("comm").is_null()).then(pl.lit("incomplete Init line (torn or truncated)"))
-        .when(out_of_range).then(pl.lit("Init line with a number out of range"))
-        .alias("reason"))
-    bad = checked.filter(pl.col("reason").is_not_null())
-    good = _with_timestamps(checked.filter(pl.col("reason").is_null()), "t_init_ns", time_zone)
+    reason = (pl.when(pl.col("comm").is_null())
+              .then(pl.lit("incomplete Init line (torn or truncated)"))
+              .when(out_of_range).then(pl.lit("Init line with a number out of range")))
+    good, bad = split_on_reason(numbers, reason)
+    good = _with_timestamps(good, "t_init_ns", time_zone)
     good = good.select(
         "line_no", "host", "pid",
         pl.col("comm"),
@@ -476,9 +476,8 @@ def _parse_calls(rows: pl.DataFrame, time_zone: str) -> tuple[pl.DataFrame, pl.D
                                               | (pl.col("globalrank") != "globalrank")))
         .then(pl.lit("COLL line with unexpected trailing fields"))
     )
-    checked = values.with_columns(reason.alias("reason"))
-    bad = checked.filter(pl.col("reason").is_not_null())
-    good = _with_timestamps(checked.filter(pl.col("reason").is_null()), "t_start_ns", time_zone)
+    good, bad = split_on_reason(values, reason)
+    good = _with_timestamps(good, "t_start_ns", time_zone)
     op_raw = pl.col("op_name").str.strip_suffix(":")
     op = nccl_names.op_name(op_raw).fill_null(op_raw.str.to_lowercase())
     dtype = nccl_names.dtype_name(pl.col("_datatype"))

@@ -27,6 +27,7 @@ from tracekit.ingest.base import (
     iter_line_batches,
     quarantine_frame,
     read_csv_cells,
+    split_on_reason,
 )
 from tracekit.ingest.counters import collapse_repeats, counter_rates
 from tracekit.ingest.ipmitool import disambiguate, sensor_metric
@@ -76,9 +77,8 @@ def parse_exposition(lines: pl.DataFrame) -> Exposition:
         .then(pl.lit("malformed label set"))
         .when(value.is_null()).then(pl.format("value {} is not a number", pl.col("_value")))
     )
-    checked = candidates.with_columns(reason.alias("reason"))
-    bad = checked.filter(pl.col("reason").is_not_null()).select("line_no", "line", "reason")
-    good = checked.filter(pl.col("reason").is_null())
+    good, rejected = split_on_reason(candidates, reason)
+    bad = rejected.select("line_no", "line", "reason")
     as_json = pl.concat_str(
         pl.lit("{"),
         pl.col("_labels").fill_null("").str.replace(r",\s*$", "")
@@ -482,11 +482,8 @@ class PrometheusCsvReader(Reader):
         )
         reason = (pl.when(pl.col("ts_ns").is_null()).then(pl.lit("timestamp is not a time"))
                   .when(pl.col("_value").is_null()).then(pl.lit("value is not a number")))
-        checked = framed.with_columns(reason.alias("reason"))
-        bad = checked.filter(pl.col("reason").is_not_null()).select(
-            pl.col("line_no").cast(pl.Int64), "reason",
-            csv_row_text(frame))
-        good = checked.filter(pl.col("reason").is_null())
+        good, rejected = split_on_reason(framed, reason)
+        bad = rejected.select(pl.col("line_no").cast(pl.Int64), "reason", csv_row_text(frame))
         samples = good.select(
             pl.col("line_no").cast(pl.Int64), pl.col("__name__").alias("name"),
             pl.struct([pl.col(c).replace("", None) for c in label_columns]).alias("labels"),

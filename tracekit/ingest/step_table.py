@@ -15,7 +15,14 @@ import polars as pl
 
 from tracekit import schema
 from tracekit.errors import InputError
-from tracekit.ingest.base import Chunk, Reader, Source, iter_line_batches, quarantine_frame
+from tracekit.ingest.base import (
+    Chunk,
+    Reader,
+    Source,
+    iter_line_batches,
+    quarantine_frame,
+    split_on_reason,
+)
 from tracekit.ingest.numbers import bad_number_note, finite_number, is_bad_number
 
 PRESETS: dict[str, dict[str, str]] = {
@@ -133,9 +140,7 @@ def _parse(source: Source, lines: pl.DataFrame, bytes_read: int, names: list[str
         .when(~pl.col("_first")).then(pl.lit("duplicate worker and step (first row kept)"))
         .otherwise(None)
     )
-    checked = typed.with_columns(reason.alias("reason"))
-    bad = checked.filter(pl.col("reason").is_not_null())
-    good = checked.filter(pl.col("reason").is_null())
+    good, bad = split_on_reason(typed, reason)
     seen[0] = pl.concat([seen[0], good.select("_rank", "_step")])
 
     unit = mapping["duration_unit"]
