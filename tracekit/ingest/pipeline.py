@@ -317,13 +317,15 @@ def _layout(name: str, frame: pl.DataFrame, part: str) -> list[tuple[str, pl.Dat
 
 
 def _chunk_tables(dataset: Dataset, chunk: Chunk) -> dict[str, pl.DataFrame]:
-    """The chunk's frames with the dataset's job id filled in where the source named none."""
+    """The chunk's frames with the dataset's job id in every ``job`` column: a dataset holds one
+    job, so rows from a source that names its job differently (a synthesized job's labels, a
+    renamed dump) still join the rest of the dataset."""
     frames = dict(chunk.tables)
     if chunk.quarantine is not None:
         frames["quarantine"] = chunk.quarantine
     for name, frame in frames.items():
         if "job" in schema.table(name).schema and "job" in frame.columns:
-            frames[name] = frame.with_columns(pl.col("job").fill_null(dataset.job))
+            frames[name] = frame.with_columns(pl.lit(dataset.job, pl.String).alias("job"))
     return frames
 
 

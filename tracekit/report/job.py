@@ -151,7 +151,15 @@ def job_report(dataset: Dataset, detector: str | None = None) -> Report:
     if labels.height:
         truth = report.section("Ground truth")
         matches = episode_matches(labels, episodes, [detector] if detector else [])
-        truth.tables.append(ReportTable("Labeled episodes and their detection", labels.select(
+        benign = labels.filter(~pl.col("fail_slow"))
+        labels = labels.filter(pl.col("fail_slow"))
+        if benign.height:
+            counts = benign.group_by("cause").len().sort("len", "cause", descending=[True, False])
+            truth.paragraphs.append(
+                "Benign disturbances in the labels (not fail-slows): "
+                + ", ".join(f"{row['cause']} x{row['len']}" for row in counts.iter_rows(named=True))
+                + ".")
+        truth.tables.append(ReportTable("Labeled fail-slows and their detection", labels.select(
             pl.col("episode").alias("label"), "fail_slow", "kind", "cause", "target",
             _utc("t_start_ns").alias("start (UTC)"),
             ((pl.col("t_end_ns") - pl.col("t_start_ns")) / 1e9).round(1).alias("duration (s)"),
