@@ -96,3 +96,17 @@ def test_missing_path_raises_before_anything_is_written(tmp_path):
 def test_forced_unknown_format_lists_known_formats(dump, tmp_path):
     with pytest.raises(InputError, match="known formats: .*hook-csv"):
         ingest([dump], tmp_path / "ds", format="no-such-format")
+
+
+def test_rows_take_the_dataset_job_id_whatever_the_source_calls_it(tmp_path):
+    import polars as pl
+
+    from tracekit import schema
+
+    labels = schema.conform("labels", pl.DataFrame(
+        {"job": ["synth-job-7"], "episode": [0], "fail_slow": [True], "kind": ["compute"]},
+        schema_overrides={"episode": pl.Int32}))
+    (tmp_path / "job").mkdir()
+    labels.write_parquet(tmp_path / "job" / "labels.parquet")
+    ingest([tmp_path / "job"], tmp_path / "renamed", job="renamed")
+    assert open_dataset(tmp_path / "renamed")["labels"].collect()["job"].to_list() == ["renamed"]
