@@ -296,3 +296,23 @@ def test_metric_change_reads_plainly():
         "episode a/all localisation: not measured vs baseline 100 (tolerance 2)")
     assert str(MetricChange("job a/all", "fnr", 0.0, 33.333, 2.0)) == (
         "job a/all fnr: 33.333 vs baseline 0 (tolerance 2)")
+
+
+
+def test_alarm_delay_from_the_online_report():
+    """Alarms at hand-set iterations and times: an alarm before the onset counts as zero; an
+    episode without an alarm has none, and episodes without alarm columns give null."""
+    alarms = _episodes().with_columns(
+        alarm_iteration=pl.Series([19, 24, None, 10, 11, 12], dtype=pl.Int64),
+        alarm_ns=pl.Series([230, 130, None, 45, 75, 78], dtype=pl.Int64) * S)
+    result = evaluate(JOBS, _labels(), alarms)
+    detected = result.matches.filter(pl.col("detected"))
+    assert detected.select("detector", "job", "label_episode",
+                           "alarm_delay_iterations").rows() == [
+        ("a", "c1", 0, 9), ("a", "n1", 0, 4), ("a", "n1", 1, None), ("b", "n2", 0, 6)]
+    assert detected["alarm_delay_s"].to_list() == pytest.approx([130.0, 30.0, None, 25.0])
+    everything = result.episode_table.filter(pl.col("category") == "all")
+    assert everything["alarm_delay_iterations_median"].to_list() == [6.5, 6.0]
+    assert everything["alarm_delay_s_median"].to_list() == pytest.approx([80.0, 25.0])
+    silent = evaluate(JOBS, _labels(), _episodes()).episode_table
+    assert silent["alarm_delay_iterations_median"].null_count() == silent.height

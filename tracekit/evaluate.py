@@ -7,8 +7,11 @@ Two levels, as DESIGN.md defines them after the Greyhound paper (Tables 3 and 4)
   FNR = FN / positives, each shown with its fraction (``99.1 (106/107)``), per job category and
   per detector;
 * episode level: a detected episode matches a labeled fail-slow when their intervals overlap.
-  Precision, recall, detection delay from the labeled onset (seconds and iterations), and, when
-  attribution filled them, localisation (culprit) and cause accuracy.
+  Precision, recall, detection delay from the labeled onset to the episode's dated start
+  (seconds and iterations), alarm delay from the onset to the iteration at which the detector,
+  run online, reported the change opening the episode (its confirmation latency shows here,
+  not in the detection delay), and, when attribution filled them, localisation (culprit) and
+  cause accuracy.
 
 Every function takes the canonical ``labels`` and ``episodes`` tables plus a ``jobs`` frame
 (``job``, ``category``) that lists every job of the corpus, negatives included, so a detector
@@ -39,7 +42,19 @@ OPEN_END_NS = 2**63 - 1
 """End used for an episode still open at the end of its trace (``t_end_ns`` null)."""
 
 HIGHER_IS_BETTER = ("accuracy", "precision", "recall", "localisation", "cause_accuracy")
-LOWER_IS_BETTER = ("fpr", "fnr", "delay_iterations_median", "delay_s_median")
+LOWER_IS_BETTER = ("fpr", "fnr", "delay_iterations_median", "delay_s_median",
+                   "alarm_delay_iterations_median", "alarm_delay_s_median")
+
+ALARM_COLUMNS = {"alarm_iteration": pl.Int64, "alarm_ns": pl.Int64}
+"""Columns :func:`load_corpus` adds to the episodes: the iteration whose arrival made the
+detector, run online, report the change opening the episode, and that iteration's end."""
+
+
+def with_alarm_columns(episodes: pl.DataFrame) -> pl.DataFrame:
+    """``episodes`` with :data:`ALARM_COLUMNS`, null where it lacks them."""
+    return episodes.with_columns(pl.lit(None, dtype).alias(name)
+                                 for name, dtype in ALARM_COLUMNS.items()
+                                 if name not in episodes.columns)
 
 DEFAULT_TOLERANCE = {"rate_pct": 2.0, "delay_iterations": 1.0, "delay_s": 5.0}
 """How much worse than the baseline a metric may get before the regression check fails:
@@ -149,8 +164,10 @@ def episode_matches(labels: pl.DataFrame, episodes: pl.DataFrame,
     (null when missed), the detection delay from the labeled onset, and whether the detected
     culprit and cause agree with the label (null when the episode was not attributed).
 
-    A detection that starts at or before the labeled onset has zero delay.
+    A detection that starts at or before the labeled onset has zero delay; so has an alarm
+    raised before it. The alarm delay is null when ``episodes`` lacks :data:`ALARM_COLUMNS`.
     """
+    episodes = with_alarm_columns(episodes)
     truth = _fail_slow_labels(labels).select(
         "job", pl.col("episode").alias("label_episode"), "kind", "cause", "target",
         "target_rank", "target_host", "target_gpu", "target_link",
@@ -164,7 +181,7 @@ def episode_matches(labels: pl.DataFrame, episodes: pl.DataFrame,
         pl.col("t_end_ns").fill_null(OPEN_END_NS).alias("detected_end_ns"),
         pl.col("start_iteration").alias("detected_start_iteration"),
         pl.col("kind").alias("detected_kind"), pl.col("cause").alias("detected_cause"),
-        pl.col("target").alias("detected_target"),
+        pl.col("target").alias("detected_target"), *ALARM_COLUMNS,
     )
     grid = _detector_frame(episodes, detectors).join(truth, how="cross")
     overlapping = (
@@ -188,6 +205,9 @@ def episode_matches(labels: pl.DataFrame, episodes: pl.DataFrame,
                  / 1e9),
         delay_iterations=(pl.col("detected_start_iteration")
                           - pl.col("label_start_iteration")).clip(lower_bound=0),
+        alarm_delay_s=(pl.col("alarm_ns") - pl.col("label_start_ns")).clip(lower_bound=0) / 1e9,
+        alarm_delay_iterations=(pl.col("alarm_iteration")
+                                - pl.col("label_start_iteration")).clip(lower_bound=0),
         target_correct=pl.when(attributed_target).then(
             _culprit_parts(pl.col("detected_target")) == _culprit_parts(_label_target())),
         cause_correct=pl.when(attributed_cause).then(
@@ -264,8 +284,8 @@ def _category_order() -> pl.Expr:
 def episode_accuracy(jobs: pl.DataFrame, labels: pl.DataFrame, episodes: pl.DataFrame,
                      detectors: list[str] | None = None) -> pl.DataFrame:
     """Per detector and job category (plus ``all``): precision, recall (percent, with
-    fractions), median and worst detection delay, localisation and cause accuracy over the
-    attributed matches."""
+    fractions), median and worst detection delay, median alarm delay, localisation and cause
+    accuracy over the attributed matches."""
     detectors = _detectors(episodes, detectors)
     matches = _by_category(episode_matches(labels, episodes, detectors), jobs)
     detections = _by_category(detection_matches(labels, episodes), jobs)
@@ -276,6 +296,8 @@ def episode_accuracy(jobs: pl.DataFrame, labels: pl.DataFrame, episodes: pl.Data
         delay_s_median=pl.col("delay_s").median(), delay_s_max=pl.col("delay_s").max(),
         delay_iterations_median=pl.col("delay_iterations").median(),
         delay_iterations_max=pl.col("delay_iterations").max(),
+        alarm_delay_s_median=pl.col("alarm_delay_s").median(),
+        alarm_delay_iterations_median=pl.col("alarm_delay_iterations").median(),
         attributed_targets=pl.col("target_correct").is_not_null().sum(),
         correct_targets=pl.col("target_correct").sum(),
         attributed_causes=pl.col("cause_correct").is_not_null().sum(),
@@ -300,7 +322,8 @@ JOB_METRICS = ("jobs", "tp", "fp", "tn", "fn", "accuracy", "fpr", "fnr")
 EPISODE_METRICS = ("labels", "detected_labels", "detections", "true_detections",
                    "attributed_targets", "correct_targets", "attributed_causes",
                    "correct_causes", "precision", "recall", "delay_s_median",
-                   "delay_iterations_median", "localisation", "cause_accuracy")
+                   "delay_iterations_median", "alarm_delay_s_median",
+                   "alarm_delay_iterations_median", "localisation", "cause_accuracy")
 """What the regression baseline keeps per detector and category: the exact counts behind
 every rate, so a changed number in review says which job or episode moved."""
 
@@ -361,6 +384,7 @@ class Corpus:
     jobs: pl.DataFrame
     labels: pl.DataFrame
     episodes: pl.DataFrame
+    """Every job's episodes, with :data:`ALARM_COLUMNS`."""
     iteration_errors: pl.DataFrame
     """Reconstruction error per job against its reference iterations (job, layout, reference,
     matched, median_rel_error, p99_rel_error); empty when no job has both."""
@@ -420,6 +444,26 @@ def _iteration_error(dataset) -> dict[str, Any] | None:
             "p99_rel_error": result.rel_error_quantile(0.99)}
 
 
+def episode_alarms(dataset) -> pl.DataFrame:
+    """The dataset's episodes with :data:`ALARM_COLUMNS`: the ``confirmed_iteration`` of the
+    job-level event at each episode's start, and when that iteration ended (null for an episode
+    opened by no change point, or detected before events recorded confirmations)."""
+    from tracekit.detect.episodes import job_iterations
+
+    episodes = dataset.table("episodes").collect()
+    alarms = (dataset.table("events")
+              .filter(pl.col("rank").is_null(), pl.col("confirmed_iteration").is_not_null())
+              .select("detector", pl.col("iteration").alias("start_iteration"),
+                      pl.col("confirmed_iteration").alias("alarm_iteration"))
+              .collect())
+    if episodes.is_empty() or alarms.is_empty():
+        return with_alarm_columns(episodes)
+    ends = job_iterations(dataset.table("iterations").collect()).select(
+        pl.col("iteration").alias("alarm_iteration"), pl.col("t_end_ns").alias("alarm_ns"))
+    return (episodes.join(alarms, on=["detector", "start_iteration"], how="left")
+            .join(ends, on="alarm_iteration", how="left"))
+
+
 def load_corpus(datasets: list[Path]) -> Corpus:
     """Pool the labels, episodes and reconstruction errors of ``datasets``."""
     from tracekit import schema
@@ -432,7 +476,7 @@ def load_corpus(datasets: list[Path]) -> Corpus:
         jobs.append({"job": dataset.job, "category": job_category(dataset), "layout": layout,
                      "dataset": str(path)})
         labels.append(dataset.table("labels").collect())
-        episodes.append(dataset.table("episodes").collect())
+        episodes.append(episode_alarms(dataset))
         error = _iteration_error(dataset)
         if error is not None:
             errors.append({"job": dataset.job, "layout": layout, **error})
@@ -443,7 +487,7 @@ def load_corpus(datasets: list[Path]) -> Corpus:
         jobs=pl.DataFrame(jobs, schema={"job": pl.String, "category": pl.String,
                                         "layout": pl.String, "dataset": pl.String}),
         labels=pl.concat([schema.table("labels").empty(), *labels]),
-        episodes=pl.concat([schema.table("episodes").empty(), *episodes]),
+        episodes=pl.concat([with_alarm_columns(schema.table("episodes").empty()), *episodes]),
         iteration_errors=pl.DataFrame(errors, schema=error_schema),
     )
 
@@ -492,9 +536,9 @@ class MetricChange:
 
 
 def _tolerance_for(metric: str, tolerance: dict[str, float]) -> float:
-    if metric.startswith("delay_iterations"):
+    if "delay_iterations" in metric:
         return tolerance["delay_iterations"]
-    if metric.startswith("delay_s"):
+    if "delay_s" in metric:
         return tolerance["delay_s"]
     return tolerance["rate_pct"]
 

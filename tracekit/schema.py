@@ -280,6 +280,9 @@ EVENTS = Table(
         _c("before_s", F64, "s", "mean iteration time before the change"),
         _c("after_s", F64, "s", "mean iteration time after the change"),
         _c("ratio", F64, "x", "after_s / before_s"),
+        _c("confirmed_iteration", I64, "", "iteration whose arrival made the detector, run "
+           "online, report the change (alarm delay = this - iteration); null for per-rank "
+           "series"),
     ),
     key=("job", "detector", "rank", "iteration"),
     time_column="ts_ns",

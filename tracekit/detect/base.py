@@ -8,7 +8,9 @@ point of each new segment. It works both ways with identical results:
 - offline: :meth:`Detector.detect` runs the same code over a whole series.
 
 ``changepoints`` is everything found so far, so after the last point and ``flush`` it equals what
-``detect`` returns on the whole series.
+``detect`` returns on the whole series. A change is dated at its first point but reported later
+(the points a detector needs to be sure); :meth:`Detector.confirm` gives both, the alarm delay
+being the difference.
 """
 
 from __future__ import annotations
@@ -73,6 +75,25 @@ class Detector(ABC):
         self.flush()
         return self.changepoints
 
+    def confirm(self, series) -> tuple[np.ndarray, np.ndarray]:
+        """Change points of a whole series fed point by point, sorted, and for each the index
+        of the point whose ``update`` reported it (the last point for those only ``flush``
+        reports): what an operator watching the job live would have seen, and when."""
+        values = as_series(series)
+        self.reset()
+        found: list[int] = []
+        confirmed: list[int] = []
+        for index, x in enumerate(values.tolist()):
+            reported = self.update(x)
+            found += reported
+            confirmed += [index] * len(reported)
+        reported = self.flush()
+        found += reported
+        confirmed += [values.size - 1] * len(reported)
+        order = np.argsort(found, kind="stable")
+        return (np.asarray(found, dtype=np.int64)[order],
+                np.asarray(confirmed, dtype=np.int64)[order])
+
 
 @dataclass
 class OfflineDetector(Detector):
@@ -87,6 +108,10 @@ class OfflineDetector(Detector):
         self._values.append(x)
         self._cache = None
         return []
+
+    def flush(self) -> list[int]:
+        """Every change point: an offline search reports only once the series has ended."""
+        return self.changepoints.tolist()
 
     @property
     def changepoints(self) -> np.ndarray:

@@ -58,16 +58,8 @@ def job_series(iterations: pl.DataFrame) -> JobSeries:
 
     A rank missing an iteration gets the job-level value there, so every row has full length.
     """
-    sources = set(iterations["source"].drop_nulls().unique().to_list())
-    source = next((s for s in SOURCE_PREFERENCE if s in sources), min(sources, default=None))
-    if source is None:
-        raise InputError("no iterations to detect on; ingest collectives or framework logs "
-                         "first (the iterations table is empty)")
-    chosen = iterations.filter(pl.col("source") == source, pl.col("duration_s").is_finite())
-    job = (chosen.group_by("iteration")
-           .agg(pl.col("duration_s").median(), pl.col("t_start_ns").min(),
-                pl.col("t_end_ns").max())
-           .sort("iteration"))
+    job = job_iterations(iterations)
+    chosen = _preferred_iterations(iterations)
     per_rank = chosen.filter(pl.col("rank").is_not_null())
     ranks = sorted(per_rank["rank"].unique().to_list())
     if not ranks:
@@ -80,6 +72,25 @@ def job_series(iterations: pl.DataFrame) -> JobSeries:
     return JobSeries(job, ranks, matrix)
 
 
+def _preferred_iterations(iterations: pl.DataFrame) -> pl.DataFrame:
+    """The finite iterations of the preferred source."""
+    sources = set(iterations["source"].drop_nulls().unique().to_list())
+    source = next((s for s in SOURCE_PREFERENCE if s in sources), min(sources, default=None))
+    if source is None:
+        raise InputError("no iterations to detect on; ingest collectives or framework logs "
+                         "first (the iterations table is empty)")
+    return iterations.filter(pl.col("source") == source, pl.col("duration_s").is_finite())
+
+
+def job_iterations(iterations: pl.DataFrame) -> pl.DataFrame:
+    """The job-level series detection runs on: per iteration of the preferred source, the
+    median duration across ranks, the first start and the last end."""
+    return (_preferred_iterations(iterations).group_by("iteration")
+            .agg(pl.col("duration_s").median(), pl.col("t_start_ns").min(),
+                 pl.col("t_end_ns").max())
+            .sort("iteration"))
+
+
 def segment_means(durations: np.ndarray, changepoints: np.ndarray) -> np.ndarray:
     """Mean of every segment between consecutive change points."""
     bounds = np.concatenate(([0], changepoints, [durations.size]))
@@ -87,16 +98,21 @@ def segment_means(durations: np.ndarray, changepoints: np.ndarray) -> np.ndarray
 
 
 def change_events(job: str, rank: int | None, detector: str, series: pl.DataFrame,
-                  durations: np.ndarray, changepoints: np.ndarray) -> pl.DataFrame:
-    """One ``events`` row per change point, with the mean before and after it."""
+                  durations: np.ndarray, changepoints: np.ndarray,
+                  confirmed: np.ndarray | None = None) -> pl.DataFrame:
+    """One ``events`` row per change point, with the mean before and after it and, given
+    ``confirmed`` (the index of the point that reported each), the confirming iteration."""
     means = segment_means(durations, changepoints)
     frame = pl.DataFrame({
         "job": job, "rank": rank, "detector": detector,
         "iteration": series["iteration"].gather(changepoints),
         "ts_ns": series["t_start_ns"].gather(changepoints),
         "before_s": means[:-1], "after_s": means[1:],
+        "confirmed_iteration": None if confirmed is None
+        else series["iteration"].gather(confirmed),
     }, schema_overrides={"job": pl.String, "rank": pl.Int32, "detector": pl.String,
-                         "before_s": pl.Float64, "after_s": pl.Float64})
+                         "before_s": pl.Float64, "after_s": pl.Float64,
+                         "confirmed_iteration": pl.Int64})
     frame = frame.with_columns((pl.col("after_s") / pl.col("before_s")).alias("ratio"))
     return schema.conform("events", frame)
 
@@ -247,8 +263,8 @@ def detect_dataset(dataset: Dataset | str | Path, detectors: list[str] | None = 
 def _detect_job(job: str, name: str, detector: Detector, series: JobSeries,
                 min_slowdown: float, rank_changes: list[np.ndarray]) -> Detection:
     durations = series.job["duration_s"].to_numpy()
-    job_changes = detector.detect(durations)
-    events = [change_events(job, None, name, series.job, durations, job_changes)]
+    job_changes, confirmed = detector.confirm(durations)
+    events = [change_events(job, None, name, series.job, durations, job_changes, confirmed)]
     for rank, row, changes in zip(series.ranks, series.matrix, rank_changes, strict=True):
         events.append(change_events(job, rank, name, series.job, row, changes))
     all_events = pl.concat(events)

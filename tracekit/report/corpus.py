@@ -84,7 +84,8 @@ def corpus_report(corpus: Corpus, title: str, detector: str | None = None,
             "Job-level accuracy with culprit and cause accuracy (like Greyhound's Tables 3 "
             "and 4)", accuracy_table(evaluation.job_table, evaluation.episode_table)))
         accuracy.tables.append(ReportTable(
-            "Episode level: overlap matching, delay from the labeled onset",
+            "Episode level: overlap matching; delay from the labeled onset to the detected "
+            "start, alarm delay to when the detector, run online, reported it",
             episode_accuracy_table(evaluation.episode_table)))
     if corpus.iteration_errors.height:
         report.section("Iteration-time reconstruction").tables.append(ReportTable(

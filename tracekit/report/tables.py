@@ -70,8 +70,8 @@ def job_level_table(job_table: pl.DataFrame, episode_table: pl.DataFrame) -> pl.
 
 
 def episode_accuracy_table(episode_table: pl.DataFrame) -> pl.DataFrame:
-    """Episode-level precision, recall, delay, localisation and cause accuracy per detector
-    and category."""
+    """Episode-level precision, recall, delay (to the dated start), alarm delay (to the online
+    report), localisation and cause accuracy per detector and category."""
     return episode_table.select(
         "detector", "category",
         pl.col("precision_text").alias("precision"),
@@ -79,6 +79,8 @@ def episode_accuracy_table(episode_table: pl.DataFrame) -> pl.DataFrame:
         pl.col("delay_iterations_median").round(1).alias("median delay (iterations)"),
         pl.col("delay_s_median").round(1).alias("median delay (s)"),
         pl.col("delay_s_max").round(1).alias("worst delay (s)"),
+        pl.col("alarm_delay_iterations_median").round(1).alias("median alarm delay (iterations)"),
+        pl.col("alarm_delay_s_median").round(1).alias("median alarm delay (s)"),
         pl.col("localisation_text").alias("culprit"),
         pl.col("cause_accuracy_text").alias("cause"),
     )
