@@ -6,8 +6,8 @@ attribution must read every call at least once). Also times the per-job signal b
 attribution runs before deciding episodes (communicator groups + instances, own-time gaps),
 and says whether the verdict named the injected culprit.
 
-Sizes: ``TRACEKIT_BENCH_ATTR_RANKS`` (a multiple of 4; default 16 = tp2-dp4-pp2) x
-``TRACEKIT_BENCH_ATTR_ITERATIONS`` (default 600); about a minute on 2 cores.
+Sizes: ``TRACEKIT_BENCH_ATTR_RANKS`` (a multiple of 4; default 32 = tp2-dp8-pp2) x
+``TRACEKIT_BENCH_ATTR_ITERATIONS`` (default 3,000; 5.6 M calls); about a minute on 2 cores.
 ``--profile`` prints the top cProfile entries of the attribution (cumulative time).
 """
 
@@ -72,10 +72,23 @@ def _signal_builders_s(dataset: Path) -> tuple[float, float]:
     return instances_s, gaps_s
 
 
+def _peak_rss_mb() -> float:
+    """This process's peak RSS: ``VmHWM`` (per address space, so not the forking parent's, which
+    ``ru_maxrss`` inherits across exec on Linux); ``ru_maxrss`` elsewhere."""
+    status = Path("/proc/self/status")
+    if status.exists():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def _child(dataset: str, profile: bool) -> None:
-    """Attribute in a fresh process: prints seconds, peak RSS and the first verdict."""
+    """Attribute in a fresh process: prints seconds, peak RSS (before and after), the
+    signal builders' seconds (after, so attribution ran cold) and the verdicts."""
     from tracekit.attribute import attribute_dataset
 
+    imported_mb = _peak_rss_mb()
     if profile:
         profiler = cProfile.Profile()
         profiler.enable()
@@ -83,30 +96,32 @@ def _child(dataset: str, profile: bool) -> None:
     if profile:
         profiler.disable()
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_mb = _peak_rss_mb()
+    instances_s, gaps_s = _signal_builders_s(Path(dataset))
     episodes = result.episodes
     targets = ",".join(str(t) for t in episodes["target"].to_list())
     causes = ",".join(str(c) for c in episodes["cause"].to_list())
-    print(f"RESULT {elapsed_s} {peak_mb} {episodes.height} {targets or '-'} {causes or '-'}")
+    print(f"RESULT {elapsed_s} {imported_mb} {peak_mb} {instances_s} {gaps_s} "
+          f"{episodes.height} {targets or '-'} {causes or '-'}")
 
 
 def main(profile: bool = False) -> None:
     from tracekit.dataset import open_dataset
 
-    ranks = int(os.environ.get("TRACEKIT_BENCH_ATTR_RANKS", "16"))
-    iterations = int(os.environ.get("TRACEKIT_BENCH_ATTR_ITERATIONS", "600"))
+    ranks = int(os.environ.get("TRACEKIT_BENCH_ATTR_RANKS", "32"))
+    iterations = int(os.environ.get("TRACEKIT_BENCH_ATTR_ITERATIONS", "3000"))
     if ranks % 4 or ranks < 8:
         raise SystemExit("TRACEKIT_BENCH_ATTR_RANKS must be a multiple of 4, at least 8")
     with tempfile.TemporaryDirectory() as tmp:
         prepare_s, (dataset, calls) = _timed(lambda: _prepare(Path(tmp), ranks, iterations))
         read_s, _ = _timed(lambda: open_dataset(dataset).table("collectives").collect())
-        instances_s, gaps_s = _signal_builders_s(dataset)
         child = subprocess.run(
             [sys.executable, __file__, "--child", str(dataset)] + (["--profile"] * profile),
             check=True, capture_output=True, text=True)
     lines = child.stdout.splitlines()
-    _, attribute_s, peak_mb, episodes, targets, causes = lines[-1].split(" ")
-    attribute_s = float(attribute_s)
+    fields = lines[-1].split(" ")
+    attribute_s, imported_mb, peak_mb, instances_s, gaps_s = map(float, fields[1:6])
+    episodes, targets, causes = fields[6:]
     named = f"rank:{CULPRIT_RANK}" in targets.split(",")
     if profile:
         print("\n".join(lines[:-1]))
@@ -116,10 +131,9 @@ def main(profile: bool = False) -> None:
           f"({calls / read_s / 1e6:.1f} M calls/s)")
     print(f"attribute_dataset:                      {attribute_s:.2f} s "
           f"({calls / attribute_s / 1e6:.2f} M calls/s) = {attribute_s / read_s:.1f}x the read; "
-          f"peak RSS {float(peak_mb):,.0f} MB (child process)")
+          f"peak RSS {peak_mb:,.0f} MB (child process; {imported_mb:,.0f} MB after imports)")
     print(f"  of which groups + instances {instances_s:.2f} s ({instances_s / read_s:.1f}x), "
-          f"own-time gaps {gaps_s:.2f} s ({gaps_s / read_s:.1f}x), episodes + write "
-          f"{max(0.0, attribute_s - instances_s - gaps_s):.2f} s")
+          f"own-time gaps {gaps_s:.2f} s ({gaps_s / read_s:.1f}x) (run again after it, warm)")
     print(f"verdict: target {targets}, cause {causes}; injected rank:{CULPRIT_RANK} gpu-thermal "
           f"{'named' if named else 'NOT named'}")
 
