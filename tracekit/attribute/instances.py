@@ -15,6 +15,8 @@ from tracekit.attribute.groups import COLLECTIVE_OPS, HANDLE, handle_groups
 INSTANCE_COLUMNS = ("group", "seq", "op", "bytes", "nranks", "t_ns", "last_rank",
                     "lateness_s", "transfer_s", "hosts", "members")
 
+_HOSTS = pl.col("host").unique().sort().alias("hosts")
+
 
 def member_calls(collectives: pl.LazyFrame, comms: pl.DataFrame) -> pl.DataFrame:
     """Every collective call (send / recv excluded) with its communicator ``group``; calls
@@ -32,10 +34,15 @@ def member_calls(collectives: pl.LazyFrame, comms: pl.DataFrame) -> pl.DataFrame
 def collective_instances(calls: pl.DataFrame) -> pl.DataFrame:
     """One row per (group, seq) seen on every member: start time of the instance, the rank
     that arrived last, how long the others waited for it (last arrival minus the median of the
-    others) and the transfer time (median end minus last arrival; null without end times)."""
-    ordered = calls.sort("group", "seq", "t_start_ns", "rank")
-    return (
-        ordered.group_by("group", "seq")
+    others) and the transfer time (median end minus last arrival; null without end times).
+
+    ``hosts`` and ``members`` are built once per group and joined: an instance whose calls come
+    from distinct ranks, as many as its group has, each on one host, has exactly the group's
+    members and hosts. Only other instances (a rank twice, a rank on two hosts) build their own
+    lists; per-instance lists were most of the cost."""
+    timed = (
+        calls.lazy().sort("group", "seq", "t_start_ns", "rank")
+        .group_by("group", "seq")
         .agg(
             pl.col("op").first(), pl.col("bytes").first(), pl.col("nranks").first(),
             pl.col("t_start_ns").min().alias("t_ns"),
@@ -44,11 +51,24 @@ def collective_instances(calls: pl.DataFrame) -> pl.DataFrame:
              / 1e9).alias("lateness_s"),
             ((pl.col("t_end_ns").median() - pl.col("t_start_ns").max()) / 1e9)
             .clip(lower_bound=0.0).alias("transfer_s"),
-            pl.col("host").unique().sort().alias("hosts"),
-            pl.col("rank").sort().alias("members"),
             pl.len().alias("_seen"),
         )
         .filter(pl.col("_seen") == pl.col("nranks"))
-        .select(INSTANCE_COLUMNS)
-        .sort("t_ns")
+        .collect()  # lazy: the sort carries only the columns the aggregation reads
     )
+    per_group = calls.group_by("group").agg(
+        _HOSTS, pl.col("rank").unique().sort().alias("members"),
+        (pl.col("rank").n_unique() == pl.struct("rank", "host").n_unique()).alias("_one_host"),
+        pl.col("rank").n_unique().alias("_size"))
+    repeated = (calls.filter(pl.struct("group", "seq", "rank").is_duplicated())
+                .select("group", "seq").unique().with_columns(pl.lit(True).alias("_repeated")))
+    joined = (timed.join(per_group, on="group", how="left")
+              .join(repeated, on=["group", "seq"], how="left")
+              .with_columns((pl.col("_one_host") & (pl.col("_size") == pl.col("_seen"))
+                             & pl.col("_repeated").is_null()).alias("_regular")))
+    irregular = joined.filter(~pl.col("_regular")).drop("hosts", "members")
+    own_lists = (calls.join(irregular.select("group", "seq"), on=["group", "seq"], how="semi")
+                 .group_by("group", "seq").agg(_HOSTS, pl.col("rank").sort().alias("members")))
+    return (pl.concat([joined.filter("_regular").select(INSTANCE_COLUMNS),
+                       irregular.join(own_lists, on=["group", "seq"]).select(INSTANCE_COLUMNS)])
+            .sort("t_ns", "group", "seq"))
