@@ -39,7 +39,7 @@ def collective_instances(calls: pl.DataFrame) -> pl.DataFrame:
     ``hosts`` and ``members`` are built once per group and joined: an instance whose calls come
     from distinct ranks, as many as its group has, each on one host, has exactly the group's
     members and hosts. Only other instances (a rank twice, a rank on two hosts) build their own
-    lists; per-instance lists were most of the cost."""
+    lists; per-instance lists were about half of this function's time."""
     timed = (
         # only the aggregated columns go through the sort (eager: the lazy engine is faster
         # here but peaks ~300 MB higher on 0.8 M calls)
