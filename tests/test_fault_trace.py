@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from tracekit.errors import InputError
-from tracekit.faults import (
+from tracekit.fault_trace import (
     duration_summary,
     fault_count_distribution,
     fault_intervals,

@@ -15,7 +15,12 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from tracekit.faults import fault_intervals, load_fault_trace, recurrence_per_node, relapse_share
+from tracekit.fault_trace import (
+    fault_intervals,
+    load_fault_trace,
+    recurrence_per_node,
+    relapse_share,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
