@@ -1,6 +1,7 @@
 """The ingest loop shared by every format: walk inputs, sniff, read, write parts, record.
 
-Each source writes its rows as parts named after its content hash (``<sha16>-<chunk>``), so
+Each source writes its rows as parts named after its content hash (``<sha16>-<n>``, one per
+:data:`PART_ROWS` rows), so
 ingesting the same bytes again replaces its own parts instead of adding rows, and a new file
 adds only its own parts. Unchanged sources (same hash, format and parser version) are skipped
 without reading them.
@@ -27,7 +28,7 @@ from tracekit.dataset import Dataset, create_dataset
 from tracekit.errors import InputError, TracekitError
 from tracekit.ingest import registry
 from tracekit.ingest.base import Chunk, Reader, Source
-from tracekit.ingest.sources import IGNORED_NAMES, MAX_ARCHIVE_BYTES, _hidden, iter_sources
+from tracekit.ingest.sources import MAX_ARCHIVE_BYTES, input_files, iter_sources
 from tracekit.parallel import Executor, LocalExecutor, Outcome, Report
 
 ProgressCallback = Callable[[str, int, int], None]
@@ -96,7 +97,7 @@ def ingest(
     options = dict(options or {})
     if format:
         registry.reader_for_format(format)
-    files = _input_files(paths)
+    files = input_files(paths)
     dataset = create_dataset(output, job)
     tasks = [_FileTask(str(file), str(dataset.path), dataset.job, format, options,
                        max_archive_bytes, _known_records(dataset, str(file))) for file in files]
@@ -122,20 +123,6 @@ def ingest(
         "failed_partitions": sum(not o.ok for o in outcomes)}
     dataset.save_manifest()
     return IngestSummary(output, summaries)
-
-
-def _input_files(paths: list[Path]) -> list[Path]:
-    """Every input file under ``paths`` in a stable order (folders walked sorted, recursively,
-    hidden entries skipped); a missing path is an error before anything is read."""
-    for path in paths:
-        if not path.exists():
-            raise InputError("no such file or folder", str(path))
-    files = []
-    for path in paths:
-        found = (sorted(p for p in path.rglob("*") if p.is_file() and not _hidden(p, path))
-                 if path.is_dir() else [path])
-        files.extend(f for f in found if f.name not in IGNORED_NAMES)
-    return files
 
 
 def _known_records(dataset: Dataset, file: str) -> dict[str, dict[str, Any]]:

@@ -27,26 +27,30 @@ def is_archive(path: Path | str) -> bool:
     return str(path).lower().endswith(ARCHIVE_SUFFIXES)
 
 
-def iter_sources(paths: list[Path], max_archive_bytes: int = MAX_ARCHIVE_BYTES) -> Iterator[Source]:
-    """Every input file under ``paths`` in a stable order (folders walked sorted, recursively).
+def input_files(paths: list[Path]) -> list[Path]:
+    """Every input file under ``paths`` in a stable order (folders walked sorted, recursively,
+    hidden entries and tracekit's own files skipped).
 
     Missing paths are an error before anything is read, so a typo never half-ingests a dump.
     """
     for path in paths:
         if not path.exists():
             raise InputError("no such file or folder", str(path))
+    files = []
     for path in paths:
-        if path.is_dir():
-            files = sorted(p for p in path.rglob("*") if p.is_file() and not _hidden(p, path))
+        found = (sorted(p for p in path.rglob("*") if p.is_file() and not _hidden(p, path))
+                 if path.is_dir() else [path])
+        files.extend(f for f in found if f.name not in IGNORED_NAMES)
+    return files
+
+
+def iter_sources(paths: list[Path], max_archive_bytes: int = MAX_ARCHIVE_BYTES) -> Iterator[Source]:
+    """Every input under ``paths`` as sources: files as they are, archives member by member."""
+    for file in input_files(paths):
+        if is_archive(file):
+            yield from iter_archive(file, max_archive_bytes)
         else:
-            files = [path]
-        for file in files:
-            if file.name in IGNORED_NAMES:
-                continue
-            if is_archive(file):
-                yield from iter_archive(file, max_archive_bytes)
-            else:
-                yield _file_source(file)
+            yield _file_source(file)
 
 
 def _hidden(path: Path, root: Path) -> bool:
