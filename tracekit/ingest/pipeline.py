@@ -1,10 +1,9 @@
 """The ingest loop shared by every format: walk inputs, sniff, read, write parts, record.
 
 Each source writes its rows as parts named after its content hash (``<sha16>-<n>``, one per
-:data:`PART_ROWS` rows), so
-ingesting the same bytes again replaces its own parts instead of adding rows, and a new file
-adds only its own parts. Unchanged sources (same hash, format and parser version) are skipped
-without reading them.
+:data:`PART_ROWS` rows), so ingesting the same bytes again replaces its own parts instead of
+adding rows, and a new file adds only its own parts. Unchanged sources (same hash, format and
+parser version) are skipped without reading them.
 
 One input file (a log, or an archive read member by member) is one partition: it is read and
 written by :func:`_ingest_file`, on this machine or on a Dask worker (``tracekit.parallel``),
