@@ -22,5 +22,5 @@ def build_report(source: Path, output: Path, detector: str | None = None,
         return write_report(job_report(open_dataset(source), detector), output)
     work = Path(work) if work else Path("build") / "corpus" / source.name
     corpus = load_corpus(analyze_corpus(source, work, progress))
-    return write_report(corpus_report(corpus, f"tracekit report: corpus {source.name}",
+    return write_report(corpus_report(corpus, f"tracekit corpus report: {source.name}",
                                       detector), output)
