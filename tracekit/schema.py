@@ -117,6 +117,46 @@ COMMS = Table(
     time_column="t_init_ns",
 )
 
+COLLECTIVE_BUCKETS = Table(
+    "collective_buckets",
+    "one GPU's collective or P2P calls of one comm, op, message-size bucket and algorithm / "
+    "protocol, aggregated over one dump interval (NCCL Inspector Prometheus files)",
+    (
+        _c("ts_ns", I64, NS, "end of the dump interval: the snapshot's '# ts=' marker, else a "
+           "time in the file name, else --option ts; null when none (the Inspector prints no "
+           "time)"),
+        JOB,
+        _c("slurm_job_id", STR, "", "SLURM job id the Inspector printed (null when it printed "
+           "unknown)"),
+        HOST,
+        _c("cuda_dev", I32, "", "CUDA device index seen by the process (the Inspector's "
+           "GPU<i>)"),
+        _c("gpu_uuid", STR, "", "GPU UUID from the standard file name "
+           "nccl_inspector_metrics_<GPU-UUID>.prom, else null"),
+        _c("comm_name", STR, "", "name the framework gave the comm (null when unknown)"),
+        _c("n_nodes", I32, "", "number of nodes the communicator spans"),
+        _c("nranks", I32, "", "number of ranks in the communicator"),
+        _c("kind", STR, "", "collective or p2p"),
+        _c("op", STR, "", "operation, as in collectives.op (allreduce, reducescatter, send, "
+           "...)"),
+        _c("algorithm", STR, "", "NCCL algorithm, lower case (ring, tree, nvls, ...); null for "
+           "p2p"),
+        _c("protocol", STR, "", "NCCL protocol, lower case (simple, ll, ll128); null for p2p"),
+        _c("bytes_low", I64, "bytes", "smallest message size of the bucket (inclusive; "
+           "buckets are [n, n+1) KiB / MiB / GiB ...)"),
+        _c("bytes_high", I64, "bytes", "end of the bucket's message sizes (exclusive)"),
+        _c("busbw_geomean_gbs", F64, "GB/s", "geometric mean bus bandwidth of the bucket's "
+           "calls (10^9 B/s); null when no call had a positive bandwidth"),
+        _c("exec_time_mean_us", F64, "us", "arithmetic mean execution time of the bucket's "
+           "calls"),
+        _c("inspector_version", STR, "", "Inspector Prometheus format version label (v5.1: "
+           "profiler interface 5, format minor 1)"),
+    ),
+    key=("job", "ts_ns", "host", "cuda_dev", "comm_name", "nranks", "op", "bytes_low",
+         "algorithm", "protocol"),
+    time_column="ts_ns",
+)
+
 ITERATIONS = Table(
     "iterations",
     "one training iteration on one rank (or the whole job when rank is null)",
@@ -442,6 +482,7 @@ TABLES: dict[str, Table] = {
     for t in (
         COLLECTIVES,
         COMMS,
+        COLLECTIVE_BUCKETS,
         ITERATIONS,
         MEGATRON_STEPS,
         MEGATRON_TIMERS,
