@@ -180,6 +180,10 @@ def test_sniffing_sends_inspector_files_here_and_exporters_elsewhere(formats_dir
     assert fmt(next(formats_dir.glob("nccl_inspector_gpu-*.log"))) == "nccl-inspector"
     renamed = Source.from_bytes("metrics.txt", sample.read_bytes())
     assert registry.sniff(renamed).format == "nccl-inspector-prom"
+    reader = NcclInspectorPromReader()
+    assert not reader.sniff(Source.from_bytes(STANDARD_NAME, b""))
+    assert not reader.sniff(Source.from_bytes(STANDARD_NAME, b"# HELP only a comment\n"))
+    assert reader.sniff(Source.from_bytes(STANDARD_NAME, b"# comment\nnccl_p2p_total 4\n"))
 
 
 def test_reingest_is_idempotent(sample, tmp_path):

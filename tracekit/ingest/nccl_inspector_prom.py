@@ -19,7 +19,14 @@ import polars as pl
 from tracekit import schema
 from tracekit.identity import IdentityMap
 from tracekit.ingest import nccl_names
-from tracekit.ingest.base import Chunk, Reader, Source, iter_line_batches, quarantine_frame
+from tracekit.ingest.base import (
+    Chunk,
+    Reader,
+    Source,
+    iter_line_batches,
+    quarantine_frame,
+    split_on_reason,
+)
 from tracekit.ingest.prometheus import label, parse_exposition
 from tracekit.ingest.snapshots import SnapshotClock, file_name_ts_ns, option_ts_ns
 
@@ -60,7 +67,8 @@ class NcclInspectorPromReader(Reader):
         """A text exposition whose samples are all ``nccl_*`` (the Prometheus text reader
         refuses exactly these, so every exposition has one reader)."""
         head = source.head_text.splitlines()
-        lines = pl.DataFrame({"line": head[:-1] or head}).with_row_index("line_no")
+        whole = head[:-1] if len(source.head) < source.size else head  # the cut line is no sample
+        lines = pl.DataFrame({"line": whole}, schema={"line": pl.String}).with_row_index("line_no")
         parsed = parse_exposition(lines)
         names = parsed.samples["name"]
         return len(names) >= max(1, parsed.bad.height) and bool(
@@ -98,7 +106,7 @@ def _parse(source: Source, lines: pl.DataFrame, bytes_read: int, identity: Ident
     known = name.is_in([*BANDWIDTH_METRICS, *EXEC_TIME_METRICS])
     state.other_metrics.update(samples.filter(~known)["name"].unique().to_list())
     buckets = _bucket_columns(samples.filter(known), identity)
-    good, bad = _split_bad(buckets)
+    good, bad = split_on_reason(buckets, _reason())
     partial = good.select(
         *KEY,
         pl.when(name.is_in(BANDWIDTH_METRICS)).then("value").alias("busbw_geomean_gbs"),
@@ -171,8 +179,9 @@ def _unknown_as_null(text: pl.Expr) -> pl.Expr:
     return pl.when(text != "unknown").then(text)
 
 
-def _split_bad(buckets: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    reason = (
+def _reason() -> pl.Expr:
+    """Why a bucket sample cannot be read (null when it can)."""
+    return (
         pl.when(pl.col("_coll_sn").is_not_null())
         .then(pl.lit("per-op layout of the NCCL 2.28 Inspector (coll_sn label) is not read; "
                      "use its JSON Lines output"))
@@ -187,9 +196,6 @@ def _split_bad(buckets: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         .when(pl.col("bytes_low").is_null() | (pl.col("bytes_high") <= pl.col("bytes_low")))
         .then(pl.format("message_size {} is not <low>-<high><B|KB|MB|GB|TB>", pl.col("_size")))
     )
-    checked = buckets.with_columns(reason.alias("reason"))
-    is_good = pl.col("reason").is_null()
-    return checked.filter(is_good), checked.filter(~is_good)
 
 
 def _merge_pairs(partial: pl.DataFrame) -> pl.DataFrame:
