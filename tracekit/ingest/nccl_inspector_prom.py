@@ -27,7 +27,7 @@ from tracekit.ingest.base import (
     quarantine_frame,
     split_on_reason,
 )
-from tracekit.ingest.prometheus import label, parse_exposition
+from tracekit.ingest.prometheus import head_samples, label, nccl_only, parse_exposition
 from tracekit.ingest.snapshots import SnapshotClock, file_name_ts_ns, option_ts_ns
 
 BANDWIDTH_METRICS = ("nccl_bus_bandwidth_gbs", "nccl_p2p_bus_bandwidth_gbs")
@@ -66,13 +66,8 @@ class NcclInspectorPromReader(Reader):
     def sniff(self, source: Source) -> bool:
         """A text exposition whose samples are all ``nccl_*`` (the Prometheus text reader
         refuses exactly these, so every exposition has one reader)."""
-        head = source.head_text.splitlines()
-        whole = head[:-1] if len(source.head) < source.size else head  # the cut line is no sample
-        lines = pl.DataFrame({"line": whole}, schema={"line": pl.String}).with_row_index("line_no")
-        parsed = parse_exposition(lines)
-        names = parsed.samples["name"]
-        return len(names) >= max(1, parsed.bad.height) and bool(
-            names.str.starts_with("nccl_").all())
+        names, bad = head_samples(source)
+        return len(names) >= max(1, bad) and nccl_only(names)
 
     def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
         clock = SnapshotClock(_dump_time_ns(source, options), None)

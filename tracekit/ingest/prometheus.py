@@ -367,7 +367,18 @@ def _chunk(source: Source, routed: Routed, bad: pl.DataFrame | None, lines: int,
     )
 
 
-def _nccl_only(names: pl.Series) -> bool:
+def head_samples(source: Source) -> tuple[pl.Series, int]:
+    """The metric names of the samples in a source's first bytes and how many lines there are
+    no sample (a line cut by the sniff limit is left out): what both exposition readers sniff."""
+    head = source.head_text.splitlines()
+    whole = head[:-1] if len(source.head) < source.size else head
+    parsed = parse_exposition(pl.DataFrame({"line": whole}, schema={"line": pl.String})
+                              .with_row_index("line_no"))
+    return parsed.samples["name"], parsed.bad.height
+
+
+def nccl_only(names: pl.Series) -> bool:
+    """Every sample is an ``nccl_*`` series: an NCCL Inspector file, not a monitoring export."""
     return bool(len(names)) and bool(names.str.starts_with("nccl_").all())
 
 
@@ -380,16 +391,10 @@ class PrometheusTextReader(Reader):
                   "ipmi_exporter, promtool tsdb dump"
 
     def sniff(self, source: Source) -> bool:
-        head = source.head_text
-        if source.head.lstrip()[:1] in (b"{", b"[") and '"resultType"' in head:
+        if source.head.lstrip()[:1] in (b"{", b"[") and '"resultType"' in source.head_text:
             return False
-        lines = pl.DataFrame({"line": head.splitlines()[:-1] or head.splitlines()}) \
-            .with_row_index("line_no")
-        if lines.height == 0:
-            return False
-        parsed = parse_exposition(lines)
-        return parsed.samples.height >= max(1, parsed.bad.height) \
-            and not _nccl_only(parsed.samples["name"])
+        names, bad = head_samples(source)
+        return len(names) >= max(1, bad) and not nccl_only(names)
 
     def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
         clock = SnapshotClock.for_source(source, options)
