@@ -6,7 +6,8 @@ executor is the only place that knows where such a function runs, so a laptop an
 the same code and produce the same rows. Without a cluster nothing about Dask is imported.
 
 Cluster addresses (``--cluster``): ``local`` starts a LocalCluster with one worker process per
-CPU, ``local:N`` one with N workers, ``tcp://host:port`` connects to a running scheduler
+CPU, ``local:N`` one with N workers (a worker is one core: one thread, native pools capped by
+:data:`ONE_CORE_ENVIRONMENT`), ``tcp://host:port`` connects to a running scheduler
 (dask-jobqueue on Slurm, the Dask Kubernetes operator, ``dask scheduler`` by hand; see
 ``docs/scale-out.md``). Workers must see the input and dataset folders at the same paths.
 """
@@ -35,6 +36,14 @@ worker lost to the OOM killer or a flaky network filesystem should not fail a jo
 
 CONNECT_TIMEOUT_S = 10.0
 """How long to wait for a scheduler at ``tcp://host:port`` before giving up with a clear error."""
+
+ONE_CORE_ENVIRONMENT = {
+    "POLARS_MAX_THREADS": "1", "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+"""Environment of a LocalCluster worker process, set before it imports polars or numba: a
+worker is one core. Without it every worker's polars and numba start a thread per CPU, so
+``local:1`` already uses every core and N workers oversubscribe them N times (standard Dask
+practice; ``docs/scale-out.md`` sets the same on Slurm and Kubernetes workers)."""
 
 CLUSTER_FORMS = "`local`, `local:N` (N workers on this machine) or `tcp://host:port` (a running " \
                 "Dask scheduler)"
@@ -298,6 +307,27 @@ def _check_reachable(address: str, timeout_s: float) -> None:
             "that this machine can connect to it") from None
 
 
+def _one_core_cluster(local_cluster: Callable[..., Any], workers: int) -> Any:
+    """A LocalCluster of ``workers`` single-threaded processes capped to one core each.
+
+    The cap must be in a worker's environment before it starts: a spawned worker re-imports
+    the main module (the CLI, a script), which imports polars before Dask applies a Nanny's
+    ``env``. Dask's ``pre-spawn-environ`` sets it in this process's environment to pass it on
+    (also when a worker is restarted); this process's environment is put back afterwards."""
+    import dask
+
+    saved = dict(os.environ)
+    spawn_environment = {**dask.config.get("distributed.nanny.pre-spawn-environ", {}),
+                         **ONE_CORE_ENVIRONMENT}
+    try:
+        with dask.config.set({"distributed.nanny.pre-spawn-environ": spawn_environment}):
+            return local_cluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                 dashboard_address=None, silence_logs=logging.ERROR)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 @contextmanager
 def open_executor(
     cluster: str | None = None,
@@ -322,10 +352,9 @@ def open_executor(
         raise TracekitError("--cluster needs Dask: install tracekit's distributed extra "
                             "(pip install 'tracekit[distributed]')") from None
     if local:
-        # one single-threaded worker process per slot: partitions hold the GIL in parts, and a
+        # one single-threaded worker process per core: partitions hold the GIL in parts, and a
         # process per worker gives each its own bounded memory
-        started = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                               dashboard_address=None, silence_logs=logging.ERROR)
+        started = _one_core_cluster(LocalCluster, workers)
         client = Client(started)
     else:
         started = None
