@@ -15,6 +15,14 @@ from tracekit.ingest.nccl_debug import NO_TIMESTAMP_NOTE, NcclDebugReader
 from tracekit.ingest.pipeline import ingest
 
 READER = NcclDebugReader()
+
+
+@pytest.fixture(autouse=True, params=[True, False], ids=["compiled-scan", "polars-only"])
+def parser(request, monkeypatch):
+    """Every test runs with the compiled COLL scan and with the polars parser alone."""
+    import tracekit.ingest.nccl_debug as module
+
+    monkeypatch.setattr(module, "COMPILED_SCAN", request.param)
 COLL = ("gpu-b04:19230:19230 [0] NCCL INFO AllReduce: opCount {op:x} sendbuff 0x7f11b4000000 "
         "recvbuff 0x7f11b4000000 count 16777216 datatype 9 op 0 root 0 comm 0x55b7e3a81c20 "
         "[nranks=16] stream 0x562f1c2e9d60")
@@ -147,8 +155,8 @@ def test_state_carries_across_batches(monkeypatch):
     from tracekit.ingest import base
 
     text = INIT + "\n" + "\n".join(COLL.format(op=i) for i in range(50)) + "\n"
-    monkeypatch.setattr(module, "iter_line_batches",
-                        lambda source: base.iter_line_batches(source, batch_bytes=1000))
+    monkeypatch.setattr(module, "iter_line_blocks",
+                        lambda source: base.iter_line_blocks(source, batch_bytes=1000))
     result = read_text(text)
     calls = result.tables["collectives"]
     assert calls["seq"].to_list() == list(range(50))

@@ -7,9 +7,12 @@ launcher prefixes (``srun -l``, ``mpirun --tag-output``, Ray, torchrun), optiona
 (NCCL 2.26+ strftime prefix, collector epoch / ISO prefixes) and torn lines where two processes'
 writes were spliced. docs/collective-formats.md describes every rule used here.
 
-Parsing splits whole lines into tokens with polars string expressions; the rare spliced lines
-are cut into their two records first. Join state (process -> global rank, per-communicator call
-counters) carries across line batches, so a file larger than memory streams.
+The common COLL line is read by a compiled scan of the raw bytes
+(:mod:`tracekit.ingest.nccl_coll_scan`); every other line is parsed by splitting whole lines into
+tokens with polars string expressions, the rare spliced lines cut into their two records first.
+Both hand over the same columns, which one finishing step numbers and ranks. Join state (process
+-> global rank, per-communicator call counters) carries across line blocks, so a file larger than
+memory streams.
 """
 
 from __future__ import annotations
@@ -21,16 +24,21 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from tracekit import schema
-from tracekit.ingest import nccl_names
+from tracekit.ingest import nccl_coll_scan, nccl_names
 from tracekit.ingest.base import (
     Chunk,
+    LineBatch,
     Reader,
     Source,
-    iter_line_batches,
+    iter_line_blocks,
     quarantine_frame,
     read_ahead,
     split_on_reason,
 )
+
+COMPILED_SCAN = True
+"""Read the common COLL line with the compiled scan when numba is available; False makes the
+polars parser read every line (the tests compare both: the output must be the same)."""
 
 INFO_MARK = " NCCL INFO "
 """Separates the envelope (``[prefix]host:pid:tid [dev]``) from the message on INFO lines."""
@@ -145,17 +153,31 @@ class NcclDebugReader(Reader):
 
 def _chunks(source: Source, time_zone: str) -> Iterator[Chunk]:
     state = _JoinState()
-    unterminated = None if _ends_with_line_end(source) else 0
-    batches = iter_line_batches(source)
-    batch = next(batches, None)
-    while batch is not None:
-        following = next(batches, None)
-        lines = batch.frame()
-        if following is None and unterminated is not None and lines.height:
-            unterminated = lines["line_no"][-1]
-        yield _parse_batch(source, lines, batch.bytes_read, state, time_zone, unterminated)
-        batch = following
+    cut_at_end = not _ends_with_line_end(source)
+    blocks = read_ahead(iter_line_blocks(source))
+    block, line_no = next(blocks, None), 1
+    while block is not None:
+        following = next(blocks, None)
+        scanned, lines, line_count = _split_block(block, line_no, time_zone)
+        unterminated = line_no + line_count - 1 if cut_at_end and following is None else None
+        yield _parse_batch(source, lines, scanned, len(block), state, time_zone, unterminated)
+        block, line_no = following, line_no + line_count
     yield Chunk(notes=_notes(state, time_zone))
+
+
+def _split_block(block: bytes, first_line_no: int,
+                 time_zone: str) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+    """The calls the compiled scan read from a block of whole lines (in the columns
+    :func:`_parse_calls` gives), the lines left to the polars parser (``line_no``, ``line``)
+    and the number of lines in the block."""
+    scanned = nccl_coll_scan.scan(block) if COMPILED_SCAN else None
+    if scanned is None:
+        lines = LineBatch.from_block(block, first_line_no).frame()
+        return _scanned_calls(None, first_line_no, time_zone), lines, lines.height
+    rest = (LineBatch.from_block(scanned.rejected, first_line_no).lines if scanned.rejected
+            else pl.Series("line", [], dtype=pl.String))
+    lines = pl.DataFrame({"line_no": first_line_no + scanned.rejected_lines, "line": rest})
+    return _scanned_calls(scanned.calls, first_line_no, time_zone), lines, scanned.lines
 
 
 def _ends_with_line_end(source: Source) -> bool:
@@ -191,10 +213,11 @@ def _notes(state: _JoinState, time_zone: str) -> list[str]:
 # -- one batch ------------------------------------------------------------------------------
 
 
-def _parse_batch(source: Source, lines: pl.DataFrame, bytes_read: int, state: _JoinState,
-                 time_zone: str, unterminated: int | None) -> Chunk:
-    """Parse one batch of whole lines; ``unterminated`` is the number of the file's last line
-    when it has no line end (so COLL / Init text on it may be cut short)."""
+def _parse_batch(source: Source, lines: pl.DataFrame, scanned: pl.DataFrame, bytes_read: int,
+                 state: _JoinState, time_zone: str, unterminated: int | None) -> Chunk:
+    """Parse one batch of whole lines, ``scanned`` the calls already read from some of them;
+    ``unterminated`` is the number of the file's last line when it has no line end (so COLL /
+    Init text on it may be cut short)."""
     records = _split_spliced(lines)
     _collect_versions(records, state)
     candidates = _candidates(records)
@@ -202,7 +225,7 @@ def _parse_batch(source: Source, lines: pl.DataFrame, bytes_read: int, state: _J
         pl.col("line").str.splitn(INFO_MARK, 2).struct.rename_fields(["head", "msg"])
         .alias("_p")).unnest("_p")
     parts = parts.with_columns(_envelope(pl.col("head")).alias("_env")).unnest("_env")
-    parts = _repair_spliced_hosts(parts, state)
+    parts = _repair_spliced_hosts(parts, scanned, state)
     has_marker = pl.col("_marker")
     is_coll = pl.col("msg").str.contains(": opCount ", literal=True)
     is_init = (pl.col("msg").str.contains("- Init ", literal=True)
@@ -227,7 +250,8 @@ def _parse_batch(source: Source, lines: pl.DataFrame, bytes_read: int, state: _J
 
     inits, bad_inits = _parse_inits(parts.filter(pl.col("kind") == "init"), time_zone)
     _update_process_ranks(state, inits)
-    calls, bad_calls = _parse_calls(parts.filter(pl.col("kind") == "coll"), time_zone)
+    parsed, bad_calls = _parse_calls(parts.filter(pl.col("kind") == "coll"), time_zone)
+    calls = _call_rows(pl.concat([scanned, parsed]).sort("line_no", maintain_order=True))
     collectives = _number_and_rank(calls, state)
     comms, repeated_inits = _new_comms(inits, state)
 
@@ -235,7 +259,7 @@ def _parse_batch(source: Source, lines: pl.DataFrame, bytes_read: int, state: _J
     return Chunk(
         tables={"collectives": collectives, "comms": comms},
         quarantine=quarantine_frame(source, bad.sort("line_no")),
-        lines=records.height,
+        lines=scanned.height + records.height,
         skipped=skipped + repeated_inits,
         bytes_read=bytes_read,
     )
@@ -279,15 +303,18 @@ def _split_spliced(lines: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([kept, heads, tails]).sort("line_no", maintain_order=True)
 
 
-def _repair_spliced_hosts(parts: pl.DataFrame, state: _JoinState) -> pl.DataFrame:
+def _repair_spliced_hosts(parts: pl.DataFrame, scanned: pl.DataFrame,
+                          state: _JoinState) -> pl.DataFrame:
     """The record spliced into another line may start right after a torn character, so its
-    host can carry a stray prefix (``2agpu-a17``). Use the host known for the same pid whose
-    name ends the captured one."""
+    host can carry a stray prefix (``2agpu-a17``). Use the host known for the same pid (on
+    this batch's other lines, ``scanned`` calls included, or earlier) whose name ends the
+    captured one."""
     suspects = parts.filter(pl.col("spliced") & pl.col("pid").is_not_null())
     if suspects.height == 0:
         return parts
     known = pl.concat([
         parts.filter(~pl.col("spliced") & pl.col("pid").is_not_null()).select("host", "pid"),
+        scanned.select("host", "pid"),
         state.process_ranks.select("host", "pid"),
         state.calls.select("host", "pid"),
     ]).unique().rename({"host": "known_host"})
@@ -342,18 +369,27 @@ def _timestamp_ns(prefix: pl.Expr, time_zone: str) -> pl.Expr:
     zone = found.struct.field("zone")
     wall = pl.concat_str([date, clock], separator=" ").str.strptime(
         pl.Datetime("ns"), "%Y-%m-%d %H:%M:%S", strict=False)
-    local_ns = (wall.dt.replace_time_zone(time_zone, ambiguous="earliest",
-                                          non_existent="null").dt.epoch("ns"))
     offset_text = zone.str.replace(":", "", literal=True)
     offset_s = (offset_text.str.slice(1, 2).cast(pl.Int64, strict=False) * 3600
                 + offset_text.str.slice(3, 2).cast(pl.Int64, strict=False) * 60)
     offset_s = pl.when(offset_text.str.starts_with("-")).then(-offset_s).otherwise(offset_s)
-    zoned_ns = wall.dt.epoch("ns") - pl.when(zone == "Z").then(0).otherwise(offset_s) * 10**9
+    zone_offset_s = pl.when(zone == "Z").then(0).otherwise(offset_s)
     epoch_ns = (found.struct.field("epoch").cast(pl.Int64, strict=False) * 10**9
                 + found.struct.field("epoch_frac").str.pad_end(9, "0").cast(pl.Int64)
                 .fill_null(0))
-    return (pl.when(zone.is_not_null()).then(zoned_ns).otherwise(local_ns) + frac_ns).fill_null(
-        epoch_ns)
+    return _epoch_ns(wall, zone_offset_s, frac_ns, epoch_ns, time_zone)
+
+
+def _epoch_ns(wall: pl.Expr, zone_offset_s: pl.Expr, frac_ns: pl.Expr, epoch_ns: pl.Expr,
+              time_zone: str) -> pl.Expr:
+    """Nanoseconds since the epoch from a timestamp's parts, as both parsers read them: a
+    wall-clock time (whole seconds) with its zone's offset (null: local time in ``time_zone``)
+    plus ``frac_ns``, or else ``epoch_ns``."""
+    local_ns = (wall.dt.replace_time_zone(time_zone, ambiguous="earliest",
+                                          non_existent="null").dt.epoch("ns"))
+    zoned_ns = wall.dt.epoch("ns") - zone_offset_s * 10**9
+    return (pl.when(zone_offset_s.is_not_null()).then(zoned_ns).otherwise(local_ns)
+            + frac_ns).fill_null(epoch_ns)
 
 
 # -- Init lines -----------------------------------------------------------------------------
@@ -478,27 +514,61 @@ def _parse_calls(rows: pl.DataFrame, time_zone: str) -> tuple[pl.DataFrame, pl.D
     )
     good, bad = split_on_reason(values, reason)
     good = _with_timestamps(good, "t_start_ns", time_zone)
-    op_raw = pl.col("op_name").str.strip_suffix(":")
-    op = nccl_names.op_name(op_raw).fill_null(op_raw.str.to_lowercase())
-    dtype = nccl_names.dtype_name(pl.col("_datatype"))
     calls = good.select(
-        "line_no",
-        pl.col("host"),
-        pl.col("pid"),
-        pl.col("cuda_dev"),
+        "line_no", "host", "pid", "cuda_dev",
         pl.col("comm_v").alias("comm"),
-        pl.col("_nranks").alias("nranks"),
-        op.alias("op"),
+        pl.col("op_name").str.strip_suffix(":"),
         pl.col("_op_count").alias("op_count"),
         pl.col("_count").alias("count"),
-        dtype.alias("dtype"),
-        (pl.col("_count") * nccl_names.dtype_size(dtype)).alias("bytes"),
-        pl.when(op.is_in((*nccl_names.P2P_OPS, *nccl_names.ROOTED_OPS)))
-        .then(pl.col("_root")).alias("peer"),
-        "t_start_ns",
+        pl.col("_datatype").alias("datatype"),
+        pl.col("_root").alias("root"),
+        pl.col("_nranks").alias("nranks"),
         pl.col("_globalrank").alias("global_rank"),
+        "t_start_ns",
     )
     return calls, bad
+
+
+def _scanned_calls(scanned: pl.DataFrame | None, first_line_no: int,
+                   time_zone: str) -> pl.DataFrame:
+    """The calls :func:`nccl_coll_scan.scan` read, in the columns and types of
+    :func:`_parse_calls` (none when there was no scan)."""
+    if scanned is None:
+        scanned = pl.DataFrame(schema=dict.fromkeys(nccl_coll_scan.FIELDS, pl.Int64)
+                               | {"host": pl.String, "op_name": pl.String, "comm": pl.String})
+    kind, seconds = pl.col("ts_kind"), pl.col("ts_seconds")
+    wall = pl.when(kind.is_in([nccl_coll_scan.TS_LOCAL, nccl_coll_scan.TS_ZONED])).then(
+        seconds * 10**9).cast(pl.Datetime("ns"))
+    zone_offset_s = pl.when(kind == nccl_coll_scan.TS_ZONED).then(pl.col("ts_offset_s"))
+    epoch_ns = pl.when(kind == nccl_coll_scan.TS_EPOCH).then(
+        seconds * 10**9 + pl.col("ts_frac_ns"))
+    return scanned.select(
+        (pl.col("line_index") + first_line_no).alias("line_no"), "host", "pid",
+        pl.col("cuda_dev").cast(pl.Int32), "comm", "op_name", "op_count", "count", "datatype",
+        pl.col("root").cast(pl.Int32), pl.col("nranks").cast(pl.Int32),
+        pl.when(pl.col("global_rank") != nccl_coll_scan.NO_GLOBAL_RANK)
+        .then(pl.col("global_rank")).cast(pl.Int32).alias("global_rank"),
+        _epoch_ns(wall, zone_offset_s, pl.col("ts_frac_ns"), epoch_ns, time_zone)
+        .alias("t_start_ns"),
+    )
+
+
+def _call_rows(calls: pl.DataFrame) -> pl.DataFrame:
+    """Calls as both parsers hand them over, with NCCL's op name and datatype code turned into
+    tracekit's op and dtype, bytes, and the root kept as peer where it is one."""
+    op_raw = pl.col("op_name")
+    op = nccl_names.op_name(op_raw).fill_null(op_raw.str.to_lowercase())
+    dtype = nccl_names.dtype_name(pl.col("datatype"))
+    return calls.select(
+        "line_no", "host", "pid", "cuda_dev", "comm", "nranks",
+        op.alias("op"),
+        "op_count", "count",
+        dtype.alias("dtype"),
+        (pl.col("count") * nccl_names.dtype_size(dtype)).alias("bytes"),
+        pl.when(op.is_in((*nccl_names.P2P_OPS, *nccl_names.ROOTED_OPS)))
+        .then(pl.col("root")).alias("peer"),
+        "t_start_ns", "global_rank",
+    )
 
 
 def _number_and_rank(calls: pl.DataFrame, state: _JoinState) -> pl.DataFrame:
