@@ -372,7 +372,9 @@ def test_analyze_is_identical_with_and_without_a_cluster(slow_job, tmp_path, das
     cluster = {"engine": "dask", "cluster": "local:2", "workers": 2, "retries": 1}
     assert dask_build["detect"] == {**cluster, "ranks_per_block": {
         "window": 16, "bocd": 256, "bocd+v": 256, "bocd+b": 256}}
-    assert dask_build["attribute"] == {**cluster, "partitions": loop["episodes"].height}
+    assert dask_build["attribute"] == {**cluster, "partitions": {
+        "ranks": 1, "groups": 8, "episodes": loop["episodes"].height}}
+    assert loop_build["attribute"]["partitions"]["groups"] == 4  # 4 per worker, largest first
     assert dask_build["ingest"]["engine"] == dask_build["iterations"]["engine"] == "dask"
     assert {stage: b["engine"] for stage, b in loop_build.items()} == {
         "ingest": "local", "iterations": "local", "detect": "local", "attribute": "local"}

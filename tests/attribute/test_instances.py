@@ -8,6 +8,7 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
+from tracekit.attribute.groups import handle_groups
 from tracekit.attribute.instances import collective_instances, member_calls
 from tracekit.dataset import open_dataset
 from tracekit.ingest.pipeline import ingest
@@ -56,7 +57,8 @@ def test_group_lists_equal_per_instance_lists_on_a_synthesized_job(tmp_path):
     generate_job(tmp_path / "job", spec)
     ingest([tmp_path / "job" / "ranks"], tmp_path / "ds", job="lists")
     ds = open_dataset(tmp_path / "ds")
-    calls = member_calls(ds.table("collectives"), ds.table("comms").collect())
+    groups = handle_groups(ds.table("collectives"), ds.table("comms").collect())
+    calls = member_calls(ds.table("collectives"), groups)
     got = collective_instances(calls)
     per_instance = (calls.group_by("group", "seq")
                     .agg(pl.col("host").unique().sort().alias("hosts"),

@@ -2,10 +2,11 @@
 
 ``attribute_dataset(path)`` fills the verdict columns of every episode (kind, cause, target,
 confidence, evidence) and its cost when missing, and judges pipeline-stage imbalance from op
-traces. Signals, one module each: communicator instances (:mod:`.groups`,
-:mod:`.instances`), arrival skew and own compute time (:mod:`.arrival`), cross-group profiling
-(:mod:`.profiling`), link localisation (:mod:`.links`), monitoring evidence
-(:mod:`.evidence`), their combination (:mod:`.verdict`) and stage imbalance (:mod:`.stages`).
+traces. The job-wide signals are computed by partitions (:mod:`.job_signals`). Signals, one
+module each: communicator instances (:mod:`.groups`, :mod:`.instances`), arrival skew and own
+compute time (:mod:`.arrival`), cross-group profiling (:mod:`.profiling`), link localisation
+(:mod:`.links`), monitoring evidence (:mod:`.evidence`), their combination (:mod:`.verdict`)
+and stage imbalance (:mod:`.stages`).
 """
 
 from __future__ import annotations
@@ -16,9 +17,8 @@ from pathlib import Path
 import polars as pl
 
 from tracekit import schema
-from tracekit.attribute.arrival import call_gaps
 from tracekit.attribute.evidence import Window
-from tracekit.attribute.instances import collective_instances, member_calls
+from tracekit.attribute.job_signals import JobSignals, signals_in_windows
 from tracekit.attribute.stages import StageVerdict, stage_imbalance
 from tracekit.attribute.verdict import INSUFFICIENT, Signals, Verdict, decide
 from tracekit.dataset import Dataset, open_dataset
@@ -45,7 +45,8 @@ class Attribution:
 def attribute_dataset(dataset: Dataset | str | Path,
                       executor: Executor | None = None) -> Attribution:
     """Attribute every episode of ``dataset`` and write them back to its ``episodes`` table.
-    ``executor`` decides the episodes, one partition each (default: a local loop)."""
+    ``executor`` runs the partitions: batches of ranks, bins of communicator groups, then one
+    episode each (default: a local loop)."""
     if not isinstance(dataset, Dataset):
         dataset = open_dataset(dataset)
     episodes = dataset.table("episodes").collect()
@@ -53,50 +54,62 @@ def attribute_dataset(dataset: Dataset | str | Path,
     if episodes.is_empty():
         return Attribution(episodes, stages)
     executor = executor or LocalExecutor()
-    attributed = attribute_episodes(dataset, episodes, executor)
+    attributed, partitions = _attribute(dataset, episodes, executor)
     dataset.write_table("episodes", attributed)
-    record_build(dataset, "attribute", executor, partitions=episodes.height)
+    record_build(dataset, "attribute", executor, partitions=partitions)
     dataset.save_manifest()
     return Attribution(attributed, stages)
 
 
 def attribute_episodes(dataset: Dataset, episodes: pl.DataFrame,
                        executor: Executor | None = None) -> pl.DataFrame:
-    """``episodes`` with the verdict columns filled from the dataset's other tables; each
-    episode's signals are cut here and ``executor`` decides them (default: a local loop)."""
-    collectives = dataset.table("collectives")
-    calls = member_calls(collectives, dataset.table("comms").collect())
-    instances = collective_instances(calls)
-    gaps = call_gaps(collectives)
-    ranks = calls.select("rank", "host", "cuda_dev").unique("rank").sort("rank")
-    rank_hosts = dict(ranks.select("rank", "host").iter_rows())
-    monitoring = {name: dataset.table(name).collect()
-                  for name in ("gpu_metrics", "host_metrics", "nic_counters")}
-    trace_start, trace_end = _trace_span(dataset, instances)
-    if not instances.height:
+    """``episodes`` with the verdict columns filled from the dataset's other tables; the job's
+    signals are computed and each episode decided by ``executor`` (default: a local loop)."""
+    return _attribute(dataset, episodes, executor or LocalExecutor())[0]
+
+
+def _attribute(dataset: Dataset, episodes: pl.DataFrame,
+               executor: Executor) -> tuple[pl.DataFrame, dict[str, int]]:
+    """The attributed episodes and the partitions of each step."""
+    bounds = [(row["t_start_ns"], row["t_end_ns"]) for row in
+              episodes.select("t_start_ns", "t_end_ns").iter_rows(named=True)]
+    job = signals_in_windows(dataset, [_widest_window(start, end) for start, end in bounds],
+                             executor)
+    monitoring = [dataset.table(name).collect()
+                  for name in ("gpu_metrics", "host_metrics", "nic_counters")]
+    if not job.instance_count:
         verdicts = [Verdict("unknown", INSUFFICIENT, None, 0.0,
                             "no collective calls with timestamps: no timing per group or rank "
                             "(ingest NCCL logs or the hook CSV)")] * episodes.height
     else:
+        trace_start, trace_end = _trace_span(dataset, job.span_ns)
+        rank_hosts = dict(job.ranks.select("rank", "host").iter_rows())
         partitions = []
-        for row in episodes.iter_rows(named=True):
-            start = row["t_start_ns"]
-            end = row["t_end_ns"] if row["t_end_ns"] is not None else trace_end
+        for row, (start, end) in zip(episodes.iter_rows(named=True), bounds, strict=True):
+            end = end if end is not None else trace_end
             before = max(trace_start, start - int(BASELINE_SPAN * (end - start)))
             window = Window(start, end, before)
             t = pl.col("t_ns")
             partitions.append((f"{row['detector']} episode {row['episode']}", Signals(
                 window,
-                instances.filter(t.is_between(start, end, closed="left")),
-                instances.filter(t.is_between(before, start, closed="left")),
-                _window_gaps(gaps, window), ranks, rank_hosts, *monitoring.values())))
-        verdicts = map_all(executor or LocalExecutor(), _decide, partitions,
-                           key=lambda partition: partition[0])
+                job.instances.filter(t.is_between(start, end, closed="left")),
+                job.instances.filter(t.is_between(before, start, closed="left")),
+                _window_gaps(job, window), job.ranks, rank_hosts, *monitoring)))
+        verdicts = map_all(executor, _decide, partitions, key=lambda partition: partition[0])
     filled = pl.DataFrame(
         [{c: getattr(v, c) for c in VERDICT_COLUMNS} for v in verdicts],
         schema={c: schema.EPISODES.schema[c] for c in VERDICT_COLUMNS})
-    return _with_cost(dataset, episodes.drop(VERDICT_COLUMNS).hstack(filled)) \
-        .select(schema.EPISODES.column_names)
+    attributed = (_with_cost(dataset, episodes.drop(VERDICT_COLUMNS).hstack(filled))
+                  .select(schema.EPISODES.column_names))
+    return attributed, {**job.partitions, "episodes": episodes.height}
+
+
+def _widest_window(start: int, end: int | None) -> tuple[int | None, int | None]:
+    """Everything an episode's windows can hold before the trace span is known: the episode
+    and the longest baseline before it (unbounded when the episode runs to the trace end)."""
+    if end is None:
+        return None, None
+    return start - int(BASELINE_SPAN * (end - start)), end
 
 
 def _decide(partition: tuple[str, Signals]) -> Verdict:
@@ -104,20 +117,20 @@ def _decide(partition: tuple[str, Signals]) -> Verdict:
     return decide(partition[1])
 
 
-def _window_gaps(gaps: pl.DataFrame, window: Window) -> pl.DataFrame:
+def _window_gaps(job: JobSignals, window: Window) -> pl.DataFrame:
     """The own times a verdict reads (the episode and its baseline), so a partition carries
-    only its stretch of the job; all of them when none fall there, so that ``decide`` still
-    knows the calls have end times. The verdict is the same either way."""
-    inside = gaps.filter(pl.col("t_ns").is_between(window.before_start_ns, window.end_ns,
-                                                   closed="left"))
-    return inside if inside.height else gaps
+    only its stretch of the job; when none fall there, one from elsewhere, so that ``decide``
+    still knows the calls have end times (it only reads the windows). The verdict is the same
+    either way."""
+    inside = job.gaps.filter(pl.col("t_ns").is_between(window.before_start_ns, window.end_ns,
+                                                       closed="left"))
+    return inside if inside.height else job.any_gap
 
 
-def _trace_span(dataset: Dataset, instances: pl.DataFrame) -> tuple[int, int]:
-    """Where a healthy baseline may start (after the warm-up iterations) and the trace end."""
-    if instances.is_empty():
-        return 0, 0
-    start, end = instances["t_ns"].min(), instances["t_ns"].max()
+def _trace_span(dataset: Dataset, span_ns: tuple[int, int]) -> tuple[int, int]:
+    """Where a healthy baseline may start (after the warm-up iterations) and the trace end,
+    from the first and last collective instance."""
+    start, end = span_ns
     warm = (dataset.table("iterations").filter(pl.col("t_start_ns").is_not_null())
             .group_by("iteration").agg(pl.col("t_start_ns").min()).sort("iteration")
             .collect())

@@ -27,17 +27,33 @@ HANDLE = ("host", "pid", "comm")
 def handle_groups(collectives: pl.LazyFrame, comms: pl.DataFrame) -> pl.DataFrame:
     """One row per (host, pid, comm) handle seen in ``collectives``: its ``group`` id (the same
     for every member of one communicator) and ``group_source`` (``comms`` or ``inferred``)."""
-    handles = (collectives.group_by(*HANDLE).agg(pl.col("rank").first(),
-                                                 pl.col("nranks").max())
-               .collect())
+    return assign_groups(*handle_summary(collectives), comms)
+
+
+def handle_summary(collectives: pl.LazyFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """What group assignment needs from some ranks' calls, small enough to send: per handle
+    its rank, communicator size and call count, and its first :data:`SIGNATURE_CALLS` timed
+    calls (op, bytes, end time) for inferring members. Handles belong to one process, so the
+    summaries of disjoint sets of ranks concatenate into the job's."""
+    handles = collectives.group_by(*HANDLE).agg(pl.col("rank").first(), pl.col("nranks").max(),
+                                                pl.len().alias("calls"))
+    signatures = (collectives.filter(pl.col("seq") < SIGNATURE_CALLS,
+                                     pl.col("t_end_ns").is_not_null())
+                  .select(*HANDLE, "seq", "op", "bytes", "t_end_ns"))
+    return tuple(pl.collect_all([handles, signatures]))
+
+
+def assign_groups(handles: pl.DataFrame, signatures: pl.DataFrame,
+                  comms: pl.DataFrame) -> pl.DataFrame:
+    """:func:`handle_groups` from the (concatenated) :func:`handle_summary` of every rank."""
     known = _groups_from_comms(comms)
     joined = handles.join(known, on=list(HANDLE), how="left")
     missing = joined.filter(pl.col("group").is_null()).drop("group", "group_source")
     found = joined.filter(pl.col("group").is_not_null())
     if missing.height:
-        inferred = _groups_from_end_times(collectives, missing)
+        inferred = _groups_from_end_times(signatures, missing)
         found = pl.concat([found, inferred], how="vertical_relaxed")
-    return found.select(*HANDLE, "rank", "nranks", "group", "group_source")
+    return found.select(*HANDLE, "rank", "nranks", "group", "group_source", "calls")
 
 
 def _groups_from_comms(comms: pl.DataFrame) -> pl.DataFrame:
@@ -68,7 +84,7 @@ def _groups_from_comms(comms: pl.DataFrame) -> pl.DataFrame:
     return clean.select(*HANDLE, "group").with_columns(pl.lit("comms").alias("group_source"))
 
 
-def _groups_from_end_times(collectives: pl.LazyFrame, handles: pl.DataFrame) -> pl.DataFrame:
+def _groups_from_end_times(signatures: pl.DataFrame, handles: pl.DataFrame) -> pl.DataFrame:
     """Partition handles into communicators of ``nranks`` members by their end times.
 
     Handles are bucketed by call signature (nranks, op and bytes of their first calls); inside a
@@ -78,10 +94,8 @@ def _groups_from_end_times(collectives: pl.LazyFrame, handles: pl.DataFrame) -> 
     not already share a communicator, since the groups of hybrid parallelism are orthogonal (a
     TP group and a DP group share at most one rank). Buckets with the fewest ties go first.
     """
-    calls = (collectives.join(handles.lazy().select(HANDLE), on=list(HANDLE), how="semi")
-             .filter(pl.col("seq") < SIGNATURE_CALLS, pl.col("t_end_ns").is_not_null())
-             .select(*HANDLE, "seq", "op", "bytes", "t_end_ns")
-             .sort(*HANDLE, "seq").collect())
+    calls = (signatures.join(handles.select(HANDLE), on=list(HANDLE), how="semi")
+             .sort(*HANDLE, "seq"))
     signature = calls.group_by(HANDLE, maintain_order=True).agg(
         pl.format("{}:{}", "op", "bytes").str.join(",").alias("signature"),
         pl.col("t_end_ns"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracekit.attribute.groups import COLLECTIVE_OPS, HANDLE, handle_groups
+from tracekit.attribute.groups import COLLECTIVE_OPS, HANDLE
 
 INSTANCE_COLUMNS = ("group", "seq", "op", "bytes", "nranks", "t_ns", "last_rank",
                     "lateness_s", "transfer_s", "hosts", "members")
@@ -18,13 +18,18 @@ INSTANCE_COLUMNS = ("group", "seq", "op", "bytes", "nranks", "t_ns", "last_rank"
 _HOSTS = pl.col("host").unique().sort().alias("hosts")
 
 
-def member_calls(collectives: pl.LazyFrame, comms: pl.DataFrame) -> pl.DataFrame:
-    """Every collective call (send / recv excluded) with its communicator ``group``; calls
-    whose group could not be established are dropped."""
-    calls = collectives.filter(pl.col("op").is_in(COLLECTIVE_OPS), pl.col("nranks") > 1,
-                               pl.col("t_start_ns").is_not_null())
-    groups = handle_groups(calls, comms).select(*HANDLE, "group")
-    return (calls.join(groups.lazy(), on=list(HANDLE), how="inner")
+def collective_calls(collectives: pl.LazyFrame) -> pl.LazyFrame:
+    """The calls every member of a communicator enters (send / recv excluded), with a time."""
+    return collectives.filter(pl.col("op").is_in(COLLECTIVE_OPS), pl.col("nranks") > 1,
+                              pl.col("t_start_ns").is_not_null())
+
+
+def member_calls(collectives: pl.LazyFrame, groups: pl.DataFrame) -> pl.DataFrame:
+    """Every collective call with its communicator ``group`` from ``groups`` (one row per
+    handle, :func:`~tracekit.attribute.groups.handle_groups`); calls of other handles or
+    without a group are dropped."""
+    return (collective_calls(collectives)
+            .join(groups.lazy().select(*HANDLE, "group"), on=list(HANDLE), how="inner")
             .filter(pl.col("group").is_not_null())
             .select("group", "seq", "rank", "host", "cuda_dev", "op", "bytes", "nranks",
                     "t_start_ns", "t_end_ns")

@@ -1,0 +1,120 @@
+"""Attribution's job-wide signals by partitions: the same instances, own times and verdicts as
+one pass over the whole job, whatever the partitioning; whole groups per bin, largest first;
+integer group ids in name order; a batch reads only its ranks' folders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from tracekit.attribute import attribute_episodes, job_signals
+from tracekit.attribute.arrival import call_gaps
+from tracekit.attribute.groups import handle_groups
+from tracekit.attribute.instances import collective_instances, member_calls
+from tracekit.dataset import open_dataset
+from tracekit.ingest.pipeline import ingest
+from tracekit.parallel import LocalExecutor
+from tracekit.synth.faults import Injection
+from tracekit.synth.job import JobSpec, generate_job
+from tracekit.synth.layout import Layout
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    """tp2-dp2-pp2 on 2 GPUs per host, rank 3 throttled from iteration 60 to 100."""
+    root = tmp_path_factory.mktemp("signals")
+    spec = JobSpec(Layout.parse("tp2-dp2-pp2", gpus_per_host=2), 160, 5,
+                   (Injection.parse("thermal:rank=3@60+40x2.0"),), job="signals")
+    generate_job(root / "job", spec)
+    ingest([root / "job" / "ranks"], root / "ds", job="signals")
+    return root / "ds"
+
+
+def _one_pass(ds) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Instances and own times over the whole job in this process (no partitions)."""
+    groups = handle_groups(ds.table("collectives"), ds.table("comms").collect())
+    return (collective_instances(member_calls(ds.table("collectives"), groups)),
+            call_gaps(ds.table("collectives")))
+
+
+@pytest.mark.parametrize(("ranks_per_batch", "bins_per_worker"), [(8, 4), (1, 100), (3, 1)])
+def test_partitions_give_what_one_pass_gives(dataset, monkeypatch, ranks_per_batch,
+                                             bins_per_worker):
+    monkeypatch.setattr(job_signals, "RANKS_PER_BATCH", ranks_per_batch)
+    monkeypatch.setattr(job_signals, "BINS_PER_WORKER", bins_per_worker)
+    ds = open_dataset(dataset)
+    instances, gaps = _one_pass(ds)
+    names = sorted(instances["group"].unique().to_list())
+    everything = job_signals.signals_in_windows(ds, [(None, None)], LocalExecutor())
+    assert everything.partitions == {"ranks": -(-8 // ranks_per_batch),
+                                     "groups": min(len(names), bins_per_worker)}
+    assert everything.instance_count == instances.height == 31_536
+    by_name = everything.instances.with_columns(
+        pl.col("group").replace_strict(list(range(len(names))), names))
+    assert_frame_equal(by_name, instances)
+    assert_frame_equal(everything.gaps, gaps)
+    assert everything.span_ns == (instances["t_ns"].min(), instances["t_ns"].max())
+    assert everything.ranks.rows() == [(r, f"gpu{r // 2 + 1:02d}", r % 2) for r in range(8)]
+    start, end = int(instances["t_ns"][1000]), int(instances["t_ns"][1500])
+    cut = job_signals.signals_in_windows(ds, [(start, end)], LocalExecutor())
+    assert_frame_equal(cut.instances.with_columns(
+        pl.col("group").replace_strict(list(range(len(names))), names)),
+        instances.filter(pl.col("t_ns").is_between(start, end, closed="left")))
+    assert cut.instance_count == 31_536 and cut.span_ns == everything.span_ns
+    assert cut.any_gap.rows() == gaps.head(1).rows()
+
+
+def test_verdicts_do_not_depend_on_the_partitioning(dataset, monkeypatch):
+    ds = open_dataset(dataset)
+    iterations = (ds.table("collectives").filter(pl.col("rank") == 0)
+                  .select(pl.col("t_start_ns").min().alias("first"),
+                          pl.col("t_start_ns").max().alias("last")).collect())
+    first, last = iterations.row(0)
+    length = (last - first) // 160
+    episodes = pl.DataFrame({
+        "job": "signals", "detector": "labels", "episode": [1, 2],
+        "t_start_ns": [first + 60 * length, first + 150 * length],
+        "t_end_ns": [first + 100 * length, None]}).pipe(_as_episodes)
+    default = attribute_episodes(ds, episodes)
+    assert default.select("cause", "target").rows()[0] == ("insufficient-evidence", "rank:3")
+    monkeypatch.setattr(job_signals, "RANKS_PER_BATCH", 1)
+    monkeypatch.setattr(job_signals, "BINS_PER_WORKER", 100)
+    assert_frame_equal(attribute_episodes(ds, episodes), default)
+
+
+def _as_episodes(frame: pl.DataFrame) -> pl.DataFrame:
+    from tracekit import schema
+
+    return schema.conform("episodes", frame)
+
+
+def test_bins_hold_whole_groups_largest_first():
+    groups = pl.DataFrame({"host": "h", "pid": 1, "comm": [f"c{i}" for i in range(7)],
+                           "rank": [0, 1, 0, 1, 2, 3, 4], "group": [0, 0, 1, 1, 2, 3, 4],
+                           "calls": [50, 50, 30, 30, 70, 20, 5]})
+    bins = job_signals._bins(groups, workers=1)
+    assert [sorted(set(b["group"])) for b in bins] == [[0], [2], [1], [3, 4]]
+    assert [b["calls"].sum() for b in bins] == [100, 70, 60, 25]
+    assert len(job_signals._bins(groups, workers=2)) == 5  # at most one bin per group
+
+
+def test_group_ids_are_integers_in_name_order():
+    named = pl.DataFrame({"group": ["b/2", "a/8", None, "b/2", "0x1/4"]})
+    assert job_signals._numbered(named)["group"].to_list() == [2, 1, 2, 0]
+
+
+def test_a_batch_reads_only_its_rank_folders(dataset, monkeypatch):
+    read: list[list[str]] = []
+    scan = pl.scan_parquet
+
+    def recording_scan(parts, **options):
+        read.append(sorted(Path(p).parent.name for p in parts))
+        return scan(parts, **options)
+
+    monkeypatch.setattr(job_signals.pl, "scan_parquet", recording_scan)
+    calls = job_signals.scan_ranks(str(dataset), [2, 5]).collect()
+    assert read == [["rank=2", "rank=5"]]
+    assert calls["rank"].unique().sort().to_list() == [2, 5]
