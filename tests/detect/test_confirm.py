@@ -19,8 +19,8 @@ def _step_series() -> np.ndarray:
 @pytest.mark.parametrize(("name", "confirmed"), [
     ("window", STEP_AT + 2),   # persist = 3 departures: reported at the third
     ("bocd", STEP_AT),         # the short-run probability passes 0.9 at the first slow point
-    ("bocd+v", STEP_AT + 6),   # judged on the median of verify_window = 7 points
-    ("bocd+b", STEP_AT + 6),   # an abrupt step passing BOCD+V's test is kept at once
+    ("bocd+v", STEP_AT + 3),   # a clear step is kept at its first look, min_points = 4
+    ("bocd+b", STEP_AT + 6),   # an abrupt step: median of verify_window = 7 points
     ("pelt", POINTS - 1),      # offline: reported only when the series has ended
 ])
 def test_confirmation_point_on_a_step(name, confirmed):

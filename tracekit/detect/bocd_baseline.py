@@ -59,8 +59,8 @@ class Drift:
 class BaselineVerifier(SegmentVerifier):
     """Judges candidates of one series against its healthy level; tracks whether it is slow."""
 
-    def __init__(self, detector: BocdBaseline, values):
-        super().__init__(detector, values)
+    def __init__(self, detector: BocdBaseline, values, sums):
+        super().__init__(detector, values, sums)
         self.baseline: float | None = None
         self.noise = 1.0
         self.slow = False
@@ -115,21 +115,29 @@ class BaselineVerifier(SegmentVerifier):
         return []
 
     def next_due(self) -> int | None:
-        due = super().next_due()
+        due = self.pending[0] + self.detector.verify_window - 1 if self.pending else None
         if self.drift is None:
             return due
         return self.drift.next if due is None else min(due, self.drift.next)
 
     def on_due(self, due: int) -> list[int]:
         drift = self.drift
-        if drift is None or (self.pending and super().next_due() <= drift.next):
-            return super().on_due(due)
+        if drift is None or (self.pending and due < drift.next):
+            candidate = self.pending.pop(0)
+            return self.judge(candidate, due, self.level(candidate, due + 1))
         x = float(self.values[drift.next])
         drift.total += min(x, DRIFT_POINT_CAP * drift.before)
         step = min((x / self.healthy_level() - 1.0) / self.noise, CUSUM_CLIP) - CUSUM_ALLOWANCE
         drift.cusum = max(0.0, drift.cusum + step)
         drift.next += 1
         return self.check_drift()
+
+    def finish(self, points: int) -> list[int]:
+        """End of the series: make the judgements due by its last point; a candidate in the
+        last ``verify_window - 1`` points stays unconfirmed."""
+        kept = self.advance_to(points - 1)
+        self.pending.clear()
+        return kept
 
     def judge(self, candidate: int, due: int, after: float) -> list[int]:
         d = self.detector
@@ -139,7 +147,9 @@ class BaselineVerifier(SegmentVerifier):
         if self.slow:
             if relative <= d.drift_floor:
                 return self.keep(candidate)  # back to healthy
-            return super().judge(candidate, due, after)  # the slowdown changed by > 10 %
+            before = self.previous_level(candidate)  # did the slowdown change by > 10 %?
+            return self.keep(candidate) if abs(after - before) / min(after, before) > \
+                d.min_change else []
         if relative > d.drift_floor:
             return [] if self.drift is not None else self.open_drift(candidate, due, after)
         if relative < -d.drift_floor:
@@ -162,5 +172,9 @@ class BocdBaseline(BocdVerify):
     drift_floor: float = 0.05
     """A level more than 5 % above the healthy one has left the healthy band (half the paper's
     10 %: jitter of a healthy job stays well inside it)."""
+
+    verify_window: int = 7
+    """Points from a candidate on whose median is its new level (judged this many - 1 later):
+    the median of 7 ignores three disturbed iterations."""
 
     verifier_class = BaselineVerifier

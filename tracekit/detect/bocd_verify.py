@@ -2,54 +2,111 @@
 differs by more than 10 %.
 
 BOCD alone flags every GC pause and jitter burst (the paper measured 18-34 % false positives);
-verification removes them. The level after a candidate is the median of the ``verify_window``
-(7) points that start the new segment, so a candidate is judged 6 points after it (its date, and
-so the detection delay, is the candidate's own) and up to three slow iterations among seven
-cannot pass. In a 32-rank job some rank pauses for GC about one iteration in ten (every ~300
-iterations per rank), so clusters are common: on the synthesized probing corpora a window of 3
-let two GC pauses through, a window of 5 two GC pauses next to a checkpoint. The level before is
-the median of the segment since the previous kept change (at most ``baseline_window`` points).
-The paper says "mean"; a median of the same points is the robust reading of it.
+verification removes them. It measures what the labels measure: a fail-slow is a segment whose
+iteration time is at least 10 % above the healthy level, judged over the whole segment. So a
+candidate is judged sequentially on all the points since it (looks after ``min_points``
+points, then each time their number doubles), against the robust level of the segment before
+it:
 
-Verification runs in the same order online and offline, so both give identical results: a
-candidate is judged once its window is complete, in order of position.
+* it is kept as soon as the confidence interval of its robust level (median, with the standard
+  error of a median of that many points and the larger of the healthy noise and the points' own
+  spread) lies wholly beyond 10 % of the faster level, and dropped as soon as it lies wholly
+  within. A step well beyond 10 % is kept ``min_points - 1`` points after it; a GC pause, a
+  checkpoint or a cluster of them is dropped by duration: the median of the points since it is
+  back at the old level, and while it is not, the points' spread keeps the interval wide;
+* a borderline candidate waits for the end of its segment: a later candidate whose level is back
+  nearer the level before than the segment's own. It is then judged on the whole segment by the
+  labels' own measure, the realised slowdown ``total time / (total time - time the shift
+  added)``, where the shift is the difference of robust levels: benign disturbances inside the
+  segment (a checkpoint) weigh in the totals as they do in the labels. When kept, the return is
+  kept too (the segment is the fail-slow); when dropped, so is its return. A slowdown returning
+  from +10.5 % is a 9.5 % drop of the slow level: measured against the faster level on both
+  sides it is the same 10.5 % slowdown, so its end is not lost.
+
+The paper says "mean"; the median (early) and the realised slowdown of the whole segment
+(borderline) are its robust and its exact reading. Verification runs in the same order online
+and offline, so both give identical results: judgements fall due at fixed points, in order.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from tracekit.detect.base import as_series
+from tracekit.detect.base import MAD_TO_SIGMA, as_series, reference_level
 from tracekit.detect.bocd import Bocd
 
 PAPER_MIN_CHANGE = 0.10
 """Greyhound keeps a change point only when before and after differ by more than 10 %."""
 
+MIN_FAIL_SLOW_ITERATIONS = 10
+"""A fail-slow lasts at least 10 iterations (the label policy, ``LabelPolicy.min_iterations``):
+a slow stretch ending sooner is a disturbance (GC pauses, a checkpoint), whatever its level."""
+
+CONFIDENCE_Z = 3.0
+"""Half-width of the confidence interval in standard errors (three sigma): with a few looks
+per candidate, a level decided early is wrong well under once in a hundred."""
+
+MEDIAN_STANDARD_ERROR = math.sqrt(math.pi / 2)
+"""Standard error of a median of n Gaussian points in units of sigma / sqrt(n)."""
+
 
 class SegmentVerifier:
-    """Judges BOCD candidates of one series against the segment before them."""
+    """Judges BOCD candidates of one series against the segment before them.
 
-    def __init__(self, detector: BocdVerify, values):
+    ``pending`` holds candidates in order; the first is being judged, the others are checked,
+    once ``min_points`` of their points are in, for whether they end its segment."""
+
+    def __init__(self, detector: BocdVerify, values, sums):
         self.detector = detector
         self.values = values
+        self.sums = sums  # sums[i] = sum of values[:i], to take any segment's mean in O(1)
         self.pending: list[int] = []
         self.accepted: list[int] = []
-
-    def level(self, start: int, stop: int) -> float:
-        return float(np.median(self.values[start:stop]))
-
-    def previous_level(self, candidate: int) -> float:
-        previous = self.accepted[-1] if self.accepted else 0
-        return self.level(max(previous, candidate - self.detector.baseline_window), candidate)
+        self.noise: float | None = None
+        self.look = detector.min_points  # points since the first candidate at its next look
+        self.checked = 0  # pending candidates after the first already checked (not its end)
 
     def add(self, candidate: int) -> None:
         self.pending.append(candidate)
 
+    def segment_start(self) -> int:
+        return self.accepted[-1] if self.accepted else 0
+
+    def healthy_noise(self) -> float:
+        """Relative noise of the warm-up (floored), the least spread any level can have."""
+        if self.noise is None:
+            warmup = np.asarray(self.values[: self.detector.warmup], dtype=np.float64)
+            self.noise = float(reference_level(warmup[None, :], self.detector.min_noise)[1][0])
+        return self.noise
+
+    def level(self, start: int, stop: int) -> float:
+        return float(np.median(self.values[start:stop]))
+
+    def mean(self, start: int, stop: int) -> float:
+        return (self.sums[stop] - self.sums[start]) / (stop - start)
+
+    def previous_level(self, candidate: int) -> float:
+        """Median of the segment before ``candidate`` (at most ``baseline_window`` points)."""
+        first = max(self.segment_start(), candidate - self.detector.baseline_window)
+        return self.level(first, candidate) if first < candidate else float(self.values[0])
+
+    def end_candidate(self) -> int | None:
+        """The next pending candidate to check for ending the first one's segment."""
+        index = self.checked + 1
+        return self.pending[index] if index < len(self.pending) else None
+
     def next_due(self) -> int | None:
         """Index of the point at which the next judgement falls due (None when idle)."""
-        return self.pending[0] + self.detector.verify_window - 1 if self.pending else None
+        if not self.pending:
+            return None
+        due = self.pending[0] + self.look - 1
+        following = self.end_candidate()
+        if following is not None:
+            due = min(due, following + self.detector.min_points - 1)
+        return due
 
     def advance_to(self, t: int) -> list[int]:
         """Make every judgement due at or before point ``t``; return the changes kept."""
@@ -59,22 +116,106 @@ class SegmentVerifier:
         return kept
 
     def on_due(self, due: int) -> list[int]:
-        candidate = self.pending.pop(0)
-        return self.judge(candidate, due, self.level(candidate, due + 1))
+        first, following = self.pending[0], self.end_candidate()
+        if following is not None and due == following + self.detector.min_points - 1:
+            end = self.segment_end(first, following)
+            if end is None:
+                self.checked += 1
+                return []
+            return self.close_segment(first, following, returned=end == "return")
+        verdict = self.verdict(first, due + 1)
+        if verdict is None:
+            self.look *= 2
+            return []
+        self.next_candidate()
+        return self.keep(first) if verdict else []
 
-    def judge(self, candidate: int, due: int, after: float) -> list[int]:
-        """Keep ``candidate`` (judged at point ``due``) when its level ``after`` moved enough."""
-        before = self.previous_level(candidate)
-        if abs(after / before - 1.0) > self.detector.min_change:
-            self.accepted.append(candidate)
-            return [candidate]
-        return []
+    def next_candidate(self, drop: int = 1) -> None:
+        del self.pending[:drop]
+        self.look, self.checked = self.detector.min_points, 0
+
+    def segment_end(self, first: int, following: int) -> str | None:
+        """How ``following`` ends the segment opened by ``first``, judged on its first
+        ``min_points`` points: ``"return"`` when they are back within half the opening shift of
+        the level before ``first``, ``"new"`` when they left the segment's level by more than
+        ``min_change``; None when it is a disturbance inside the segment."""
+        d = self.detector
+        if following - first < d.min_points:
+            return None
+        after = self.level(following, following + d.min_points)
+        before, level = self.previous_level(first), self.level(first, following)
+        if abs(after - before) < abs(level - before) / 2:
+            return "return"
+        if abs(after - level) / min(after, level) > d.min_change:
+            return "new"
+        return None
+
+    def close_segment(self, first: int, following: int, returned: bool) -> list[int]:
+        """Judge ``first`` on its whole segment, which ``following`` ends. A return is kept
+        with the segment or dropped with it; a new level is judged next on its own."""
+        self.next_candidate(self.pending.index(following) + returned)
+        if following - first < self.detector.min_duration or \
+                not self.realised_slowdown(first, following) > self.detector.min_change:
+            return []
+        return self.keep(first) + (self.keep(following) if returned else [])
+
+    def before_level(self, candidate: int, stop: int) -> float:
+        """Level of the segment before ``candidate``: its last ``baseline_window`` points, or
+        all of it when the points up to ``stop`` fell below them. A fall ends the whole segment
+        since the last kept change: its slowdown is that segment's, not its last steps' (the
+        top of a gradual ramp)."""
+        recent = self.previous_level(candidate)
+        if self.level(candidate, stop) >= recent:
+            return recent
+        return self.level(self.segment_start(), candidate)
+
+    def realised_slowdown(self, candidate: int, stop: int) -> float:
+        """The labels' measure of the segment from ``candidate`` to ``stop`` (or of the one
+        before it when the level fell): total time over total time less the time the shift
+        added, minus one."""
+        before, after = self.before_level(candidate, stop), self.level(candidate, stop)
+        slow_mean = self.mean(candidate, stop) if after >= before else \
+            self.mean(self.segment_start(), candidate)
+        healthy_mean = slow_mean - abs(after - before)
+        return math.inf if healthy_mean <= 0 else slow_mean / healthy_mean - 1.0
+
+    def verdict(self, candidate: int, stop: int) -> bool | None:
+        """Keep (True) or drop (False) ``candidate`` on the points up to ``stop`` when the
+        confidence interval of the relative shift is wholly on one side of ``min_change``;
+        None while undecided. A fall is judged against the recent level first, which is cheap
+        and drops most candidates, then against its whole segment."""
+        verdict = self.interval_verdict(candidate, stop, self.previous_level(candidate))
+        if verdict and self.level(candidate, stop) < self.previous_level(candidate):
+            verdict = self.interval_verdict(candidate, stop, self.before_level(candidate, stop))
+        return verdict
+
+    def interval_verdict(self, candidate: int, stop: int, before: float) -> bool | None:
+        d = self.detector
+        points = np.asarray(self.values[candidate:stop], dtype=np.float64)
+        after = float(np.median(points))
+        spread = MAD_TO_SIGMA * float(np.median(np.abs(points - after))) / after
+        before_points = min(candidate - self.segment_start(), d.baseline_window)
+        error = (CONFIDENCE_Z * MEDIAN_STANDARD_ERROR * max(self.healthy_noise(), spread)
+                 * math.sqrt(1 / points.size + 1 / before_points))
+        relative = abs(after - before) / min(after, before)
+        if relative - error > d.min_change:
+            return True
+        if relative + error <= d.min_change and points.size >= d.min_duration:
+            return False  # only once it lasted as long as a fail-slow: it may be misdated
+        return None
+
+    def keep(self, candidate: int) -> list[int]:
+        self.accepted.append(candidate)
+        return [candidate]
 
     def finish(self, points: int) -> list[int]:
-        """End of the series: make the judgements due by its last point. A candidate in the
-        last ``verify_window - 1`` points stays unconfirmed: judged on fewer points, one slow
-        last iteration would pass."""
+        """End of the series: make the judgements due by its last point, then judge the first
+        pending candidate on its whole segment (to the end); those with fewer than
+        ``min_points`` points stay unconfirmed (one slow last iteration would pass)."""
         kept = self.advance_to(points - 1)
+        if self.pending and points - self.pending[0] >= self.detector.min_points and \
+                self.realised_slowdown(self.pending[0], points) > self.detector.min_change:
+            kept += self.keep(self.pending[0])
         self.pending.clear()
         return kept
 
@@ -87,9 +228,11 @@ class BocdVerify(Bocd):
     description = "BOCD with 10 % before/after verification (Greyhound)"
 
     min_change: float = PAPER_MIN_CHANGE
-    verify_window: int = 7
-    """Points from a candidate on whose median is its new level (judged this many - 1 later):
-    the median of 7 ignores three disturbed iterations."""
+    min_points: int = 4
+    """Points from a candidate on at its first look (judged this many - 1 later): the median
+    of 4 is not moved by one disturbed iteration."""
+    min_duration: int = MIN_FAIL_SLOW_ITERATIONS
+    """A segment judged as a whole is a change only when it lasts this many points."""
     baseline_window: int = 50
     """At most this many points before a candidate give the level it is compared with."""
 
@@ -97,13 +240,15 @@ class BocdVerify(Bocd):
 
     def reset(self) -> None:
         super().reset()
-        self._verifier = self.verifier_class(self, self._values)
+        self._sums = [0.0]
+        self._verifier = self.verifier_class(self, self._values, self._sums)
 
     @property
     def changepoints(self) -> np.ndarray:
         return np.asarray(self._verifier.accepted, dtype=np.int64)
 
     def update(self, x: float) -> list[int]:
+        self._sums.append(self._sums[-1] + x)
         for candidate in super().update(x):
             self._verifier.add(candidate)
         return self._verifier.advance_to(len(self._values) - 1)
@@ -124,11 +269,11 @@ class BocdVerify(Bocd):
         values = np.asarray(matrix, dtype=np.float64)
         done = []
         for row, alarms in zip(values, self.alarms_many(values), strict=True):
-            verifier = self.verifier_class(self, row)
+            sums = np.concatenate(([0.0], np.cumsum(row)))
+            verifier = self.verifier_class(self, row, sums)
             for candidate, alarm in alarms:
                 verifier.advance_to(alarm - 1)
                 verifier.add(candidate)
-            verifier.advance_to(row.size - 1)
             verifier.finish(row.size)
             done.append(verifier if verifiers else np.asarray(verifier.accepted, np.int64))
         return done
