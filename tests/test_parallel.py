@@ -23,7 +23,7 @@ from tracekit.detect import detect_dataset, episodes, make_detector
 from tracekit.detect.episodes import JOB_DETECTORS, JobSeries, detect_series
 from tracekit.errors import TracekitError
 from tracekit.ingest import pipeline
-from tracekit.parallel import LocalExecutor, map_all, open_executor
+from tracekit.parallel import LocalExecutor, map_all, open_executor, partition_size
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
 
@@ -260,6 +260,13 @@ def test_failed_rank_batch_is_a_warning_and_other_batches_keep_their_rows(monkey
     assert result.iterations["rank"].unique().sort().to_list() == list(range(16))
 
 
+def test_partition_size_gives_several_partitions_per_worker(dask_executor):
+    assert partition_size(64, LocalExecutor(), most=16) == 16  # the loop: largest allowed
+    assert partition_size(64, dask_executor, most=16) == 8  # 2 workers x 4 partitions
+    assert partition_size(1000, dask_executor, most=16) == 16
+    assert partition_size(3, dask_executor, most=16) == 1
+
+
 def test_map_all_raises_one_error_naming_every_failed_partition():
     with pytest.raises(TracekitError) as raised:
         map_all(LocalExecutor(), square_or_fail, [(2, ""), (-1, ""), (-2, "")],
@@ -373,8 +380,9 @@ def test_analyze_is_identical_with_and_without_a_cluster(slow_job, tmp_path, das
     assert dask_build["detect"] == {**cluster, "ranks_per_block": {
         "window": 16, "bocd": 256, "bocd+v": 256, "bocd+b": 256}}
     assert dask_build["attribute"] == {**cluster, "partitions": {
-        "ranks": 1, "groups": 8, "episodes": loop["episodes"].height}}
-    assert loop_build["attribute"]["partitions"]["groups"] == 4  # 4 per worker, largest first
+        "ranks": 8, "groups": 8, "episodes": loop["episodes"].height}}
+    assert loop_build["attribute"]["partitions"] == {"ranks": 1, "groups": 1,
+                                                     "episodes": loop["episodes"].height}
     assert dask_build["ingest"]["engine"] == dask_build["iterations"]["engine"] == "dask"
     assert {stage: b["engine"] for stage, b in loop_build.items()} == {
         "ingest": "local", "iterations": "local", "detect": "local", "attribute": "local"}

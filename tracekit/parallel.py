@@ -15,6 +15,7 @@ CPU, ``local:N`` one with N workers (a worker is one core: one thread, native po
 from __future__ import annotations
 
 import logging
+import math
 import os
 import resource
 import socket
@@ -274,6 +275,21 @@ def map_all(executor: Executor, function: Callable[[Any], Any], partitions: Sequ
         raise TracekitError(f"{len(failed)} of {len(outcomes)} partitions failed, nothing was "
                             "written: " + "; ".join(failed))
     return [outcome.value for outcome in outcomes]
+
+
+PARTITIONS_PER_WORKER = 4
+"""Partitions per worker a step aims for when there are several workers: with a few per
+worker, handed out largest first, no worker idles while another runs the last big one."""
+
+
+def partition_size(items: int, executor: Executor, most: int) -> int:
+    """Items per partition: at most ``most`` (a partition's memory), and with several workers
+    small enough for :data:`PARTITIONS_PER_WORKER` partitions each. The local loop keeps
+    ``most``: smaller partitions would only repeat per-partition reads."""
+    workers = executor.description.get("workers", 1)
+    if workers <= 1:
+        return most
+    return max(1, min(most, math.ceil(items / (workers * PARTITIONS_PER_WORKER))))
 
 
 def record_build(dataset: Dataset, stage: str, executor: Executor, **details: Any) -> None:

@@ -40,17 +40,24 @@ def _one_pass(ds) -> tuple[pl.DataFrame, pl.DataFrame]:
             call_gaps(ds.table("collectives")))
 
 
-@pytest.mark.parametrize(("ranks_per_batch", "bins_per_worker"), [(8, 4), (1, 100), (3, 1)])
-def test_partitions_give_what_one_pass_gives(dataset, monkeypatch, ranks_per_batch,
-                                             bins_per_worker):
+def _executor(workers: int) -> LocalExecutor:
+    """The local loop, saying it has ``workers`` workers (partitioning follows the count)."""
+    executor = LocalExecutor()
+    executor.description["workers"] = workers
+    return executor
+
+
+@pytest.mark.parametrize(("ranks_per_batch", "workers", "partitions"), [
+    (8, 1, {"ranks": 1, "groups": 1}), (3, 1, {"ranks": 3, "groups": 1}),
+    (8, 2, {"ranks": 8, "groups": 8}), (8, 4, {"ranks": 8, "groups": 13})])
+def test_partitions_give_what_one_pass_gives(dataset, monkeypatch, ranks_per_batch, workers,
+                                             partitions):
     monkeypatch.setattr(job_signals, "RANKS_PER_BATCH", ranks_per_batch)
-    monkeypatch.setattr(job_signals, "BINS_PER_WORKER", bins_per_worker)
     ds = open_dataset(dataset)
     instances, gaps = _one_pass(ds)
     names = sorted(instances["group"].unique().to_list())
-    everything = job_signals.signals_in_windows(ds, [(None, None)], LocalExecutor())
-    assert everything.partitions == {"ranks": -(-8 // ranks_per_batch),
-                                     "groups": min(len(names), bins_per_worker)}
+    everything = job_signals.signals_in_windows(ds, [(None, None)], _executor(workers))
+    assert everything.partitions == partitions and len(names) == 13
     assert everything.instance_count == instances.height == 31_536
     by_name = everything.instances.with_columns(
         pl.col("group").replace_strict(list(range(len(names))), names))
@@ -59,7 +66,7 @@ def test_partitions_give_what_one_pass_gives(dataset, monkeypatch, ranks_per_bat
     assert everything.span_ns == (instances["t_ns"].min(), instances["t_ns"].max())
     assert everything.ranks.rows() == [(r, f"gpu{r // 2 + 1:02d}", r % 2) for r in range(8)]
     start, end = int(instances["t_ns"][1000]), int(instances["t_ns"][1500])
-    cut = job_signals.signals_in_windows(ds, [(start, end)], LocalExecutor())
+    cut = job_signals.signals_in_windows(ds, [(start, end)], _executor(workers))
     assert_frame_equal(cut.instances.with_columns(
         pl.col("group").replace_strict(list(range(len(names))), names)),
         instances.filter(pl.col("t_ns").is_between(start, end, closed="left")))
@@ -80,9 +87,7 @@ def test_verdicts_do_not_depend_on_the_partitioning(dataset, monkeypatch):
         "t_end_ns": [first + 100 * length, None]}).pipe(_as_episodes)
     default = attribute_episodes(ds, episodes)
     assert default.select("cause", "target").rows()[0] == ("insufficient-evidence", "rank:3")
-    monkeypatch.setattr(job_signals, "RANKS_PER_BATCH", 1)
-    monkeypatch.setattr(job_signals, "BINS_PER_WORKER", 100)
-    assert_frame_equal(attribute_episodes(ds, episodes), default)
+    assert_frame_equal(attribute_episodes(ds, episodes, _executor(4)), default)
 
 
 def _as_episodes(frame: pl.DataFrame) -> pl.DataFrame:
@@ -91,14 +96,19 @@ def _as_episodes(frame: pl.DataFrame) -> pl.DataFrame:
     return schema.conform("episodes", frame)
 
 
-def test_bins_hold_whole_groups_largest_first():
+def test_bins_hold_whole_groups_largest_first(monkeypatch):
     groups = pl.DataFrame({"host": "h", "pid": 1, "comm": [f"c{i}" for i in range(7)],
                            "rank": [0, 1, 0, 1, 2, 3, 4], "group": [0, 0, 1, 1, 2, 3, 4],
                            "calls": [50, 50, 30, 30, 70, 20, 5]})
-    bins = job_signals._bins(groups, workers=1)
-    assert [sorted(set(b["group"])) for b in bins] == [[0], [2], [1], [3, 4]]
-    assert [b["calls"].sum() for b in bins] == [100, 70, 60, 25]
-    assert len(job_signals._bins(groups, workers=2)) == 5  # at most one bin per group
+    bins = job_signals._bins(groups, _executor(1))
+    assert [sorted(set(b["group"])) for b in bins] == [[0, 1, 2, 3, 4]]
+    bins = job_signals._bins(groups, _executor(2))  # 8 bins asked for, one per group at most
+    assert [sorted(set(b["group"])) for b in bins] == [[0], [2], [1], [3], [4]]
+    assert [b["calls"].sum() for b in bins] == [100, 70, 60, 20, 5]
+    monkeypatch.setattr(job_signals, "CALLS_PER_BIN", 110)  # 255 calls: 3 bins in one worker
+    bins = job_signals._bins(groups, _executor(1))
+    assert [sorted(set(b["group"])) for b in bins] == [[0], [1, 3], [2, 4]]
+    assert [b["calls"].sum() for b in bins] == [100, 80, 75]
 
 
 def test_group_ids_are_integers_in_name_order():

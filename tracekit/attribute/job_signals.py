@@ -29,18 +29,14 @@ from tracekit.attribute.arrival import call_gaps
 from tracekit.attribute.groups import HANDLE, assign_groups, handle_summary
 from tracekit.attribute.instances import collective_calls, collective_instances, member_calls
 from tracekit.dataset import Dataset, open_dataset
-from tracekit.parallel import Executor, map_all
+from tracekit.parallel import Executor, map_all, partition_size
 
 RANKS_PER_BATCH = 8
-"""Ranks read by one partition of pass 1: several partitions per worker on small jobs, and a
-bounded read (8 ranks x 10,000 iterations is ~7 M calls) on large ones."""
+"""Most ranks read by one partition of pass 1 (8 ranks x 10,000 iterations is ~7 M calls)."""
 
 CALLS_PER_BIN = 5_000_000
 """At most about this many calls in one bin of groups (memory of a pass 2 partition), unless a
 single group has more."""
-
-BINS_PER_WORKER = 4
-"""Bins of groups per worker, so that the largest-first order leaves no worker idle at the end."""
 
 Windows = list[tuple[int | None, int | None]]
 """Time ranges ``[start_ns, end_ns)`` of interest; None is unbounded."""
@@ -68,8 +64,8 @@ def signals_in_windows(dataset: Dataset, windows: Windows, executor: Executor) -
     """Both passes over ``dataset`` (see the module docstring) for the given windows."""
     ranks = (dataset.table("collectives").select(pl.col("rank").drop_nulls().unique().sort())
              .collect().to_series().to_list())
-    batches = [ranks[first:first + RANKS_PER_BATCH]
-               for first in range(0, len(ranks), RANKS_PER_BATCH)]
+    size = partition_size(len(ranks), executor, RANKS_PER_BATCH)
+    batches = [ranks[first:first + size] for first in range(0, len(ranks), size)]
     summaries = map_all(executor, _rank_batch,
                         [(str(dataset.path), batch, windows) for batch in batches],
                         key=lambda p: f"collectives of ranks {p[1][0]}-{p[1][-1]}")
@@ -78,7 +74,7 @@ def signals_in_windows(dataset: Dataset, windows: Windows, executor: Executor) -
         else pl.DataFrame() for i in range(4))
     groups = (_numbered(assign_groups(handles, signatures, dataset.table("comms").collect()))
               if handles.height else pl.DataFrame())
-    bins = _bins(groups, executor.description.get("workers", 1))
+    bins = _bins(groups, executor)
     found = map_all(executor, _group_bin, [(str(dataset.path), b, windows) for b in bins],
                     key=lambda p: f"collective instances of groups {p[1]['group'].min()}-"
                                   f"{p[1]['group'].max()}")
@@ -105,15 +101,17 @@ def _numbered(groups: pl.DataFrame) -> pl.DataFrame:
             .with_columns((pl.col("group").rank("dense") - 1).cast(pl.Int32)))
 
 
-def _bins(groups: pl.DataFrame, workers: int) -> list[pl.DataFrame]:
+def _bins(groups: pl.DataFrame, executor: Executor) -> list[pl.DataFrame]:
     """Whole groups packed into bins of about equal calls, largest group first into the
-    lightest bin; bins are returned largest first, so the longest partitions start first."""
+    lightest bin (at most :data:`CALLS_PER_BIN` calls, unless one group has more, and as many
+    bins as :func:`~tracekit.parallel.partition_size` asks); largest bin first, so the longest
+    partitions start first."""
     if groups.is_empty():
         return []
     sizes = groups.group_by("group").agg(pl.col("calls").sum()).sort(["calls", "group"],
                                                                      descending=[True, False])
-    count = min(sizes.height, max(workers * BINS_PER_WORKER,
-                                  math.ceil(sizes["calls"].sum() / CALLS_PER_BIN)))
+    total = int(sizes["calls"].sum())
+    count = min(sizes.height, math.ceil(total / partition_size(total, executor, CALLS_PER_BIN)))
     loads, members = [0] * count, [[] for _ in range(count)]
     for group, calls in sizes.iter_rows():
         lightest = loads.index(min(loads))

@@ -25,7 +25,7 @@ from tracekit.iterations.period import (
     interval_counts,
     interval_ratio,
 )
-from tracekit.parallel import Executor, LocalExecutor
+from tracekit.parallel import Executor, LocalExecutor, partition_size
 
 SOURCE = "acf"
 """Value of ``iterations.source`` for reconstructed rows."""
@@ -94,8 +94,9 @@ def symbol_expr() -> pl.Expr:
 
 
 RANKS_PER_BATCH = 16
-"""Ranks read from the table at a time: bounds memory on jobs of thousands of ranks while the
-Parquet scan still skips the row groups of other ranks."""
+"""Most ranks read from the table at a time: bounds memory on jobs of thousands of ranks while
+the Parquet scan still skips the row groups of other ranks (fewer per batch when a cluster's
+workers need more partitions, :func:`tracekit.parallel.partition_size`)."""
 
 
 def reconstruct(
@@ -109,9 +110,10 @@ def reconstruct(
     frame = collectives.lazy() if isinstance(collectives, pl.DataFrame) else collectives
     ranks = (frame.select(pl.col("rank").drop_nulls().unique().sort()).collect()
              .to_series().to_list())
-    batches = [ranks[first:first + RANKS_PER_BATCH]
-               for first in range(0, len(ranks), RANKS_PER_BATCH)]
-    outcomes = (executor or LocalExecutor()).map_partitions(
+    executor = executor or LocalExecutor()
+    size = partition_size(len(ranks), executor, RANKS_PER_BATCH)
+    batches = [ranks[first:first + size] for first in range(0, len(ranks), size)]
+    outcomes = executor.map_partitions(
         functools.partial(_reconstruct_batch, threshold=threshold),
         [(batch, frame.filter(pl.col("rank").is_in(batch))) for batch in batches],
         key=lambda partition: f"ranks {partition[0][0]}-{partition[0][-1]}")
