@@ -3,6 +3,8 @@ encoding damage or block boundaries, and the read-ahead thread's error and early
 
 from __future__ import annotations
 
+import hashlib
+import io
 import threading
 
 import polars as pl
@@ -16,6 +18,7 @@ from tracekit.ingest.base import (
     LineBatch,
     Source,
     iter_line_batches,
+    iter_line_blocks,
     read_ahead,
 )
 
@@ -80,6 +83,38 @@ def test_lines_match_a_plain_python_reader(lines, terminated, batch_bytes):
     assert [line for b in got for line in b.lines.to_list()] == reference_lines(data)
     assert [n for b in got for n in b.frame()["line_no"].to_list()] == list(
         range(1, len(reference_lines(data)) + 1))
+
+
+class _Unseekable(io.BytesIO):
+    """A pipe-like stream: blocks are cut after reading instead of found by seeking."""
+
+    def seekable(self) -> bool:
+        return False
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(line_bytes, max_size=20), st.booleans(), st.integers(4, 200), st.booleans())
+def test_blocks_are_whole_lines_and_hash_the_file_once(lines, terminated, batch_bytes, seekable):
+    data = b"\n".join(lines) + (b"\n" if terminated and lines else b"")
+    opened = []
+
+    def opener():
+        opened.append(1)
+        return io.BytesIO(data) if seekable else _Unseekable(data)
+
+    source = Source("t.log", len(data), opener, hash_while_reading=True)
+    blocks = list(iter_line_blocks(source, batch_bytes))
+    assert b"".join(blocks) == data
+    assert all(block.endswith(b"\n") for block in blocks[:-1])
+    assert source.sha256 == hashlib.sha256(data).hexdigest()
+    assert len(opened) == 1
+
+
+def test_hash_is_not_computed_while_reading_unless_asked():
+    source = Source.from_bytes("t.log", b"a\nb\n")
+    list(iter_line_blocks(source, 1))
+    assert source._sha256 is None
+    assert source.sha256 == hashlib.sha256(b"a\nb\n").hexdigest()
 
 
 def test_read_ahead_yields_in_order_and_raises_the_producers_error():

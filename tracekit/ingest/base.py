@@ -45,6 +45,9 @@ class Source:
     name: str
     size: int
     opener: Callable[[], BinaryIO]
+    hash_while_reading: bool = False
+    """Set by the ingest pipeline: :func:`iter_line_blocks` then computes :attr:`sha256` from
+    the bytes it reads anyway, so a new file is read once, not once to hash and once to parse."""
     _sha256: str | None = None
     _head: bytes | None = None
 
@@ -71,6 +74,7 @@ class Source:
 
     @property
     def sha256(self) -> str:
+        """The content hash; read from the file unless a full read already computed it."""
         if self._sha256 is None:
             digest = hashlib.sha256()
             with self.open() as stream:
@@ -166,16 +170,63 @@ class LineBatch:
 
 def iter_line_blocks(source: Source, batch_bytes: int = LINE_BATCH_BYTES) -> Iterator[bytes]:
     """The bytes of a text source in blocks of whole lines (about ``batch_bytes`` each; a line
-    longer than that makes its block longer). The last block may end without a line end."""
-    pending: list[bytes] = []  # bytes after the last line end (a line may span blocks)
+    longer than that makes its block longer). The last block may end without a line end.
+
+    With ``source.hash_while_reading`` the blocks also feed the source's sha256 (hashlib
+    releases the GIL, so this overlaps with the caller's work), set once the whole file is read.
+    """
+    digest = hashlib.sha256() if source.hash_while_reading and source._sha256 is None else None
     with source.open() as stream:
-        while block := stream.read(batch_bytes):
-            cut = block.rfind(b"\n") + 1
-            if cut == 0:
-                pending.append(block)
-                continue
-            yield b"".join([*pending, block[:cut]])
-            pending = [block[cut:]] if cut < len(block) else []
+        split = _seek_line_blocks if stream.seekable() else _cut_line_blocks
+        for block in split(stream, batch_bytes):
+            if digest is not None:
+                digest.update(block)
+            yield block
+    if digest is not None:
+        source._sha256 = digest.hexdigest()
+
+
+LINE_END_PEEK_BYTES = 64 * 1024
+"""How far :func:`_seek_line_blocks` reads at a time while looking for a block's last line end."""
+
+
+def _seek_line_blocks(stream: BinaryIO, batch_bytes: int) -> Iterator[bytes]:
+    """Blocks of a seekable stream, each read in one piece: where its last line ends is found
+    first, by peeking past ``batch_bytes``. Cutting a block read blind instead copies it twice
+    (slice and join), and the fresh memory costs more than the copying (page faults)."""
+    while True:
+        start = stream.tell()
+        stream.seek(start + batch_bytes)
+        length = batch_bytes + _bytes_to_line_end(stream)
+        stream.seek(start)
+        block = stream.read(length)
+        if not block:
+            return
+        yield block
+
+
+def _bytes_to_line_end(stream: BinaryIO) -> int:
+    """Bytes from the stream's position to just after the next line end (or to the end)."""
+    length = 0
+    while peek := stream.read(LINE_END_PEEK_BYTES):
+        end = peek.find(b"\n")
+        if end >= 0:
+            return length + end + 1
+        length += len(peek)
+    return length
+
+
+def _cut_line_blocks(stream: BinaryIO, batch_bytes: int) -> Iterator[bytes]:
+    """Blocks of a stream that cannot seek: read ``batch_bytes`` and keep what follows the
+    last line end for the next block."""
+    pending: list[bytes] = []  # bytes after the last line end (a line may span blocks)
+    while block := stream.read(batch_bytes):
+        cut = block.rfind(b"\n") + 1
+        if cut == 0:
+            pending.append(block)
+            continue
+        yield b"".join([*pending, block[:cut]])
+        pending = [block[cut:]] if cut < len(block) else []
     if pending:
         yield b"".join(pending)
 

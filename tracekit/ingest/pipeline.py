@@ -3,7 +3,9 @@
 Each source writes its rows as parts named after its content hash (``<sha16>-<n>``, one per
 :data:`PART_ROWS` rows), so ingesting the same bytes again replaces its own parts instead of
 adding rows, and a new file adds only its own parts. Unchanged sources (same hash, format and
-parser version) are skipped without reading them.
+parser version) are skipped without reading them. A file is read once: its hash is computed
+while it is parsed (parts are written under hidden names and renamed once it is known), and
+hashed beforehand only when an earlier ingest of this path had the same size.
 
 One input file (a log, or an archive read member by member) is one partition: it is read and
 written by :func:`_ingest_file`, on this machine or on a Dask worker (``tracekit.parallel``),
@@ -15,7 +17,9 @@ workers write in parallel and readers skip other ranks' files.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -195,7 +199,7 @@ def _ingest_source(
     try:
         reader = forced or registry.sniff(source)
         summary.format = reader.format
-        known = known_records.get(source.sha256)
+        known = _earlier_record(source, known_records)
         if known and known["format"] == reader.format and known["parser_version"] == reader.version:
             summary.status = "unchanged"
             summary.rows = dict(known["rows"])
@@ -203,6 +207,7 @@ def _ingest_source(
             if report:
                 report(source=source.name, bytes=source.size, rows=0)
             return summary, None
+        source.hash_while_reading = True
         _read_into(dataset, source, reader, options, summary, report)
     except TracekitError as error:
         summary.status, summary.error = "failed", str(error)
@@ -225,6 +230,15 @@ def _ingest_source(
     }
 
 
+def _earlier_record(source: Source,
+                    known_records: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The manifest record of an earlier ingest of these very bytes, if any. Only a record of the
+    same size can match, so a new or resized file is not hashed before it is read."""
+    if not any(record["size"] == source.size for record in known_records.values()):
+        return None
+    return known_records.get(source.sha256)
+
+
 def _read_into(
     dataset: Dataset,
     source: Source,
@@ -235,70 +249,118 @@ def _read_into(
 ) -> None:
     """Read all chunks, writing them as parts; replace the source's earlier parts only once
     every new part is on disk."""
-    prefix = source.sha256[:16]
-    writer = _PartWriter(dataset, prefix)
+    writer = _PartWriter(dataset)
     ranks: set[int] = set()
-    for chunk in reader.read(source, options):
-        rows = 0
-        for name, frame in _chunk_tables(dataset, chunk).items():
-            if frame.height == 0:
-                continue
-            writer.add(name, frame)
-            summary.rows[name] = summary.rows.get(name, 0) + frame.height
-            rows += frame.height
-            _extend_span(summary, name, frame, ranks)
-        summary.lines += chunk.lines
-        summary.skipped += chunk.skipped
-        summary.notes.extend(n for n in chunk.notes if n not in summary.notes)
-        if report:
-            report(source=source.name, bytes=chunk.bytes_read, rows=rows)
-    writer.flush()
+    try:
+        for chunk in reader.read(source, options):
+            rows = 0
+            for name, frame in _chunk_tables(dataset, chunk).items():
+                if frame.height == 0:
+                    continue
+                writer.add(name, frame)
+                summary.rows[name] = summary.rows.get(name, 0) + frame.height
+                rows += frame.height
+                _extend_span(summary, name, frame, ranks)
+            summary.lines += chunk.lines
+            summary.skipped += chunk.skipped
+            summary.notes.extend(n for n in chunk.notes if n not in summary.notes)
+            if report:
+                report(source=source.name, bytes=chunk.bytes_read, rows=rows)
+        writer.close()
+    except BaseException:
+        writer.discard()
+        raise
+    prefix = source.sha256[:16]
+    written = writer.publish(prefix)
     summary.quarantined = summary.rows.pop("quarantine", 0)
     summary.ranks = len(ranks)
     for name in schema.TABLES:
-        dataset.remove_parts(name, prefix, keep=writer.written.get(name, set()))
+        dataset.remove_parts(name, prefix, keep=written.get(name, set()))
 
 
 PART_ROWS = 1_000_000
 """A source's rows are written once this many are buffered (and at its end), not per reader
 chunk: with the hive layout by rank, per-chunk writes made one small file per rank per 16 MiB."""
 
+STAGED_PART = ".staged-{token}-{n:05d}"
+"""Name of part ``n`` until the source's hash is known: hidden, so no table reads it."""
+
 
 class _PartWriter:
-    """Buffers a source's frames and writes them as parts ``<prefix>-<n>`` every
-    :data:`PART_ROWS` rows, remembering every path written."""
+    """Buffers a source's rows (split by rank folder as they come) and writes them every
+    :data:`PART_ROWS` rows as staged parts, in a background thread: Parquet encoding of one
+    batch overlaps parsing the next, so ingest keeps both cores busy. :meth:`publish` gives the
+    parts their final names ``<prefix>-<n>`` once every one is on disk."""
 
-    def __init__(self, dataset: Dataset, prefix: str):
-        self.dataset, self.prefix = dataset, prefix
-        self.pending: dict[str, list[pl.DataFrame]] = {}
+    def __init__(self, dataset: Dataset):
+        self.dataset = dataset
+        self.token = uuid.uuid4().hex[:12]
+        self.pending: dict[tuple[str, str], list[pl.DataFrame]] = {}
+        """Frames not yet written, by (table, folder inside the table: ``rank=3/`` or empty)."""
         self.buffered_rows = 0
-        self.parts = 0
-        self.written: dict[str, set[Path]] = {}
+        self.batches = 0
+        self.staged: list[tuple[str, Path]] = []
+        self.thread = ThreadPoolExecutor(1, thread_name_prefix="tracekit-part-writer")
+        self.writing: Future[None] | None = None
 
     def add(self, name: str, frame: pl.DataFrame) -> None:
-        self.pending.setdefault(name, []).append(frame)
+        for folder, piece in _layout(name, frame):
+            self.pending.setdefault((name, folder), []).append(piece)
         self.buffered_rows += frame.height
         if self.buffered_rows >= PART_ROWS:
             self.flush()
 
     def flush(self) -> None:
+        """Hand the buffered rows to the writing thread (after the batch before them is on
+        disk, so at most two batches are in memory)."""
         if not self.pending:
             return
-        part = f"{self.prefix}-{self.parts:05d}"
-        for name, frames in self.pending.items():
-            for piece_part, piece in _layout(name, pl.concat(frames), part):
-                path = self.dataset.write_part(name, piece, piece_part)
-                self.written.setdefault(name, set()).add(path)
-        self.pending.clear()
-        self.buffered_rows = 0
-        self.parts += 1
+        self._wait()
+        self.writing = self.thread.submit(self._write, self.pending, self.batches)
+        self.pending, self.buffered_rows = {}, 0
+        self.batches += 1
+
+    def _write(self, batch: dict[tuple[str, str], list[pl.DataFrame]], n: int) -> None:
+        for (name, folder), frames in batch.items():
+            part = folder + STAGED_PART.format(token=self.token, n=n)
+            self.staged.append((name, self.dataset.write_part(name, pl.concat(frames), part)))
+
+    def _wait(self) -> None:
+        if self.writing is not None:
+            self.writing.result()
+            self.writing = None
+
+    def close(self) -> None:
+        """Write what is buffered and wait until every staged part is on disk."""
+        try:
+            self.flush()
+            self._wait()
+        finally:
+            self.thread.shutdown()
+
+    def discard(self) -> None:
+        """Remove every staged part (the source failed: nothing of it is kept)."""
+        self.thread.shutdown(cancel_futures=True)
+        for _, path in self.staged:
+            path.unlink(missing_ok=True)
+
+    def publish(self, prefix: str) -> dict[str, set[Path]]:
+        """Rename the staged parts to ``<prefix>-<n>``; the final paths by table."""
+        written: dict[str, set[Path]] = {}
+        for name, path in self.staged:
+            final = path.with_name(path.name.replace(f".staged-{self.token}", prefix, 1))
+            path.replace(final)
+            written.setdefault(name, set()).add(final)
+        return written
 
 
-def _layout(name: str, frame: pl.DataFrame, part: str) -> list[tuple[str, pl.DataFrame]]:
-    """Where a chunk's rows of table ``name`` go: one part, or one per rank folder."""
+def _layout(name: str, frame: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
+    """Which folder of table ``name`` a chunk's rows go to: the table's own, or one per rank.
+    Splitting each chunk as it comes costs the same as splitting the buffered rows at once
+    (and a chunk of one rank, as a per-process file gives, is not copied)."""
     if name not in HIVE_BY_RANK:
-        return [(part, frame)]
-    return [(f"rank={HIVE_NULL if rank is None else rank}/{part}", piece) for (rank,), piece in
+        return [("", frame)]
+    return [(f"rank={HIVE_NULL if rank is None else rank}/", piece) for (rank,), piece in
             frame.partition_by("rank", as_dict=True, maintain_order=True).items()]
 
 
