@@ -6,9 +6,14 @@ The job is ``TRACEKIT_BENCH_SCALE_RANKS`` ranks (default 256, layout tp8-dp8-pp4
 GPU throttled for a tenth of the run mid-way (so attribution has an episode to judge), made by
 ``tracekit.synth`` once and kept under ``build/bench-scale/``. Each configuration runs in a
 fresh process on a fresh dataset, so its wall time includes starting the cluster and its peak
-memory is its own. Printed: wall times, speed-up of ``local:2`` over ``local:1`` (the goal on a
-2-core machine is 1.8x) and over no cluster, peak memory per worker, and a projection for N
-nodes from the per-partition costs measured without a cluster.
+memory is its own. Printed: wall times, CPU seconds of the client and of the workers per stage
+(the client's share is the serial part that no cluster speeds up), speed-up of ``local:2`` over
+``local:1`` (the goal on a 2-core machine is 1.8x) and over no cluster, peak memory per worker,
+and a projection for N nodes from the CPU seconds of ``local:1``.
+
+``TRACEKIT_BENCH_SCALE_BASELINE=<checkout>`` also runs every configuration with the tracekit of
+another checkout (e.g. ``git worktree add /tmp/base HEAD~5``), interleaved with this one so
+both see the same load; ``TRACEKIT_BENCH_SCALE_REPEATS=N`` keeps the best of N runs.
 """
 
 from __future__ import annotations
@@ -54,8 +59,29 @@ def synthesize() -> Path:
     return folder / "ranks"
 
 
+STAGES = ("ingest", "iterations", "detect", "attribute")
+
+
+def _cpu_s() -> tuple[float, float]:
+    """CPU seconds (user + system) so far of this process (the client) and of its live child
+    processes (a LocalCluster's workers and nannies)."""
+    import psutil
+
+    me = psutil.Process()
+    own = me.cpu_times()
+    children = 0.0
+    for child in me.children(recursive=True):
+        try:
+            times = child.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        children += times.user + times.system
+    return own.user + own.system, children
+
+
 def run_one(cluster: str | None, ranks: Path, target: Path) -> dict:
-    """One configuration, in this (fresh) process: stage wall times and peak memory."""
+    """One configuration, in this (fresh) process: per stage wall time and CPU seconds of the
+    client and of the workers, and peak memory."""
     from tracekit.attribute import attribute_dataset
     from tracekit.dataset import open_dataset
     from tracekit.detect import detect_dataset
@@ -63,24 +89,28 @@ def run_one(cluster: str | None, ranks: Path, target: Path) -> dict:
     from tracekit.iterations import reconstruct_dataset
     from tracekit.parallel import open_executor
 
-    started = time.perf_counter()
+    marks = [(time.perf_counter(), *_cpu_s())]
     with open_executor(cluster) as executor:
-        ready = time.perf_counter()
+        marks.append((time.perf_counter(), *_cpu_s()))
         summary = ingest([ranks], target, job="bench-scale", executor=executor)
-        ingested = time.perf_counter()
+        marks.append((time.perf_counter(), *_cpu_s()))
         result = reconstruct_dataset(open_dataset(target), executor=executor)
-        reconstructed = time.perf_counter()
+        marks.append((time.perf_counter(), *_cpu_s()))
         detection = detect_dataset(open_dataset(target), executor=executor)
-        detected = time.perf_counter()
+        marks.append((time.perf_counter(), *_cpu_s()))
         attribution = attribute_dataset(open_dataset(target), executor)
-        attributed = time.perf_counter()
+        marks.append((time.perf_counter(), *_cpu_s()))
         peaks = executor.worker_peak_rss_bytes()
         built = open_dataset(target).manifest["build"]
+    stages = {}
+    for stage, before, after in zip(("startup", *STAGES), marks[:-1], marks[1:], strict=True):
+        stages[f"{stage}_s"] = after[0] - before[0]
+        stages[f"{stage}_client_cpu_s"] = after[1] - before[1]
+        stages[f"{stage}_workers_cpu_s"] = after[2] - before[2]
     return {
-        "startup_s": ready - started, "ingest_s": ingested - ready,
-        "iterations_s": reconstructed - ingested, "detect_s": detected - reconstructed,
-        "attribute_s": attributed - detected, "total_s": attributed - started,
-        "partitions": len(summary.sources), "failed": len(summary.failed),
+        **stages, "total_s": marks[-1][0] - marks[0][0],
+        "partitions": {stage: built[stage].get("partitions") for stage in STAGES},
+        "failed": len(summary.failed),
         "ranks_per_block": built["detect"]["ranks_per_block"],
         "events": detection.events.height,
         "rows": sum(s.total_rows for s in summary.sources),
@@ -92,59 +122,108 @@ def run_one(cluster: str | None, ranks: Path, target: Path) -> dict:
     }
 
 
-def _measure(cluster: str | None, ranks: Path) -> dict:
+def _measure(cluster: str | None, ranks: Path, code: Path | None = None) -> dict:
+    """One configuration in a fresh process; ``code``: a checkout of tracekit to run instead of
+    this one (the baseline of ``TRACEKIT_BENCH_SCALE_BASELINE``)."""
     target = WORK / f"ds-{cluster or 'none'}".replace(":", "")
     shutil.rmtree(target, ignore_errors=True)
     load = os.getloadavg()[0]
-    out = subprocess.run([sys.executable, "-m", "benchmarks.bench_scale", "--run",
-                          cluster or "none", str(ranks), str(target)],
-                         check=True, capture_output=True, text=True)
+    environment = dict(os.environ)
+    if code is not None:
+        environment["PYTHONPATH"] = str(code)
+    # run as a script, so that the folder on sys.path first is this one, not a checkout
+    out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--run",
+                          cluster or "none", str(ranks.resolve()), str(target.resolve())],
+                         check=True, capture_output=True, text=True, env=environment)
     shutil.rmtree(target, ignore_errors=True)
     return {**json.loads(out.stdout.strip().splitlines()[-1]),
             "load": (load, os.getloadavg()[0])}
 
 
-def _projection(none: dict) -> list[str]:
-    """Wall time for PROJECTED_RANKS ranks on N nodes: partitions run in waves of
-    N x WORKERS_PER_NODE, each costing what one partition cost here without a cluster (detect:
-    the work grows with the ranks and spreads over at most one worker per detector x block
-    partition). Attribution cuts every episode's signals on the client, so it is projected to
-    grow with the ranks on one machine."""
-    ingest_per_file = none["ingest_s"] / none["partitions"]
-    iterations_per_rank = none["iterations_s"] / RANKS
-    detect_work_s = none["detect_s"] * PROJECTED_RANKS / RANKS
-    detect_partitions = sum(math.ceil(PROJECTED_RANKS / block)
-                            for block in none["ranks_per_block"].values())
-    attribute_s = none["attribute_s"] * PROJECTED_RANKS / RANKS
+def _best_of(runs: list[dict]) -> dict:
+    """Fastest of repeated runs, field by field for times and CPU seconds (noise on a shared
+    machine only ever adds)."""
+    best = dict(runs[0])
+    for key in runs[0]:
+        if key.endswith("_s") or key == "load":
+            best[key] = min(run[key] for run in runs)
+    return best
+
+
+def _projected_partitions(stage: str, none: dict, workers: int) -> int:
+    """Partitions of ``stage`` for the PROJECTED_RANKS-rank job on ``workers`` workers, by
+    the rules tracekit partitions with (tracekit.parallel.partition_size)."""
+    from tracekit.attribute.job_signals import RANKS_PER_BATCH as ATTRIBUTE_RANKS
+    from tracekit.iterations.reconstruct import RANKS_PER_BATCH as ITERATION_RANKS
+    from tracekit.parallel import PARTITIONS_PER_WORKER
+
+    def batches(most: int) -> int:
+        size = max(1, min(most, math.ceil(PROJECTED_RANKS / (workers * PARTITIONS_PER_WORKER))))
+        return math.ceil(PROJECTED_RANKS / size)
+
+    if stage == "ingest":
+        return PROJECTED_RANKS  # one hook CSV file per rank
+    if stage == "iterations":
+        return batches(ITERATION_RANKS)
+    if stage == "detect":
+        return sum(math.ceil(PROJECTED_RANKS / block)
+                   for block in none["ranks_per_block"].values())
+    return batches(ATTRIBUTE_RANKS)  # the rank batches; group bins are as many or fewer
+
+
+def _projection(one: dict) -> list[str]:
+    """Wall time of each stage for PROJECTED_RANKS ranks on N nodes, from ``local:1`` (one
+    single-threaded worker, so its CPU seconds are the partitions' cost on one core): the
+    client's CPU seconds run alone (Amdahl's serial part), the workers' CPU seconds spread over
+    min(workers, partitions). Both grow with the ranks; start-up and data transfer are left
+    out, so this is a lower bound."""
+    scale = PROJECTED_RANKS / RANKS
     lines = []
     for nodes in PROJECTED_NODES:
         workers = nodes * WORKERS_PER_NODE
-        waves = math.ceil(PROJECTED_RANKS / workers)
-        ingest_s = waves * ingest_per_file
-        batches = math.ceil(PROJECTED_RANKS / 16)
-        iterations_s = math.ceil(batches / workers) * 16 * iterations_per_rank
-        detect_s = detect_work_s / min(workers, detect_partitions)
-        lines.append(f"  {nodes:>3} nodes x {WORKERS_PER_NODE} workers: ingest ~{ingest_s:,.0f} s,"
-                     f" iterations ~{iterations_s:,.0f} s, detect ~{detect_s:,.0f} s, attribute "
-                     f"~{attribute_s:,.0f} s (client)")
+        parts, total = [], 0.0
+        for stage in STAGES:
+            client = one[f"{stage}_client_cpu_s"] * scale
+            spread = min(workers, _projected_partitions(stage, one, workers))
+            wall = client + one[f"{stage}_workers_cpu_s"] * scale / spread
+            total += wall
+            parts.append(f"{stage} ~{wall:,.0f} s ({client:,.0f} s client)")
+        lines.append(f"  {nodes:>3} nodes x {WORKERS_PER_NODE} workers: {', '.join(parts)}; "
+                     f"total ~{total:,.0f} s")
     return lines
+
+
+def _cpu_cell(run: dict, stage: str) -> str:
+    client, workers = run[f"{stage}_client_cpu_s"], run[f"{stage}_workers_cpu_s"]
+    serial = client / (client + workers) if client + workers else 0.0
+    return f"{client:.1f}+{workers:.1f} ({serial:.0%})"
 
 
 def main() -> None:
     ranks = synthesize()
-    results = {cluster: _measure(cluster, ranks) for cluster in CONFIGS}
-    none = results[None]
+    baseline = os.environ.get("TRACEKIT_BENCH_SCALE_BASELINE")
+    repeats = int(os.environ.get("TRACEKIT_BENCH_SCALE_REPEATS", "1"))
+    codes = {"this": None, **({"baseline": Path(baseline).resolve()} if baseline else {})}
+    runs: dict[tuple[str, str | None], list[dict]] = {}
+    for _ in range(repeats):  # interleaved, so both codes see the same load
+        for cluster in CONFIGS:
+            for name, code in codes.items():
+                runs.setdefault((name, cluster), []).append(_measure(cluster, ranks, code))
+    results = {key: _best_of(value) for key, value in runs.items()}
+    none = results["this", None]
     mb = none["bytes"] / 1e6
     print(f"job: {RANKS} ranks x {ITERATIONS:,} iterations, {mb:,.0f} MB hook CSV, "
-          f"{none['rows']:,} collective rows, {none['partitions']} files")
-    print(f"{'cluster':<8} {'startup':>8} {'ingest':>8} {'MB/s':>6} {'iterations':>10} "
-          f"{'detect':>8} {'attribute':>9} {'total':>8}  {'load avg':>9}  peak RSS per worker "
-          "(MiB)")
-    for cluster, r in results.items():
+          f"{none['rows']:,} collective rows, {none['partitions']['ingest']} files; best of "
+          f"{repeats}; baseline: {baseline or 'none (set TRACEKIT_BENCH_SCALE_BASELINE to a '}"
+          f"{'' if baseline else 'checkout of the code to compare)'}")
+    print(f"{'code':<9} {'cluster':<8} {'startup':>8} {'ingest':>8} {'MB/s':>6} "
+          f"{'iterations':>10} {'detect':>8} {'attribute':>9} {'total':>8}  {'load avg':>9}  "
+          "peak RSS per worker (MiB)")
+    for (name, cluster), r in results.items():
         assert r["rows"] == none["rows"] and r["iteration_rows"] == none["iteration_rows"]
-        assert (r["events"], r["episodes"]) == (none["events"], none["episodes"])
+        assert (r["events"], r["episodes"]) == (none["events"], none["episodes"]), name
         assert r["failed"] == 0
-        print(f"{cluster or 'none':<8} {r['startup_s']:>7.1f}s {r['ingest_s']:>7.1f}s "
+        print(f"{name:<9} {cluster or 'none':<8} {r['startup_s']:>7.1f}s {r['ingest_s']:>7.1f}s "
               f"{mb / r['ingest_s']:>6.0f} {r['iterations_s']:>9.1f}s {r['detect_s']:>7.1f}s "
               f"{r['attribute_s']:>8.1f}s {r['total_s']:>7.1f}s  {r['load'][0]:>4.1f}-"
               f"{r['load'][1]:<4.1f}  {', '.join(map(str, r['peak_rss_mib'].values()))}")
@@ -153,14 +232,21 @@ def main() -> None:
         found[detector] = found.get(detector, 0) + 1
     print(f"identical in every configuration: {none['events']:,} change events, episodes "
           f"{found or 'none'} and their verdicts")
-    one, two = results["local:1"], results["local:2"]
-    for stage in ("ingest_s", "iterations_s", "detect_s", "attribute_s", "total_s"):
-        print(f"speed-up {stage.removesuffix('_s')}: local:2 / local:1 = "
-              f"{one[stage] / two[stage]:.2f}x (goal 1.8x), local:2 / no cluster = "
-              f"{none[stage] / two[stage]:.2f}x")
-    print(f"projection for a {PROJECTED_RANKS}-rank job of the same iterations, from the "
-          f"per-partition costs without a cluster:")
-    print("\n".join(_projection(none)))
+    print("CPU seconds per stage, client + workers (serial share: the client's part):")
+    print(f"{'code':<9} {'cluster':<8} " + " ".join(f"{stage:>19}" for stage in STAGES))
+    for (name, cluster), r in results.items():
+        print(f"{name:<9} {cluster or 'none':<8} "
+              + " ".join(f"{_cpu_cell(r, stage):>19}" for stage in STAGES))
+    for name in codes:
+        one, two = results[name, "local:1"], results[name, "local:2"]
+        over_none = results[name, None]["total_s"] / two["total_s"]
+        print(f"speed-up local:2 / local:1 ({name}; goal 1.8x): " + ", ".join(
+            f"{stage.removesuffix('_s')} {one[stage] / two[stage]:.2f}x"
+            for stage in (*(f"{s}_s" for s in STAGES), "total_s"))
+            + f"; local:2 / no cluster, total: {over_none:.2f}x")
+    print(f"projection for a {PROJECTED_RANKS}-rank job of the same iterations, from the CPU "
+          "seconds of local:1 (client alone, workers' share spread over the partitions):")
+    print("\n".join(_projection(results["this", "local:1"])))
 
 
 if __name__ == "__main__":
