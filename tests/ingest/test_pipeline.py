@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import shutil
 
@@ -10,6 +11,8 @@ import pytest
 
 from tracekit import open_dataset
 from tracekit.errors import InputError
+from tracekit.ingest import base, hook_csv, pipeline, sources
+from tracekit.ingest.base import SNIFF_BYTES, Source
 from tracekit.ingest.hook_csv import HEADER
 from tracekit.ingest.pipeline import ingest
 
@@ -110,3 +113,84 @@ def test_rows_take_the_dataset_job_id_whatever_the_source_calls_it(tmp_path):
     labels.write_parquet(tmp_path / "job" / "labels.parquet")
     ingest([tmp_path / "job"], tmp_path / "renamed", job="renamed")
     assert open_dataset(tmp_path / "renamed")["labels"].collect()["job"].to_list() == ["renamed"]
+
+
+# -- one pass over each file, parts per PART_ROWS, nothing left behind on failure -------------
+
+
+class CountingStream(io.BytesIO):
+    """A file's bytes that count how many of them the pipeline reads."""
+
+    bytes_read = 0
+
+    def read(self, size: int | None = -1) -> bytes:
+        data = super().read(size)
+        CountingStream.bytes_read += len(data)
+        return data
+
+
+def test_a_new_file_is_read_once_hash_included(tmp_path, monkeypatch):
+    path = tmp_path / "rank0.csv"
+    path.write_text(hook_log(0, 4000))
+    data = path.read_bytes()
+    assert len(data) > 4 * SNIFF_BYTES
+    monkeypatch.setattr(sources, "_file_source", lambda p: Source(
+        str(p), len(data), lambda: CountingStream(data)))
+    CountingStream.bytes_read = 0
+    ingest([path], tmp_path / "ds")
+    assert CountingStream.bytes_read == SNIFF_BYTES + len(data)  # the sniff, then one pass
+    record = json.loads((tmp_path / "ds" / "manifest.json").read_text())["sources"][0]
+    assert record["sha256"] == hashlib.sha256(data).hexdigest()
+
+
+def test_a_changed_file_of_the_same_size_is_read_again(dump, tmp_path):
+    ingest([dump], tmp_path / "ds")
+    before = (dump / "rank0.csv").read_text()
+    (dump / "rank0.csv").write_text(before.replace(",5000,", ",6000,"))
+    again = ingest([dump], tmp_path / "ds")
+    assert [s.status for s in again.sources] == ["ingested", "unchanged"]
+    record = next(s for s in json.loads((tmp_path / "ds" / "manifest.json").read_text())[
+        "sources"] if s["sha256"] == hashlib.sha256((dump / "rank0.csv").read_bytes()).hexdigest())
+    assert record["rows"] == {"collectives": 5}
+
+
+def test_parts_per_part_rows_by_rank_named_by_content(tmp_path, monkeypatch):
+    monkeypatch.setattr(pipeline, "PART_ROWS", 3)
+    monkeypatch.setattr(hook_csv, "iter_line_blocks",  # one line per chunk
+                        lambda source: base.iter_line_blocks(source, batch_bytes=1))
+    rows = [f"{i},{T0 + i},5000,host-a,100,{i % 2},0,0xc0,2,{i},AllReduce,256,7,0x1,0x1,-1"
+            for i in range(10)]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "two-ranks.csv").write_text("\n".join([HEADER, *rows]) + "\n")
+    ingest([tmp_path / "in"], tmp_path / "ds")
+    sha = hashlib.sha256((tmp_path / "in" / "two-ranks.csv").read_bytes()).hexdigest()[:16]
+    folder = tmp_path / "ds" / "collectives"
+    files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+    # rows 0-2, 3-5, 6-8 and 9 (rank 1 only) make parts 0 to 3
+    assert files == [*(f"rank=0/{sha}-{n:05d}.parquet" for n in range(3)),
+                     *(f"rank=1/{sha}-{n:05d}.parquet" for n in range(4))]
+    table = open_dataset(tmp_path / "ds")["collectives"].collect().sort("seq")
+    assert table["seq"].to_list() == list(range(10))
+    assert table["rank"].to_list() == [i % 2 for i in range(10)]
+
+
+def test_a_source_failing_midway_leaves_no_parts_and_no_staged_files(tmp_path, monkeypatch):
+    monkeypatch.setattr(pipeline, "PART_ROWS", 1)
+    monkeypatch.setattr(hook_csv, "iter_line_blocks",
+                        lambda source: base.iter_line_blocks(source, batch_bytes=300))
+    parse = hook_csv._parse_block
+    calls = []
+
+    def fail_on_the_third_block(block):
+        calls.append(1)
+        if len(calls) == 3:
+            raise OSError("disk went away")
+        return parse(block)
+
+    monkeypatch.setattr(hook_csv, "_parse_block", fail_on_the_third_block)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "rank0.csv").write_text(hook_log(0, 20))
+    summary = ingest([tmp_path / "in"], tmp_path / "ds")
+    assert summary.sources[0].status == "failed"
+    assert "disk went away" in summary.sources[0].error
+    assert [p.name for p in (tmp_path / "ds").rglob("*") if p.is_file()] == ["manifest.json"]
