@@ -119,11 +119,13 @@ CHILD = {
 
 
 def measure(kind: str, path: Path, work: Path) -> tuple[float, float, float]:
-    """Wall seconds, CPU seconds (user + system, all threads) and peak RSS (MiB) of one
-    measurement in a fresh interpreter; the best wall time of :data:`REPEAT` runs."""
+    """Wall seconds, CPU seconds (user + system, all threads) and peak RSS (MiB, the child's
+    own ``VmHWM``: ``ru_maxrss`` keeps the parent's across exec) of one measurement in a fresh
+    interpreter; the best wall time of :data:`REPEAT` runs."""
     code = ("import sys, time, resource\nfrom pathlib import Path\nt = time.perf_counter()\n"
             + CHILD[kind] + "u = resource.getrusage(resource.RUSAGE_SELF)\n"
-            "print(time.perf_counter() - t, u.ru_utime + u.ru_stime, u.ru_maxrss / 1024)\n")
+            "hwm = next(l for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
+            "print(time.perf_counter() - t, u.ru_utime + u.ru_stime, int(hwm.split()[1]) / 1024)\n")
     runs = []
     for _ in range(REPEAT):
         output = subprocess.run([sys.executable, "-c", code, kind, str(path),
