@@ -71,6 +71,17 @@ def test_well_formed_block_takes_the_fast_path():
     assert fast.tables["collectives"]["peer"].to_list() == [None, 5]
 
 
+def test_empty_optional_fields_in_every_row_keep_the_fast_path():
+    """A shim that never fills peer, duration or the buffers must not send every block down
+    the line-by-line path (all-null columns pass the checks)."""
+    bare = ROW.replace(",180500,", ",,").replace("0x7f,0x7f,-1", ",,")
+    text = f"{bare}\n{bare}\n"
+    fast = hook_csv._parse_block(text.encode())
+    assert fast is not None
+    assert fast.tables["collectives"].equals(line_path(text).tables["collectives"])
+    assert fast.tables["collectives"].select("peer", "t_end_ns").rows() == [(None, None)] * 2
+
+
 @pytest.mark.parametrize("text", [
     f"{HEADER}\n# comment\n{ROW}\n",               # comment line
     f"{HEADER}\n{ROW}\n\n{ROW}\n",                  # blank line
