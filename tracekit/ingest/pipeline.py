@@ -282,8 +282,9 @@ PART_ROWS = 1_000_000
 """A source's rows are written once this many are buffered (and at its end), not per reader
 chunk: with the hive layout by rank, per-chunk writes made one small file per rank per 16 MiB."""
 
-STAGED_PART = ".staged-{token}-{n:05d}"
-"""Name of part ``n`` until the source's hash is known: hidden, so no table reads it."""
+PART_NAME = "{prefix}-{n:05d}"
+"""File name (less ``.parquet``) of a source's part ``n``: ``prefix`` is 16 hex digits of its
+content hash, or a hidden ``.staged-<token>`` (no table reads it) until the hash is known."""
 
 
 class _PartWriter:
@@ -299,7 +300,8 @@ class _PartWriter:
         """Frames not yet written, by (table, folder inside the table: ``rank=3/`` or empty)."""
         self.buffered_rows = 0
         self.batches = 0
-        self.staged: list[tuple[str, Path]] = []
+        self.staged: list[tuple[str, int, Path]] = []
+        """(table, part number, path) of every part written under its staged name."""
         self.thread = ThreadPoolExecutor(1, thread_name_prefix="tracekit-part-writer")
         self.writing: Future[None] | None = None
 
@@ -322,8 +324,8 @@ class _PartWriter:
 
     def _write(self, batch: dict[tuple[str, str], list[pl.DataFrame]], n: int) -> None:
         for (name, folder), frames in batch.items():
-            part = folder + STAGED_PART.format(token=self.token, n=n)
-            self.staged.append((name, self.dataset.write_part(name, pl.concat(frames), part)))
+            part = folder + PART_NAME.format(prefix=f".staged-{self.token}", n=n)
+            self.staged.append((name, n, self.dataset.write_part(name, pl.concat(frames), part)))
 
     def _wait(self) -> None:
         if self.writing is not None:
@@ -341,14 +343,14 @@ class _PartWriter:
     def discard(self) -> None:
         """Remove every staged part (the source failed: nothing of it is kept)."""
         self.thread.shutdown(cancel_futures=True)
-        for _, path in self.staged:
+        for _, _, path in self.staged:
             path.unlink(missing_ok=True)
 
     def publish(self, prefix: str) -> dict[str, set[Path]]:
         """Rename the staged parts to ``<prefix>-<n>``; the final paths by table."""
         written: dict[str, set[Path]] = {}
-        for name, path in self.staged:
-            final = path.with_name(path.name.replace(f".staged-{self.token}", prefix, 1))
+        for name, n, path in self.staged:
+            final = path.with_name(f"{PART_NAME.format(prefix=prefix, n=n)}.parquet")
             path.replace(final)
             written.setdefault(name, set()).add(final)
         return written
