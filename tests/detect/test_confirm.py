@@ -20,7 +20,7 @@ def _step_series() -> np.ndarray:
     ("window", STEP_AT + 2),   # persist = 3 departures: reported at the third
     ("bocd", STEP_AT),         # the short-run probability passes 0.9 at the first slow point
     ("bocd+v", STEP_AT + 3),   # a clear step is kept at its first look, min_points = 4
-    ("bocd+b", STEP_AT + 6),   # an abrupt step: median of verify_window = 7 points
+    ("bocd+b", STEP_AT + 3),   # an abrupt step: BOCD+V's sequential judgement
     ("pelt", POINTS - 1),      # offline: reported only when the series has ended
 ])
 def test_confirmation_point_on_a_step(name, confirmed):

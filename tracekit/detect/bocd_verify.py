@@ -37,6 +37,7 @@ import numpy as np
 
 from tracekit.detect.base import MAD_TO_SIGMA, as_series, reference_level
 from tracekit.detect.bocd import Bocd
+from tracekit.detect.cusum import CUSUM_INTERVAL, cusum_steps, last_zero
 
 PAPER_MIN_CHANGE = 0.10
 """Greyhound keeps a change point only when before and after differ by more than 10 %."""
@@ -117,6 +118,9 @@ class SegmentVerifier:
 
     def on_due(self, due: int) -> list[int]:
         first, following = self.pending[0], self.end_candidate()
+        if self.accepted and first < self.segment_start() + self.detector.min_points:
+            self.next_candidate()  # the same transition as the last kept change (a step the
+            return []  # ACF smears over an iteration or two), or dated before it
         if following is not None and due == following + self.detector.min_points - 1:
             end = self.segment_end(first, following)
             if end is None:
@@ -128,7 +132,7 @@ class SegmentVerifier:
             self.look *= 2
             return []
         self.next_candidate()
-        return self.keep(first) if verdict else []
+        return self.keep(first, due + 1) if verdict else self.dropped(first, due + 1)
 
     def next_candidate(self, drop: int = 1) -> None:
         del self.pending[:drop]
@@ -157,25 +161,47 @@ class SegmentVerifier:
         if following - first < self.detector.min_duration or \
                 not self.realised_slowdown(first, following) > self.detector.min_change:
             return []
-        return self.keep(first) + (self.keep(following) if returned else [])
+        kept = self.keep(first, following)
+        if returned:
+            kept += self.keep(following, following + self.detector.min_points)
+        return kept
+
+    def excursion_start(self, candidate: int, reference: float) -> int | None:
+        """First point of the slow excursion that a fall at ``candidate`` to ``reference``
+        ends: after the last zero, before ``candidate``, of a tabular CUSUM (Page 1954) of the
+        excess over ``reference`` since the last kept change (the whole segment when it never
+        returned to zero). None when the CUSUM stayed within its decision interval (a few slow
+        points, no excursion). A gradual ramp starts at its first step, even one BOCD missed."""
+        first = self.segment_start()
+        steps = cusum_steps(self.values[first:candidate], reference, self.healthy_noise())
+        zero, cusum = last_zero(steps)
+        return first + zero if cusum > CUSUM_INTERVAL else None
+
+    def fallen_from(self, candidate: int, stop: int) -> int | None:
+        """When the points from ``candidate`` to ``stop`` fell below the recent level, the
+        first point of the stretch the fall ends: the whole excursion, so its slowdown is the
+        excursion's (a ramp's), not only its last steps' (the top of a ramp); else the recent
+        window. None when they did not fall."""
+        after = self.level(candidate, stop)
+        if after >= self.previous_level(candidate):
+            return None
+        start = self.excursion_start(candidate, after)
+        return max(self.segment_start(), candidate - self.detector.baseline_window) \
+            if start is None else start
 
     def before_level(self, candidate: int, stop: int) -> float:
-        """Level of the segment before ``candidate``: its last ``baseline_window`` points, or
-        all of it when the points up to ``stop`` fell below them. A fall ends the whole segment
-        since the last kept change: its slowdown is that segment's, not its last steps' (the
-        top of a gradual ramp)."""
-        recent = self.previous_level(candidate)
-        if self.level(candidate, stop) >= recent:
-            return recent
-        return self.level(self.segment_start(), candidate)
+        """Level of the stretch before ``candidate`` it is compared with: the recent window,
+        or the whole excursion a fall ends."""
+        start = self.fallen_from(candidate, stop)
+        return self.previous_level(candidate) if start is None else self.level(start, candidate)
 
     def realised_slowdown(self, candidate: int, stop: int) -> float:
-        """The labels' measure of the segment from ``candidate`` to ``stop`` (or of the one
-        before it when the level fell): total time over total time less the time the shift
-        added, minus one."""
+        """The labels' measure of the segment from ``candidate`` to ``stop`` (or of the
+        stretch before it when the level fell): total time over total time less the time the
+        shift added, minus one."""
+        start = self.fallen_from(candidate, stop)
         before, after = self.before_level(candidate, stop), self.level(candidate, stop)
-        slow_mean = self.mean(candidate, stop) if after >= before else \
-            self.mean(self.segment_start(), candidate)
+        slow_mean = self.mean(candidate, stop) if start is None else self.mean(start, candidate)
         healthy_mean = slow_mean - abs(after - before)
         return math.inf if healthy_mean <= 0 else slow_mean / healthy_mean - 1.0
 
@@ -204,9 +230,20 @@ class SegmentVerifier:
             return False  # only once it lasted as long as a fail-slow: it may be misdated
         return None
 
-    def keep(self, candidate: int) -> list[int]:
-        self.accepted.append(candidate)
-        return [candidate]
+    def keep(self, candidate: int, stop: int) -> list[int]:
+        """Keep ``candidate`` (judged on the points up to ``stop``). A fall that ends an
+        excursion begun after the last kept change keeps the excursion's start first: the
+        fail-slow was the whole excursion (a ramp), not only its end."""
+        start = self.fallen_from(candidate, stop)
+        kept = [start, candidate] if start is not None and start > self.segment_start() and \
+            self.excursion_start(candidate, self.level(candidate, stop)) == start else [candidate]
+        self.accepted += kept
+        return kept
+
+    def dropped(self, candidate: int, stop: int) -> list[int]:
+        """A candidate judged not a change on the points up to ``stop``: nothing to do here;
+        BOCD+B follows it as a possible drift."""
+        return []
 
     def finish(self, points: int) -> list[int]:
         """End of the series: make the judgements due by its last point, then judge the first
@@ -215,7 +252,7 @@ class SegmentVerifier:
         kept = self.advance_to(points - 1)
         if self.pending and points - self.pending[0] >= self.detector.min_points and \
                 self.realised_slowdown(self.pending[0], points) > self.detector.min_change:
-            kept += self.keep(self.pending[0])
+            kept += self.keep(self.pending[0], points)
         self.pending.clear()
         return kept
 
