@@ -62,12 +62,14 @@ def _signal_builders_s(dataset: Path) -> tuple[float, float]:
     """Seconds of the per-job signals attribution builds before any episode: communicator
     groups and instances (``member_calls`` + ``collective_instances``), own-time gaps."""
     from tracekit.attribute.arrival import call_gaps
+    from tracekit.attribute.groups import handle_groups
     from tracekit.attribute.instances import collective_instances, member_calls
     from tracekit.dataset import open_dataset
 
     ds = open_dataset(dataset)
     collectives, comms = ds.table("collectives"), ds.table("comms").collect()
-    instances_s, _ = _timed(lambda: collective_instances(member_calls(collectives, comms)))
+    instances_s, _ = _timed(lambda: collective_instances(
+        member_calls(collectives, handle_groups(collectives, comms))))
     gaps_s, _ = _timed(lambda: call_gaps(collectives))
     return instances_s, gaps_s
 

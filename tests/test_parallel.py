@@ -377,8 +377,9 @@ def test_analyze_is_identical_with_and_without_a_cluster(slow_job, tmp_path, das
         "compute", "gpu-thermal", "rank:3")
     assert loop["events"].height > 0
     cluster = {"engine": "dask", "cluster": "local:2", "workers": 2, "retries": 1}
+    block, row_block = episodes.RANKS_PER_BLOCK, episodes.RANKS_PER_ROW_BLOCK
     assert dask_build["detect"] == {**cluster, "ranks_per_block": {
-        "window": 16, "bocd": 256, "bocd+v": 256, "bocd+b": 256}}
+        "window": row_block, "bocd": block, "bocd+v": block, "bocd+b": block}}
     assert dask_build["attribute"] == {**cluster, "partitions": {
         "ranks": 8, "groups": 8, "episodes": loop["episodes"].height}}
     assert loop_build["attribute"]["partitions"] == {"ranks": 1, "groups": 1,
