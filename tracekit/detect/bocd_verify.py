@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tracekit.detect.base import MAD_TO_SIGMA, as_series, reference_level
+from tracekit.detect.base import MAD_TO_SIGMA, as_series, median, reference_level
 from tracekit.detect.bocd import Bocd
 from tracekit.detect.cusum import CUSUM_INTERVAL, cusum_steps, last_zero
 
@@ -84,7 +84,7 @@ class SegmentVerifier:
         return self.noise
 
     def level(self, start: int, stop: int) -> float:
-        return float(np.median(self.values[start:stop]))
+        return median(self.values[start:stop])
 
     def mean(self, start: int, stop: int) -> float:
         return (self.sums[stop] - self.sums[start]) / (stop - start)
@@ -218,8 +218,8 @@ class SegmentVerifier:
     def interval_verdict(self, candidate: int, stop: int, before: float) -> bool | None:
         d = self.detector
         points = np.asarray(self.values[candidate:stop], dtype=np.float64)
-        after = float(np.median(points))
-        spread = MAD_TO_SIGMA * float(np.median(np.abs(points - after))) / after
+        after = median(points)
+        spread = MAD_TO_SIGMA * median(np.abs(points - after)) / after
         before_points = min(candidate - self.segment_start(), d.baseline_window)
         error = (CONFIDENCE_Z * MEDIAN_STANDARD_ERROR * max(self.healthy_noise(), spread)
                  * math.sqrt(1 / points.size + 1 / before_points))
