@@ -332,16 +332,19 @@ def _one_core_cluster(local_cluster: Callable[..., Any], workers: int) -> Any:
     (also when a worker is restarted); this process's environment is put back afterwards."""
     import dask
 
-    saved = dict(os.environ)
     spawn_environment = {**dask.config.get("distributed.nanny.pre-spawn-environ", {}),
                          **ONE_CORE_ENVIRONMENT}
+    saved = {name: os.environ.get(name) for name in spawn_environment}
     try:
         with dask.config.set({"distributed.nanny.pre-spawn-environ": spawn_environment}):
             return local_cluster(n_workers=workers, threads_per_worker=1, processes=True,
                                  dashboard_address=None, silence_logs=logging.ERROR)
     finally:
-        os.environ.clear()
-        os.environ.update(saved)
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @contextmanager
