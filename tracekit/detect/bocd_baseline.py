@@ -20,15 +20,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from tracekit.detect.base import reference_level
 from tracekit.detect.bocd_verify import BocdVerify, SegmentVerifier
-from tracekit.detect.cusum import CUSUM_INTERVAL, cusum_steps, last_zero
+from tracekit.detect.cusum import CUSUM_CLIP, CUSUM_INTERVAL, cusum_steps, last_zero
 
 DRIFT_POINT_CAP = 2.0
 """In a drift's mean an iteration counts as at most twice the level before the drift: one
 checkpoint save (30-80 iterations long) cannot carry a 7 % drift over 10 %, while any real
 slowdown of more than 10 % still shows in full or above the threshold."""
+
+SPIKE_WINDOW = 9
+"""A point more than ``CUSUM_CLIP`` noise deviations above the median of the last this many
+points is a spike (shorter than half the window), counted at that ceiling in a drift's mean."""
 
 
 @dataclass
@@ -104,7 +109,7 @@ class BaselineVerifier(SegmentVerifier):
             return []
         d = self.detector
         points = np.asarray(self.values[drift.next : until + 1], dtype=np.float64)
-        totals = drift.total + np.cumsum(np.minimum(points, DRIFT_POINT_CAP * drift.before))
+        totals = drift.total + np.cumsum(self.drift_points(drift, until))
         counts = np.arange(drift.next - drift.onset + 1, until + 2 - drift.onset)
         walk = drift.cusum + np.cumsum(cusum_steps(points, self.healthy_level(),
                                                    self.healthy_noise()))
@@ -116,6 +121,21 @@ class BaselineVerifier(SegmentVerifier):
             return self.keep(drift.onset, drift.next + events[0] + 1) if slow[events[0]] else []
         drift.total, drift.cusum, drift.next = float(totals[-1]), float(cusum[-1]), until + 1
         return []
+
+    def drift_points(self, drift: Drift, until: int) -> np.ndarray:
+        """The points from ``drift.next`` to ``until`` as the drift's mean counts them: at most
+        ``DRIFT_POINT_CAP`` times the level before it (a checkpoint) and at most
+        ``CUSUM_CLIP`` noise deviations above the median of the last ``SPIKE_WINDOW`` points
+        (a GC pause or an evaluation step: the labels count them in the healthy time too)."""
+        first = max(drift.next - SPIKE_WINDOW + 1, 0)
+        window = np.asarray(self.values[first : until + 1], dtype=np.float64)
+        points = window[drift.next - first :]
+        recent = np.median(sliding_window_view(
+            np.concatenate((np.full(SPIKE_WINDOW - 1 - (drift.next - first), window[0]), window)),
+            SPIKE_WINDOW), axis=1)
+        ceiling = np.minimum(DRIFT_POINT_CAP * drift.before,
+                             recent * (1.0 + CUSUM_CLIP * self.healthy_noise()))
+        return np.minimum(points, ceiling)
 
     def keep(self, candidate: int, stop: int) -> list[int]:
         self.drift = None  # a kept change ends the drift: the slowdown is now a segment
