@@ -90,3 +90,14 @@ def test_open_missing_or_foreign_folder_says_what_is_wrong(tmp_path):
     (tmp_path / "plain").mkdir()
     with pytest.raises(InputError, match="not a tracekit dataset"):
         open_dataset(tmp_path / "plain")
+
+
+def test_remove_parts_takes_only_the_prefix_at_any_depth_except_those_kept(tmp_path):
+    dataset = create_dataset(tmp_path / "ds", job="job-a")
+    frame = iterations_frame(2)
+    names = ["aaaa-00000", "aaaa-00001", "rank=1/aaaa-00000", "rank=1/bbbb-00000", "bbbb-00000"]
+    paths = {name: dataset.write_part("iterations", frame, name) for name in names}
+    dataset.remove_parts("iterations", "aaaa", keep={paths["aaaa-00000"]})
+    assert [str(p.relative_to(tmp_path / "ds" / "iterations")) for p in dataset.parts("iterations")
+            ] == ["aaaa-00000.parquet", "bbbb-00000.parquet", "rank=1/bbbb-00000.parquet"]
+    dataset.remove_parts("collectives", "aaaa")  # no folder: nothing to do

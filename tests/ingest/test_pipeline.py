@@ -194,3 +194,26 @@ def test_a_source_failing_midway_leaves_no_parts_and_no_staged_files(tmp_path, m
     assert summary.sources[0].status == "failed"
     assert "disk went away" in summary.sources[0].error
     assert [p.name for p in (tmp_path / "ds").rglob("*") if p.is_file()] == ["manifest.json"]
+
+
+def test_leftover_parts_of_the_same_bytes_are_removed(dump, tmp_path, monkeypatch):
+    """A part an interrupted ingest left in a rank folder goes when the bytes are read again;
+    after a parser change, parts in rank folders no longer written go too."""
+    sha = hashlib.sha256((dump / "rank0.csv").read_bytes()).hexdigest()[:16]
+    folder = tmp_path / "ds" / "collectives"
+    ingest([dump], tmp_path / "ds")
+    part = folder / "rank=0" / f"{sha}-00000.parquet"
+    leftover = folder / "rank=0" / f"{sha}-00007.parquet"
+    shutil.copy(part, leftover)
+    (dump / "rank0.csv").rename(dump / "rank0-renamed.csv")  # new to this path: read again
+    ingest([dump], tmp_path / "ds")
+    assert part.exists() and not leftover.exists()
+
+    moved = folder / "rank=5" / f"{sha}-00000.parquet"
+    moved.parent.mkdir()
+    shutil.copy(part, moved)
+    monkeypatch.setattr(hook_csv.HookCsvReader, "version", "2")
+    again = ingest([dump], tmp_path / "ds")
+    assert [s.status for s in again.sources] == ["ingested", "ingested"]
+    assert part.exists() and not moved.exists()
+    assert open_dataset(tmp_path / "ds")["collectives"].collect().height == 8

@@ -208,7 +208,7 @@ def _ingest_source(
                 report(source=source.name, bytes=source.size, rows=0)
             return summary, None
         source.hash_while_reading = True
-        _read_into(dataset, source, reader, options, summary, report)
+        _read_into(dataset, source, reader, options, summary, report, reread=known is not None)
     except TracekitError as error:
         summary.status, summary.error = "failed", str(error)
         return summary, None
@@ -246,9 +246,11 @@ def _read_into(
     options: dict[str, str],
     summary: SourceSummary,
     report: Report | None,
+    reread: bool = False,
 ) -> None:
     """Read all chunks, writing them as parts; replace the source's earlier parts only once
-    every new part is on disk."""
+    every new part is on disk. ``reread``: an earlier ingest of these bytes is in the
+    manifest (another parser version or format)."""
     writer = _PartWriter(dataset)
     ranks: set[int] = set()
     try:
@@ -274,8 +276,24 @@ def _read_into(
     written = writer.publish(prefix)
     summary.quarantined = summary.rows.pop("quarantine", 0)
     summary.ranks = len(ranks)
+    _remove_older_parts(dataset, prefix, written, reread)
+
+
+def _remove_older_parts(dataset: Dataset, prefix: str, written: dict[str, set[Path]],
+                        reread: bool) -> None:
+    """Remove the parts of earlier ingests of these bytes that this one did not rewrite.
+
+    Bytes new to this path can have parts only from an interrupted ingest of the same bytes,
+    which wrote the same rank folders: in a rank-split table only those are looked at.
+    Looking in every rank folder for every source made ingesting one file per process into
+    one folder per rank quadratic (1,000 files into 1,000 folders: a million directory
+    listings). A parser or format change (``reread``) may have moved rows: all are looked at.
+    """
     for name in schema.TABLES:
-        dataset.remove_parts(name, prefix, keep=written.get(name, set()))
+        keep = written.get(name, set())
+        targeted = name in HIVE_BY_RANK and bool(keep) and not reread
+        dataset.remove_parts(name, prefix, keep, folders={p.parent for p in keep} if targeted
+                             else None)
 
 
 PART_ROWS = 1_000_000
@@ -290,8 +308,9 @@ content hash, or a hidden ``.staged-<token>`` (no table reads it) until the hash
 class _PartWriter:
     """Buffers a source's rows (split by rank folder as they come) and writes them every
     :data:`PART_ROWS` rows as staged parts, in a background thread: Parquet encoding of one
-    batch overlaps parsing the next, so ingest keeps both cores busy. :meth:`publish` gives the
-    parts their final names ``<prefix>-<n>`` once every one is on disk."""
+    batch overlaps parsing the next, so ingest keeps both cores busy. The last batch (all of a
+    small source) is written in the caller's thread, which has nothing else left to do.
+    :meth:`publish` gives the parts their final names ``<prefix>-<n>`` once all are on disk."""
 
     def __init__(self, dataset: Dataset):
         self.dataset = dataset
@@ -302,7 +321,7 @@ class _PartWriter:
         self.batches = 0
         self.staged: list[tuple[str, int, Path]] = []
         """(table, part number, path) of every part written under its staged name."""
-        self.thread = ThreadPoolExecutor(1, thread_name_prefix="tracekit-part-writer")
+        self.background: ThreadPoolExecutor | None = None
         self.writing: Future[None] | None = None
 
     def add(self, name: str, frame: pl.DataFrame) -> None:
@@ -310,17 +329,16 @@ class _PartWriter:
             self.pending.setdefault((name, folder), []).append(piece)
         self.buffered_rows += frame.height
         if self.buffered_rows >= PART_ROWS:
-            self.flush()
+            self._wait()  # the batch before is on disk: at most two batches in memory
+            self.background = self.background or ThreadPoolExecutor(
+                1, thread_name_prefix="tracekit-part-writer")
+            self.writing = self.background.submit(self._write, *self._take())
 
-    def flush(self) -> None:
-        """Hand the buffered rows to the writing thread (after the batch before them is on
-        disk, so at most two batches are in memory)."""
-        if not self.pending:
-            return
-        self._wait()
-        self.writing = self.thread.submit(self._write, self.pending, self.batches)
-        self.pending, self.buffered_rows = {}, 0
-        self.batches += 1
+    def _take(self) -> tuple[dict[tuple[str, str], list[pl.DataFrame]], int]:
+        """The buffered frames and their part number, leaving the buffer empty."""
+        batch, n = self.pending, self.batches
+        self.pending, self.buffered_rows, self.batches = {}, 0, n + 1
+        return batch, n
 
     def _write(self, batch: dict[tuple[str, str], list[pl.DataFrame]], n: int) -> None:
         for (name, folder), frames in batch.items():
@@ -329,22 +347,27 @@ class _PartWriter:
 
     def _wait(self) -> None:
         if self.writing is not None:
-            self.writing.result()
-            self.writing = None
+            writing, self.writing = self.writing, None
+            writing.result()
 
     def close(self) -> None:
         """Write what is buffered and wait until every staged part is on disk."""
         try:
-            self.flush()
             self._wait()
+            if self.pending:
+                self._write(*self._take())
         finally:
-            self.thread.shutdown()
+            self._stop()
 
     def discard(self) -> None:
         """Remove every staged part (the source failed: nothing of it is kept)."""
-        self.thread.shutdown(cancel_futures=True)
+        self._stop()
         for _, _, path in self.staged:
             path.unlink(missing_ok=True)
+
+    def _stop(self) -> None:
+        if self.background is not None:
+            self.background.shutdown(cancel_futures=True)
 
     def publish(self, prefix: str) -> dict[str, set[Path]]:
         """Rename the staged parts to ``<prefix>-<n>``; the final paths by table."""
