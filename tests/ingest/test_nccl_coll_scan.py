@@ -102,12 +102,20 @@ def test_lines_left_to_polars(line):
     assert scanned.rejected_lines.tolist() == [0, 1]
 
 
-def test_first_and_unterminated_lines_are_left_to_polars():
+def test_unterminated_last_line_is_left_to_polars():
     block = (coll() + "\n" + coll() + "\n" + coll()).encode()
     scanned = nccl_coll_scan.scan(block)
-    assert scanned.calls["line_index"].to_list() == [1]
-    assert scanned.rejected_lines.tolist() == [0, 2]
-    assert scanned.rejected == (coll() + "\n" + coll()).encode()
+    assert scanned.calls["line_index"].to_list() == [0, 1]
+    assert scanned.rejected_lines.tolist() == [2]
+    assert scanned.rejected == coll().encode()
+
+
+def test_byte_order_mark_inside_a_block_stays_on_its_line():
+    """Only the block's first line loses a byte-order mark, as when polars splits it all."""
+    block = (coll() + "\n\ufeff" + INIT.format(host="h", pid=1, comm="0x1", rank=0, dev=0)
+             + "\n").encode()
+    lines = nccl_debug._split_block(block, 1, "UTC")[1]
+    assert lines.rows() == [(2, block.decode().split("\n")[1])]
 
 
 # -- whole output equal to the polars parser's -----------------------------------------------

@@ -153,11 +153,14 @@ def _hex(data, pos, stop, max_digits):
 
 @_jit
 def _token(data, pos, stop):
-    """The end of the non-empty run of non-space characters at ``pos``, else -1."""
+    """The end of the non-empty run of printable non-space characters at ``pos``, else -1
+    (also for an ``N``: it might start a second ``NCCL``)."""
     if pos < 0:
         return -1
     start = pos
     while pos < stop and data[pos] != SPACE:
+        if data[pos] < 33 or data[pos] > 126 or data[pos] == 78:  # N: a second NCCL, maybe
+            return -1
         pos += 1
     return pos if pos > start else -1
 
@@ -371,8 +374,8 @@ def _message(data, pos, stop, fields, row, strings, table, used):
     """Read the COLL message from ``pos`` to the line's end; False unless it is exactly the
     common shape with every number in range."""
     op_start = pos
-    while pos < stop and (65 <= data[pos] <= 90 or 97 <= data[pos] <= 122):
-        pos += 1
+    while pos < stop and (65 <= data[pos] <= 90 or 97 <= data[pos] <= 122) and data[pos] != 78:
+        pos += 1  # letters but N (no NCCL op name has one; it might start a second NCCL)
     if pos == op_start:
         return False
     op_end = pos
@@ -402,8 +405,18 @@ def _message(data, pos, stop, fields, row, strings, table, used):
 
 
 @_jit
-def _line(data, start, stop, nccl_at, fields, row, strings, table, used):
-    """Read one clean line ``data[start:stop]`` whose only ``NCCL`` is at ``nccl_at``."""
+def _line(data, start, stop, fields, row, strings, table, used):
+    """Read the line ``data[start:stop]``: printable, its first ``NCCL`` starts `` NCCL INFO ``
+    (and the message holds no other)."""
+    nccl_at = start
+    while nccl_at + 3 < stop:
+        byte = data[nccl_at]
+        if byte < SPACE or byte > 126:
+            return False
+        if byte == 78 and data[nccl_at + 1] == 67 and data[nccl_at + 2] == 67 \
+                and data[nccl_at + 3] == 76:
+            break
+        nccl_at += 1
     if nccl_at <= start or data[nccl_at - 1] != SPACE or _expect(data, nccl_at, stop,
                                                                   INFO_KEY) < 0:
         return False
@@ -428,28 +441,13 @@ def _scan(data):
     used = np.zeros(1, np.int64)
     line, accepted, run_count, rejected_size, start = 0, 0, 0, 0, 0
     while start < size:
-        pos, unprintable, nccl_count, nccl_at = start, 0, 0, -1
-        while pos < size:
-            byte = data[pos]
-            if byte == NEWLINE:
-                break
-            if byte < SPACE or byte > 126:
-                unprintable += 1
-            elif byte == 78 and pos + 3 < size and data[pos + 1] == 67 and data[pos + 2] == 67 \
-                    and data[pos + 3] == 76:  # NCCL
-                nccl_count += 1
-                nccl_at = pos
+        pos = start
+        while pos < size and data[pos] != NEWLINE:
             pos += 1
         terminated = pos < size
-        stop = pos
-        if terminated and stop > start and data[stop - 1] == RETURN:
-            stop -= 1
-            unprintable -= 1
-        # The first line of a block always goes to polars: it alone may start with a
-        # byte-order mark that the line splitter drops, and only at the start of a block.
-        ok = (line > 0 and terminated and unprintable == 0 and nccl_count == 1
-              and accepted < capacity
-              and _line(data, start, stop, nccl_at, fields, accepted, strings, table, used))
+        stop = pos - 1 if terminated and pos > start and data[pos - 1] == RETURN else pos
+        ok = (terminated and accepted < capacity
+              and _line(data, start, stop, fields, accepted, strings, table, used))
         if ok:
             fields[LINE_INDEX, accepted] = line
             accepted += 1

@@ -174,10 +174,19 @@ def _split_block(block: bytes, first_line_no: int,
     if scanned is None:
         lines = LineBatch.from_block(block, first_line_no).frame()
         return _scanned_calls(None, first_line_no, time_zone), lines, lines.height
-    rest = (LineBatch.from_block(scanned.rejected, first_line_no).lines if scanned.rejected
-            else pl.Series("line", [], dtype=pl.String))
-    lines = pl.DataFrame({"line_no": first_line_no + scanned.rejected_lines, "line": rest})
+    lines = pl.DataFrame({"line_no": first_line_no + scanned.rejected_lines,
+                          "line": _lines_left(scanned)})
     return _scanned_calls(scanned.calls, first_line_no, time_zone), lines, scanned.lines
+
+
+def _lines_left(scanned: nccl_coll_scan.ScannedBlock) -> pl.Series:
+    """The lines the scan left to polars, split as the whole block would be: the splitter
+    drops a byte-order mark only at the start of a block, so a later line keeps its own."""
+    if not scanned.rejected:
+        return pl.Series("line", [], dtype=pl.String)
+    if scanned.rejected_lines[0] == 0:
+        return LineBatch.from_block(scanned.rejected, 0).lines
+    return LineBatch.from_block(b"\n" + scanned.rejected, 0).lines[1:]
 
 
 def _ends_with_line_end(source: Source) -> bool:
