@@ -292,25 +292,31 @@ def _job_matrix(ranks: int = 8, points: int = 300) -> JobSeries:
     return JobSeries(job, list(range(100, 100 + ranks)), matrix)
 
 
-def test_detect_ranks_steps_fixed_blocks_whatever_the_executor(monkeypatch, dask_executor):
+def test_detect_rank_events_steps_fixed_blocks_whatever_the_executor(monkeypatch, dask_executor):
     series = _job_matrix()
     detectors = {name: make_detector(name) for name in JOB_DETECTORS}
     whole = {name: detect_series(detector, series.matrix) for name, detector in detectors.items()}
     assert [c.tolist() for c in whole["bocd+v"]][1:3] == [[], [150]]
+
+    def changes_by_rank(events: pl.DataFrame) -> list[list[int]]:
+        return [events.filter(pl.col("rank") == rank)["iteration"].to_list()
+                for rank in series.ranks]
+
     # the job fits one block: exactly what the whole matrix stepped together gives
-    one_block = episodes.detect_ranks(detectors, series, LocalExecutor())
-    assert all(np.array_equal(a, b) for name in detectors
-               for a, b in zip(one_block[name], whole[name], strict=True))
+    one_block = episodes.detect_rank_events("j", detectors, series, LocalExecutor())
+    for name in detectors:
+        assert changes_by_rank(one_block[name]) == [
+            series.job["iteration"].gather(c).to_list() for c in whole[name]], name
     monkeypatch.setattr(episodes, "RANKS_PER_BLOCK", 3)
-    monkeypatch.setattr(episodes, "RANKS_PER_ROW_BLOCK", 2)  # the window reads rows alone
     blocks = {name: [c for first in (0, 3, 6)
                      for c in detect_series(detector, series.matrix[first:first + 3])]
               for name, detector in detectors.items()}
     for executor in (LocalExecutor(), dask_executor):
-        found = episodes.detect_ranks(detectors, series, executor)
+        found = episodes.detect_rank_events("j", detectors, series, executor)
         assert list(found) == list(JOB_DETECTORS)
         for name in detectors:
-            assert [c.tolist() for c in found[name]] == [c.tolist() for c in blocks[name]], name
+            assert changes_by_rank(found[name]) == [
+                series.job["iteration"].gather(c).to_list() for c in blocks[name]], name
 
 
 def test_detect_with_a_failing_block_names_it_and_writes_nothing(monkeypatch, tmp_path):
@@ -377,9 +383,7 @@ def test_analyze_is_identical_with_and_without_a_cluster(slow_job, tmp_path, das
         "compute", "gpu-thermal", "rank:3")
     assert loop["events"].height > 0
     cluster = {"engine": "dask", "cluster": "local:2", "workers": 2, "retries": 1}
-    block, row_block = episodes.RANKS_PER_BLOCK, episodes.RANKS_PER_ROW_BLOCK
-    assert dask_build["detect"] == {**cluster, "ranks_per_block": {
-        "window": row_block, "bocd": block, "bocd+v": block, "bocd+b": block}}
+    assert dask_build["detect"] == {**cluster, "ranks_per_block": episodes.RANKS_PER_BLOCK}
     assert dask_build["attribute"] == {**cluster, "partitions": {
         "ranks": 8, "groups": 8, "episodes": loop["episodes"].height}}
     assert loop_build["attribute"]["partitions"] == {"ranks": 1, "groups": 1,

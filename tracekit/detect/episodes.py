@@ -181,47 +181,52 @@ def detect_series(detector: Detector, matrix: np.ndarray) -> list[np.ndarray]:
     return [detector.detect(row) for row in matrix]
 
 
-RANKS_PER_BLOCK = 256
-"""Ranks a detector steps together: one partition of ``tracekit detect --cluster``. Blocks are
-fixed by rank order, never by the number of workers, because BOCD prunes run lengths jointly
-over the rows stepped together (kept while any row needs one), so a rank's change points can
-depend on its block (measured: 1 of 256 ranks moved between the whole matrix and blocks of 16).
-Jobs of up to 256 ranks are one block, as before partitioning; stepping 256 ranks as 4 blocks
-of 64 cost 1.4-1.9x one matrix (measured), and a block of 256 ranks x 10,000 iterations is
-20 MB, so larger jobs split without costing a worker's memory."""
-
-RANKS_PER_ROW_BLOCK = 16
-"""Ranks per partition for detectors that read each row alone (no ``detect_many``, e.g. the
-sliding window): any split gives the same change points, and these are the slowest per rank,
-so small blocks spread them over the workers."""
+RANKS_PER_BLOCK = 16
+"""Ranks a detector runs together: one partition of ``tracekit detect --cluster``. Blocks are
+fixed by rank order, never by the number of workers, because BOCD steps a block's rows together
+and prunes run lengths jointly (kept while any row needs one), so a rank's change points can
+depend on its block (measured: 1-6 of 256 ranks of 10,000 iterations move between one block of
+256 and blocks of 16); detectors that read each row alone (the sliding window) give the same
+result for any split. With the compiled recursion small blocks cost nothing (one thread, ms per
+rank at 10,000 points: 10.9 for blocks of 256, 10.4 of 64, 10.1 of 16), and they spread a job
+over the workers."""
 
 
-def ranks_per_block(detector: Detector) -> int:
-    """How many ranks one partition of ``detector`` holds."""
-    return RANKS_PER_BLOCK if hasattr(detector, "detect_many") else RANKS_PER_ROW_BLOCK
+@dataclass
+class _RankBlock:
+    """One partition of :func:`detect_rank_events`: a detector over a block of ranks' rows."""
+
+    job: str
+    name: str
+    detector: Detector
+    ranks: list[int]
+    matrix: np.ndarray
+    iterations: pl.DataFrame
 
 
-def detect_ranks(detectors: dict[str, Detector], series: JobSeries,
-                 executor: Executor | None = None) -> dict[str, list[np.ndarray]]:
-    """Change points of every rank's row for each detector: one partition per detector and
-    block of ranks, so the result is the same whichever executor runs them."""
-    partitions = [(name, detector, series.ranks[first:first + size],
-                   series.matrix[first:first + size])
+def detect_rank_events(job: str, detectors: dict[str, Detector], series: JobSeries,
+                       executor: Executor | None = None) -> dict[str, pl.DataFrame]:
+    """Every rank's change events for each detector: one partition per detector and block of
+    ranks, so the result is the same whichever executor runs them, and each partition returns
+    its events ready to write (the client only concatenates)."""
+    partitions = [_RankBlock(job, name, detector, series.ranks[first:first + RANKS_PER_BLOCK],
+                             series.matrix[first:first + RANKS_PER_BLOCK], series.job)
                   for name, detector in detectors.items()
-                  for size in [ranks_per_block(detector)]
-                  for first in range(0, len(series.ranks), size)]
-    changes = map_all(executor or LocalExecutor(), _detect_block, partitions,
-                      key=lambda p: f"{p[0]} on ranks {p[2][0]}-{p[2][-1]}")
-    found: dict[str, list[np.ndarray]] = {name: [] for name in detectors}
-    for (name, *_), block_changes in zip(partitions, changes, strict=True):
-        found[name].extend(block_changes)
-    return found
+                  for first in range(0, len(series.ranks), RANKS_PER_BLOCK)]
+    events = map_all(executor or LocalExecutor(), _detect_block, partitions,
+                     key=lambda p: f"{p.name} on ranks {p.ranks[0]}-{p.ranks[-1]}")
+    found: dict[str, list[pl.DataFrame]] = {name: [] for name in detectors}
+    for block, block_events in zip(partitions, events, strict=True):
+        found[block.name].append(block_events)
+    return {name: pl.concat([schema.table("events").empty(), *frames])
+            for name, frames in found.items()}
 
 
-def _detect_block(partition: tuple[str, Detector, list[int], np.ndarray]) -> list[np.ndarray]:
-    """One partition of :func:`detect_ranks`, run in this process or on a Dask worker."""
-    _, detector, _, matrix = partition
-    return detect_series(detector, matrix)
+def _detect_block(block: _RankBlock) -> pl.DataFrame:
+    """One partition of :func:`detect_rank_events`, run in this process or on a Dask worker."""
+    changes = detect_series(block.detector, block.matrix)
+    return pl.concat([change_events(block.job, rank, block.name, block.iterations, row, found)
+                      for rank, row, found in zip(block.ranks, block.matrix, changes, strict=True)])
 
 
 @dataclass
@@ -244,30 +249,25 @@ def detect_dataset(dataset: Dataset | str | Path, detectors: list[str] | None = 
         raise InputError("the iterations table has no finite durations", str(dataset.path))
     chosen = {name: make_detector(name, **(params or {})) for name in detectors or JOB_DETECTORS}
     executor = executor or LocalExecutor()
-    rank_changes = detect_ranks(chosen, series, executor)
+    rank_events = detect_rank_events(dataset.job, chosen, series, executor)
     events, episodes = [], []
     for name, detector in chosen.items():
         found = _detect_job(dataset.job, name, detector, series, min_slowdown,
-                            rank_changes[name])
+                            rank_events[name])
         events.append(found.events)
         episodes.append(found.episodes)
     detection = Detection(pl.concat(events), pl.concat(episodes))
     dataset.write_table("events", detection.events)
     dataset.write_table("episodes", detection.episodes)
-    record_build(dataset, "detect", executor, ranks_per_block={
-        name: ranks_per_block(detector) for name, detector in chosen.items()})
+    record_build(dataset, "detect", executor, ranks_per_block=RANKS_PER_BLOCK)
     dataset.save_manifest()
     return detection
 
 
 def _detect_job(job: str, name: str, detector: Detector, series: JobSeries,
-                min_slowdown: float, rank_changes: list[np.ndarray]) -> Detection:
+                min_slowdown: float, rank_events: pl.DataFrame) -> Detection:
     durations = series.job["duration_s"].to_numpy()
     job_changes, confirmed = detector.confirm(durations)
-    events = [change_events(job, None, name, series.job, durations, job_changes, confirmed)]
-    for rank, row, changes in zip(series.ranks, series.matrix, rank_changes, strict=True):
-        events.append(change_events(job, rank, name, series.job, row, changes))
-    all_events = pl.concat(events)
-    episodes = find_episodes(job, name, series.job, job_changes, min_slowdown,
-                             all_events.filter(pl.col("rank").is_not_null()))
-    return Detection(all_events, episodes)
+    job_events = change_events(job, None, name, series.job, durations, job_changes, confirmed)
+    episodes = find_episodes(job, name, series.job, job_changes, min_slowdown, rank_events)
+    return Detection(pl.concat([job_events, rank_events]), episodes)
