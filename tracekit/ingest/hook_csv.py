@@ -15,6 +15,7 @@ import polars as pl
 from tracekit import schema
 from tracekit.ingest import nccl_names
 from tracekit.ingest.base import (
+    LINE_BATCH_BYTES,
     Chunk,
     LineBatch,
     Reader,
@@ -59,8 +60,11 @@ class HookCsvReader(Reader):
         return first.strip() == HEADER
 
     def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
-        """Chunks of one block each, parsed while the caller writes the previous one."""
-        return read_ahead(_chunks(source))
+        """Chunks of one block each, parsed while the caller handles the previous one. A file
+        of one block (one per process is the usual layout) is parsed without a thread: there
+        is nothing to overlap, and starting one cost 15% of ingesting 1,000-row files."""
+        chunks = _chunks(source)
+        return read_ahead(chunks) if source.size > LINE_BATCH_BYTES else chunks
 
 
 def _chunks(source: Source) -> Iterator[Chunk]:
