@@ -154,15 +154,27 @@ class NcclDebugReader(Reader):
 def _chunks(source: Source, time_zone: str) -> Iterator[Chunk]:
     state = _JoinState()
     cut_at_end = not _ends_with_line_end(source)
-    blocks = read_ahead(iter_line_blocks(source))
-    block, line_no = next(blocks, None), 1
+    blocks = read_ahead(_split_blocks(source, time_zone))
+    block = next(blocks, None)
     while block is not None:
         following = next(blocks, None)
-        scanned, lines, line_count = _split_block(block, line_no, time_zone)
-        unterminated = line_no + line_count - 1 if cut_at_end and following is None else None
-        yield _parse_batch(source, lines, scanned, len(block), state, time_zone, unterminated)
-        block, line_no = following, line_no + line_count
+        scanned, lines, last_line_no, bytes_read = block
+        unterminated = last_line_no if cut_at_end and following is None else None
+        yield _parse_batch(source, lines, scanned, bytes_read, state, time_zone, unterminated)
+        block = following
     yield Chunk(notes=_notes(state, time_zone))
+
+
+def _split_blocks(source: Source,
+                  time_zone: str) -> Iterator[tuple[pl.DataFrame, pl.DataFrame, int, int]]:
+    """:func:`_split_block` of each block of the source, with the number of the block's last
+    line and its size. Run in the read-ahead thread, the scan of the next block overlaps the
+    polars work on this one (numba and polars both release the GIL)."""
+    line_no = 1
+    for block in iter_line_blocks(source):
+        scanned, lines, line_count = _split_block(block, line_no, time_zone)
+        yield scanned, lines, line_no + line_count - 1, len(block)
+        line_no += line_count
 
 
 def _split_block(block: bytes, first_line_no: int,
@@ -564,17 +576,19 @@ def _scanned_calls(scanned: pl.DataFrame | None, first_line_no: int,
 
 def _call_rows(calls: pl.DataFrame) -> pl.DataFrame:
     """Calls as both parsers hand them over, with NCCL's op name and datatype code turned into
-    tracekit's op and dtype, bytes, and the root kept as peer where it is one."""
+    tracekit's op and dtype, bytes, and the root kept as peer where it is one. Op names are
+    named once per distinct value (a handful per batch)."""
     op_raw = pl.col("op_name")
-    op = nccl_names.op_name(op_raw).fill_null(op_raw.str.to_lowercase())
-    dtype = nccl_names.dtype_name(pl.col("datatype"))
-    return calls.select(
-        "line_no", "host", "pid", "cuda_dev", "comm", "nranks",
-        op.alias("op"),
-        "op_count", "count",
-        dtype.alias("dtype"),
-        (pl.col("count") * nccl_names.dtype_size(dtype)).alias("bytes"),
-        pl.when(op.is_in((*nccl_names.P2P_OPS, *nccl_names.ROOTED_OPS)))
+    ops = calls.select(op_raw.unique()).with_columns(
+        nccl_names.op_name(op_raw).fill_null(op_raw.str.to_lowercase()).alias("op"))
+    named = calls.with_columns(
+        op_raw.replace_strict(ops["op_name"], ops["op"]).alias("op"),
+        nccl_names.dtype_name(pl.col("datatype")).alias("dtype"))
+    return named.select(
+        "line_no", "host", "pid", "cuda_dev", "comm", "nranks", "op", "op_count", "count",
+        "dtype",
+        (pl.col("count") * nccl_names.dtype_size(pl.col("dtype"))).alias("bytes"),
+        pl.when(pl.col("op").is_in((*nccl_names.P2P_OPS, *nccl_names.ROOTED_OPS)))
         .then(pl.col("root")).alias("peer"),
         "t_start_ns", "global_rank",
     )
