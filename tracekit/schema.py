@@ -11,6 +11,7 @@ unit (``elapsed_ms``, ``sm_clock_mhz``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import polars as pl
 
@@ -38,11 +39,11 @@ class Table:
     key: tuple[str, ...]
     time_column: str | None = None
 
-    @property
+    @cached_property
     def schema(self) -> pl.Schema:
         return pl.Schema({c.name: c.dtype for c in self.columns})
 
-    @property
+    @cached_property
     def column_names(self) -> list[str]:
         return [c.name for c in self.columns]
 

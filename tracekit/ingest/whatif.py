@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
-import pyarrow.parquet as pq
 import yaml
 
 from tracekit import schema
@@ -42,7 +41,7 @@ OPTIONAL_INDEX = {"mc": "model_chunk", "mb_id": "micro_batch", "gmc": "global_mo
 
 def _parquet_columns(source: Source) -> list[str]:
     with source.open() as stream:
-        return pq.ParquetFile(stream).schema_arrow.names
+        return pl.read_parquet_schema(stream).names()
 
 
 class WhatIfTraceReader(Reader):
@@ -57,7 +56,7 @@ class WhatIfTraceReader(Reader):
             return False
         try:
             return set(TRACE_COLUMNS) <= set(_parquet_columns(source))
-        except (OSError, ValueError):
+        except (OSError, ValueError, pl.exceptions.PolarsError):
             return False
 
     def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
