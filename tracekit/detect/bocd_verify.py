@@ -167,9 +167,10 @@ class SegmentVerifier:
         if following - first < self.detector.min_duration or \
                 not self.realised_slowdown(first, following) > self.detector.min_change:
             return []
-        if self.level(first, following) > self.previous_level(first) and \
-                not self.persistent(first, following):
-            return []
+        before = self.previous_level(first)
+        if self.level(first, following) > before and self.slow_points(
+                first, following, before, self.local_noise(first)) < self.detector.min_duration:
+            return []  # a burst of disturbances, however much time it took
         kept = self.keep(first, following)
         if returned:
             kept += self.keep(following, following + self.detector.min_points)
@@ -179,14 +180,23 @@ class SegmentVerifier:
         """First point of the slow excursion that a fall at ``candidate`` to ``reference``
         ends: after the last zero, before ``candidate``, of a tabular CUSUM (Page 1954) of the
         excess over ``reference`` since the last kept change (the whole segment when it never
-        returned to zero). None when the CUSUM stayed within its decision interval, or the
-        excursion lasted under ``min_duration`` points (a burst of GC pauses, a checkpoint: no
-        fail-slow). A gradual ramp starts at its first step, even one BOCD missed."""
+        returned to zero). None when the CUSUM stayed within its decision interval, or fewer
+        than ``min_duration`` of the excursion's points are ``CONFIDENCE_Z`` noise deviations
+        above ``reference`` (a burst of GC pauses, an evaluation step and a checkpoint, whose
+        clipped steps hold the CUSUM up for a few points: no fail-slow lasts so little). A
+        gradual ramp starts at its first step, even one BOCD missed."""
         first = self.segment_start()
         steps = cusum_steps(self.values[first:candidate], reference, self.healthy_noise())
         zero, cusum = last_zero(steps)
-        lasted = candidate - first - zero >= self.detector.min_duration
-        return first + zero if cusum > CUSUM_INTERVAL and lasted else None
+        start = first + zero
+        slow = self.slow_points(start, candidate, reference, self.healthy_noise())
+        return start if cusum > CUSUM_INTERVAL and slow >= self.detector.min_duration else None
+
+    def slow_points(self, start: int, stop: int, level: float, noise: float) -> int:
+        """How many points from ``start`` to ``stop`` are more than ``CONFIDENCE_Z`` relative
+        ``noise`` deviations above ``level``: a fail-slow has at least ``min_duration``."""
+        points = np.asarray(self.values[start:stop], dtype=np.float64)
+        return int(np.count_nonzero(points / level - 1.0 > CONFIDENCE_Z * noise))
 
     def fallen_from(self, candidate: int, stop: int) -> int | None:
         """When the points from ``candidate`` to ``stop`` fell below the recent level, the
@@ -249,9 +259,7 @@ class SegmentVerifier:
         (a checkpoint of three iterations leaves the fourth at the old level). Before it has
         lasted ``min_duration`` points it must also be a clean step (``CLEAN_STEP_RANGE``)."""
         d = self.detector
-        first = max(self.segment_start(), candidate - d.baseline_window)
-        before_points = np.asarray(self.values[first:candidate], dtype=np.float64)
-        noise = max(self.spread(before_points), d.min_noise) if before_points.size else d.min_noise
+        noise = self.local_noise(candidate)
         points = np.asarray(self.values[candidate:stop], dtype=np.float64)
         quartile = (points.size - 1) // 4
         lower = np.partition(points, quartile)[quartile]
@@ -259,6 +267,14 @@ class SegmentVerifier:
             return False
         return points.size >= d.min_duration or \
             np.ptp(points) / median(points) <= CLEAN_STEP_RANGE * noise
+
+    def local_noise(self, candidate: int) -> float:
+        """Relative noise (floored) of the points ``previous_level`` takes before ``candidate``:
+        the spread the job had just before, whatever its warm-up was."""
+        first = max(self.segment_start(), candidate - self.detector.baseline_window)
+        before = np.asarray(self.values[first:candidate], dtype=np.float64)
+        return max(self.spread(before), self.detector.min_noise) if before.size else \
+            self.detector.min_noise
 
     @staticmethod
     def spread(points: np.ndarray) -> float:
