@@ -25,11 +25,6 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-try:  # optional dependency: see the module docstring
-    import numba
-except ImportError:  # pragma: no cover - exercised where numba is absent
-    numba = None
-
 FIELDS = ("line_index", "host_id", "pid", "cuda_dev", "op_id", "op_count", "count", "datatype",
           "root", "comm_id", "nranks", "global_rank", "ts_kind", "ts_seconds", "ts_offset_s",
           "ts_frac_ns")
@@ -57,17 +52,24 @@ MIN_YEAR, MAX_YEAR = 1900, 2200
 """Years the scan converts itself; polars' nanosecond datetimes span 1678-2262."""
 
 
+_COMPILED_FUNCTIONS: dict[str, bool] = {}
+"""The scan's functions, by name, with whether each is compiled into its callers. They are
+compiled by :func:`compiled` on first use, not at import: importing numba costs every ingest
+process a quarter of a second, and most ingests read no NCCL debug log."""
+
+
 def _jit(function):
-    """Compiled with numba, cached on disk beside the module."""
-    return numba.njit(cache=True, nogil=True)(function) if numba is not None else function
+    """Compiled with numba (on first use), cached on disk beside the module."""
+    _COMPILED_FUNCTIONS[function.__name__] = False
+    return function
 
 
 def _inlined(function):
     """Compiled into its callers: calling a function that takes the block's arrays once per
     line and field cost 30% of the scan. The rarely run timestamp parsers stay calls, which
     halves the first compilation (about 30 CPU-s instead of 50)."""
-    return (numba.njit(cache=True, nogil=True, inline="always")(function)
-            if numba is not None else function)
+    _COMPILED_FUNCTIONS[function.__name__] = True
+    return function
 
 
 def _literal(text: str) -> np.ndarray:
@@ -494,10 +496,19 @@ def compiled():
     """The compiled scan, or None when numba is missing or cannot compile it (compiled once,
     cached on disk beside the module)."""
     global _compiled, _failed
-    if _compiled is None and numba is not None and not _failed:
+    if _compiled is None and not _failed:
         try:
-            _scan(np.frombuffer(b"x\n", dtype=np.uint8))
-            _compiled = _scan
+            import numba
+        except ImportError:  # pragma: no cover - exercised where numba is absent
+            _failed = True
+            return None
+        module = globals()
+        try:
+            for name, inline in _COMPILED_FUNCTIONS.items():  # callees first, as defined
+                options = {"inline": "always"} if inline else {}
+                module[name] = numba.njit(cache=True, nogil=True, **options)(module[name])
+            module["_scan"](np.frombuffer(b"x\n", dtype=np.uint8))
+            _compiled = module["_scan"]
         except Exception:  # noqa: BLE001 - any compiler failure means: parse with polars
             _failed = True
     return _compiled
