@@ -23,7 +23,7 @@ from tracekit.iterations.reconstruct import (
     Reconstruction,
     reconstruct,
 )
-from tracekit.parallel import Executor, LocalExecutor
+from tracekit.parallel import Executor, LocalExecutor, record_build
 
 __all__ = [
     "ACF_THRESHOLD", "QUALITY_DISTURBED", "QUALITY_OK", "QUALITY_RESYNC", "SOURCE", "Comparison",
@@ -46,7 +46,7 @@ def reconstruct_dataset(dataset: Dataset, threshold: float = ACF_THRESHOLD,
     executor = executor or LocalExecutor()
     result = reconstruct(dataset.table("collectives"), threshold, executor)
     dataset.write_part("iterations", result.iterations, PART)
-    dataset.manifest.setdefault("build", {})["iterations"] = executor.description
+    record_build(dataset, "iterations", executor, ranks=len(result.ranks))
     dataset.save_manifest()
     return result
 
