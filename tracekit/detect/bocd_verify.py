@@ -253,20 +253,25 @@ class SegmentVerifier:
     def persistent(self, candidate: int, stop: int) -> bool:
         """Whether the points from ``candidate`` to ``stop``, above the level before them, are a
         new level rather than a burst of disturbances (GC pauses, a checkpoint, an evaluation
-        step, data-loader hiccups), which a median of a few points, or of a segment where they
-        are the majority, cannot tell apart. A new level moves every iteration: the lower
-        quartile of the points is beyond ``CONFIDENCE_Z`` noise deviations of the level before
-        (a checkpoint of three iterations leaves the fourth at the old level). Before it has
-        lasted ``min_duration`` points it must also be a clean step (``CLEAN_STEP_RANGE``)."""
+        step, data-loader hiccups), which a median of a few points cannot tell apart. Judged
+        on the points from the first one beyond ``min_change`` (a step the ACF reconstruction
+        smears over a point or two reaches its level there), at least ``min_points`` of them:
+        a new level moves every iteration, so their lower quartile is beyond ``CONFIDENCE_Z``
+        noise deviations of the level before (a checkpoint of three iterations leaves the
+        fourth at the old level); and before the candidate has lasted ``min_duration`` points
+        they must be a clean step (``CLEAN_STEP_RANGE``)."""
         d = self.detector
-        noise = self.local_noise(candidate)
+        noise, before = self.local_noise(candidate), self.previous_level(candidate)
         points = np.asarray(self.values[candidate:stop], dtype=np.float64)
-        quartile = (points.size - 1) // 4
-        lower = np.partition(points, quartile)[quartile]
-        if lower / self.previous_level(candidate) - 1.0 <= CONFIDENCE_Z * noise:
+        beyond = np.flatnonzero(points / before - 1.0 > d.min_change)
+        level = points[beyond[0]:] if beyond.size else points[:0]
+        if level.size < d.min_points:
+            return False
+        quartile = (level.size - 1) // 4
+        if np.partition(level, quartile)[quartile] / before - 1.0 <= CONFIDENCE_Z * noise:
             return False
         return points.size >= d.min_duration or \
-            np.ptp(points) / median(points) <= CLEAN_STEP_RANGE * noise
+            np.ptp(level) / median(level) <= CLEAN_STEP_RANGE * noise
 
     def local_noise(self, candidate: int) -> float:
         """Relative noise (floored) of the points ``previous_level`` takes before ``candidate``:
