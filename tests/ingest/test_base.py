@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import threading
+import time
 
 import polars as pl
 import pytest
@@ -19,6 +20,7 @@ from tracekit.ingest.base import (
     Source,
     iter_line_batches,
     iter_line_blocks,
+    map_in_order,
     read_ahead,
 )
 
@@ -143,6 +145,32 @@ def test_read_ahead_stops_its_thread_when_the_caller_stops_early():
     ahead.close()
     assert closed.is_set()
     assert not any(t.name == "tracekit-read-ahead" for t in threading.enumerate())
+
+
+def test_map_in_order_keeps_order_bounds_work_in_flight_and_raises():
+    started, running, most = [], [0], [0]
+    lock = threading.Lock()
+
+    def slow_square(n):
+        with lock:
+            started.append(n)
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.02 if n % 2 else 0.001)  # odd items finish after the next even one
+        with lock:
+            running[0] -= 1
+        if n == 7:
+            raise InputError("bad block", "f.log", 7)
+        return n * n
+
+    got = []
+    with pytest.raises(InputError, match="bad block"):
+        for value in map_in_order(slow_square, range(20), workers=2):
+            got.append(value)
+            assert len(started) <= len(got) + 3  # never more than workers + 1 ahead
+    assert got == [n * n for n in range(7)]
+    assert most[0] == 2
+    assert not any(t.name.startswith("tracekit-parse") for t in threading.enumerate())
 
 
 def test_frame_has_typed_line_numbers():

@@ -204,12 +204,16 @@ any_line = st.one_of(good_coll, good_coll, good_coll, good_coll, odd_coll, init,
 @given(st.lists(any_line, max_size=40), st.sampled_from(["\n", "\r\n"]), st.booleans(),
        st.integers(64, 3000), st.sampled_from(["UTC", "Europe/Paris"]))
 def test_output_equals_the_polars_parser(lines, end, terminated, block_bytes, time_zone):
+    """The compiled scan and the polars parser give the same output, blocks cut anywhere and
+    split two at a time on the parse threads."""
     text = end.join(line.replace("\n", " ") for line in lines) + (end if terminated else "")
     source = Source.from_bytes("mix.log", text.encode())
     results = []
     for compiled in (True, False):
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(nccl_debug, "COMPILED_SCAN", compiled)
+            # blocks cut anywhere, split on the parse threads as a large file's are
+            patch.setattr(nccl_debug, "LINE_BATCH_BYTES", block_bytes)
             patch.setattr(nccl_debug, "iter_line_blocks",
                           lambda source: base.iter_line_blocks(source, batch_bytes=block_bytes))
             results.append(read_all(nccl_debug.NcclDebugReader(), source, {"tz": time_zone}))

@@ -164,6 +164,34 @@ def test_state_carries_across_batches(monkeypatch):
     assert result.tables["comms"].height == 1
 
 
+def test_blocks_split_on_the_parse_threads_give_the_one_block_output(monkeypatch):
+    """A file of many blocks, split two at a time on the parse threads and numbered in order,
+    gives exactly what it gives read as one block: rows, seq, ranks, line numbers, counts."""
+    import tracekit.ingest.nccl_debug as module
+    from tracekit.ingest import base
+
+    torn = COLL.format(op=7)[40:]
+    other = "gpu-b04:19230:19300 [0] NCCL INFO Channel 00/0 : 8[0] -> 9[0] via P2P/IPC"
+    lines = [INIT, *(COLL.format(op=i) if i % 7 else other for i in range(120)), torn,
+             INIT.replace("rank 8", "rank 3").replace("19230", "19231"),
+             *(COLL.format(op=i).replace("19230", "19231") for i in range(30)),
+             COLL.format(op=99)[:70]]
+    source = Source.from_bytes("many.log", "\n".join(lines).encode())
+    one_block = read_all(READER, source)
+    monkeypatch.setattr(module, "LINE_BATCH_BYTES", 700)
+    monkeypatch.setattr(module, "iter_line_blocks",
+                        lambda source: base.iter_line_blocks(source, batch_bytes=700))
+    threaded = read_all(READER, source)
+    for name in one_block.tables:
+        assert threaded.tables[name].equals(one_block.tables[name])
+    assert threaded.quarantine.equals(one_block.quarantine)
+    assert threaded.quarantine["line_no"].to_list() == [122, 154]
+    calls = threaded.tables["collectives"]
+    assert calls.filter(pl.col("pid") == 19231)["rank"].to_list() == [3] * 30
+    assert calls.filter(pl.col("pid") == 19230)["seq"].to_list() == list(range(102))
+    assert (threaded.lines, threaded.skipped) == (one_block.lines, one_block.skipped) == (154, 18)
+
+
 def test_malformed_coll_lines_are_quarantined():
     good = COLL.format(op=1)
     bad = [good.replace("count 16777216", "count many"),

@@ -11,7 +11,9 @@ import hashlib
 import io
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import BinaryIO, ClassVar, TypeVar
 
@@ -251,6 +253,33 @@ def iter_line_batches(source: Source, batch_bytes: int = LINE_BATCH_BYTES) -> It
 
 
 T = TypeVar("T")
+R = TypeVar("R")
+
+PARSE_WORKERS = 2
+"""Threads :func:`map_in_order` works on: one per core of the 2-core machine ingest targets.
+Parsing a block (polars, numpy, the compiled scan) runs without the GIL, so two blocks are
+parsed at once while other threads read, hash, split by rank and write Parquet."""
+
+
+def map_in_order(function: Callable[[T], R], items: Iterable[T],
+                 workers: int = PARSE_WORKERS) -> Iterator[R]:
+    """``map(function, items)`` with ``workers`` items processed at once in background threads,
+    results yielded in input order: for per-block work that needs nothing from earlier blocks
+    (stateful steps stay with the caller, in order). At most ``workers + 1`` items are
+    submitted, so memory stays bounded. An exception raised by ``function`` is raised here;
+    closing this generator cancels what has not started and waits for the rest."""
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="tracekit-parse")
+    pending: deque[Future[R]] = deque()
+    try:
+        for item in items:
+            pending.append(pool.submit(function, item))
+            if len(pending) > workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
 
 
 def read_ahead(items: Iterator[T], depth: int = 1) -> Iterator[T]:

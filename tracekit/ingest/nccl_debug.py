@@ -18,19 +18,22 @@ memory streams.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 
 import polars as pl
 
 from tracekit import schema
 from tracekit.ingest import nccl_coll_scan, nccl_names
 from tracekit.ingest.base import (
+    LINE_BATCH_BYTES,
     Chunk,
     LineBatch,
     Reader,
     Source,
     iter_line_blocks,
+    map_in_order,
     quarantine_frame,
     read_ahead,
     split_on_reason,
@@ -147,48 +150,58 @@ class NcclDebugReader(Reader):
         return INFO_MARK in text and (": opCount " in text or "- Init " in text)
 
     def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
-        """Chunks of one line batch each, parsed while the caller writes the previous one."""
-        return read_ahead(_chunks(source, options.get("tz", "UTC")))
+        """Chunks of one line batch each, parsed while the caller writes the previous one;
+        a file of one block is read without threads (nothing to overlap)."""
+        if source.size <= LINE_BATCH_BYTES:
+            return _chunks(source, options.get("tz", "UTC"), map)
+        return read_ahead(_chunks(source, options.get("tz", "UTC"), map_in_order))
 
 
-def _chunks(source: Source, time_zone: str) -> Iterator[Chunk]:
+def _chunks(source: Source, time_zone: str,
+            split_blocks: Callable[..., Iterator[_SplitBlock]]) -> Iterator[Chunk]:
+    """The source's chunks in order. ``split_blocks`` runs :func:`_split_block` on each block
+    (the compiled scan, op naming and line splitting need nothing from the blocks before: on
+    the parse threads two blocks are split at once); line numbers, call numbering and ranks
+    are given here, in order."""
     state = _JoinState()
     cut_at_end = not _ends_with_line_end(source)
-    blocks = read_ahead(_split_blocks(source, time_zone))
-    block = next(blocks, None)
+    split = partial(_split_block, first_line_no=0, time_zone=time_zone)
+    blocks = split_blocks(split, iter_line_blocks(source))
+    block, line_no = next(blocks, None), 1
     while block is not None:
         following = next(blocks, None)
-        scanned, lines, last_line_no, bytes_read = block
+        scanned, lines, line_count, bytes_read = block
+        last_line_no = line_no + line_count - 1
         unterminated = last_line_no if cut_at_end and following is None else None
-        yield _parse_batch(source, lines, scanned, bytes_read, state, time_zone, unterminated)
-        block = following
+        yield _parse_batch(source, _renumber(lines, line_no), _renumber(scanned, line_no),
+                           bytes_read, state, time_zone, unterminated)
+        block, line_no = following, last_line_no + 1
     yield Chunk(notes=_notes(state, time_zone))
 
 
-def _split_blocks(source: Source,
-                  time_zone: str) -> Iterator[tuple[pl.DataFrame, pl.DataFrame, int, int]]:
-    """:func:`_split_block` of each block of the source, with the number of the block's last
-    line and its size. Run in the read-ahead thread, the scan of the next block overlaps the
-    polars work on this one (numba and polars both release the GIL)."""
-    line_no = 1
-    for block in iter_line_blocks(source):
-        scanned, lines, line_count = _split_block(block, line_no, time_zone)
-        yield scanned, lines, line_no + line_count - 1, len(block)
-        line_no += line_count
+def _renumber(frame: pl.DataFrame, first_line_no: int) -> pl.DataFrame:
+    """``frame`` (split with the block's first line as 0) with line numbers in the file."""
+    return frame.with_columns(pl.col("line_no") + first_line_no)
 
 
-def _split_block(block: bytes, first_line_no: int,
-                 time_zone: str) -> tuple[pl.DataFrame, pl.DataFrame, int]:
-    """The calls the compiled scan read from a block of whole lines (in the columns
-    :func:`_parse_calls` gives), the lines left to the polars parser (``line_no``, ``line``)
-    and the number of lines in the block."""
+_SplitBlock = tuple[pl.DataFrame, pl.DataFrame, int, int]
+"""What :func:`_split_block` makes of a block: the scanned calls, the lines left, the number of
+lines and the block's size in bytes."""
+
+
+def _split_block(block: bytes, first_line_no: int, time_zone: str) -> _SplitBlock:
+    """The calls the compiled scan read from a block of whole lines (as :func:`_call_rows`
+    gives them), the lines left to the polars parser (``line_no``, ``line``), the number of
+    lines in the block and its size."""
     scanned = nccl_coll_scan.scan(block) if COMPILED_SCAN else None
     if scanned is None:
         lines = LineBatch.from_block(block, first_line_no).frame()
-        return _scanned_calls(None, first_line_no, time_zone), lines, lines.height
+        return (_call_rows(_scanned_calls(None, first_line_no, time_zone)), lines, lines.height,
+                len(block))
     lines = pl.DataFrame({"line_no": first_line_no + scanned.rejected_lines,
                           "line": _lines_left(scanned)})
-    return _scanned_calls(scanned.calls, first_line_no, time_zone), lines, scanned.lines
+    return (_call_rows(_scanned_calls(scanned.calls, first_line_no, time_zone)), lines,
+            scanned.lines, len(block))
 
 
 def _lines_left(scanned: nccl_coll_scan.ScannedBlock) -> pl.Series:
@@ -236,7 +249,8 @@ def _notes(state: _JoinState, time_zone: str) -> list[str]:
 
 def _parse_batch(source: Source, lines: pl.DataFrame, scanned: pl.DataFrame, bytes_read: int,
                  state: _JoinState, time_zone: str, unterminated: int | None) -> Chunk:
-    """Parse one batch of whole lines, ``scanned`` the calls already read from some of them;
+    """Parse one batch of whole lines, ``scanned`` the calls already read from some of them
+    (named by :func:`_call_rows`);
     ``unterminated`` is the number of the file's last line when it has no line end (so COLL /
     Init text on it may be cut short)."""
     records = _split_spliced(lines)
@@ -272,7 +286,8 @@ def _parse_batch(source: Source, lines: pl.DataFrame, scanned: pl.DataFrame, byt
     inits, bad_inits = _parse_inits(parts.filter(pl.col("kind") == "init"), time_zone)
     _update_process_ranks(state, inits)
     parsed, bad_calls = _parse_calls(parts.filter(pl.col("kind") == "coll"), time_zone)
-    calls = _call_rows(pl.concat([scanned, parsed]).sort("line_no", maintain_order=True))
+    calls = scanned if parsed.height == 0 else pl.concat([scanned, _call_rows(parsed)]).sort(
+        "line_no", maintain_order=True)
     collectives = _number_and_rank(calls, state)
     comms, repeated_inits = _new_comms(inits, state)
 
