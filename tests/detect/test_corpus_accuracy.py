@@ -35,13 +35,13 @@ def probing_corpus(tmp_path_factory):
 
 
 def test_job_level_counts_on_a_seeded_probing_corpus(probing_corpus):
-    """Two clean jobs, a CPU contention (x2.56) and a 10.3 % GPU degradation: BOCD alone flags
-    the clean jobs (GC pauses), the window misses the 10.3 % slowdown, BOCD+V and BOCD+B get
-    every job right."""
+    """Two clean jobs, a CPU contention (x2.56) and a 10.3 % GPU degradation: the window misses
+    the 10.3 % slowdown, BOCD, BOCD+V and BOCD+B get every job right (the segments BOCD alone
+    cuts around GC pauses are shorter than a fail-slow: no episode)."""
     table = probing_corpus.job_table.filter(pl.col("category") == "compute")
     counts = {row["detector"]: (row["tp"], row["fp"], row["tn"], row["fn"])
               for row in table.iter_rows(named=True)}
-    assert counts == {"bocd": (2, 2, 0, 0), "bocd+b": (2, 0, 2, 0), "bocd+v": (2, 0, 2, 0),
+    assert counts == {"bocd": (2, 0, 2, 0), "bocd+b": (2, 0, 2, 0), "bocd+v": (2, 0, 2, 0),
                       "window": (1, 0, 2, 1)}
     matched = probing_corpus.matches.filter(pl.col("detector").is_in(["bocd+v", "bocd+b"]))
     assert matched["detected"].all()

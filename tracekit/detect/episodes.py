@@ -8,7 +8,9 @@ kept, so attribution can see which ranks changed first or most.
 An episode is a maximal run of segments (between change points) whose level is above the
 healthy baseline by more than ``min_slowdown``. The healthy baseline is the fastest sustained
 level of the job: the lowest median among segments of at least ``MIN_BASELINE_POINTS`` points.
-Slow segments ending within the first ``WARMUP_ITERATIONS`` are the warm-up, never an episode.
+Slow segments ending within the first ``WARMUP_ITERATIONS`` are the warm-up, never an episode;
+a slow stretch shorter than a fail-slow (``MIN_FAIL_SLOW_ITERATIONS``, the labels' 10) is a
+burst of disturbances (a run of GC pauses the sliding window flags), never an episode either.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import polars as pl
 from tracekit import schema
 from tracekit.dataset import Dataset, open_dataset
 from tracekit.detect.base import Detector
+from tracekit.detect.bocd_verify import MIN_FAIL_SLOW_ITERATIONS
 from tracekit.detect.registry import make_detector
 from tracekit.errors import InputError
 from tracekit.parallel import Executor, LocalExecutor, map_all, record_build
@@ -127,7 +130,7 @@ def find_episodes(job: str, detector: str, series: pl.DataFrame, changepoints: n
     long = np.diff(bounds) >= MIN_BASELINE_POINTS
     baseline = float(levels[long].min() if long.any() else levels.min())
     slow = levels > baseline * (1 + min_slowdown)
-    slow &= bounds[1:] >= WARMUP_ITERATIONS
+    slow &= bounds[1:] > WARMUP_ITERATIONS  # the segment reaches past the warm-up
     rows = []
     segment = 0
     while segment < slow.size:
@@ -137,8 +140,9 @@ def find_episodes(job: str, detector: str, series: pl.DataFrame, changepoints: n
         last = segment
         while last + 1 < slow.size and slow[last + 1]:
             last += 1
-        rows.append(_episode(series, durations, int(bounds[segment]), int(bounds[last + 1]),
-                             baseline, rank_events))
+        if bounds[last + 1] - bounds[segment] >= MIN_FAIL_SLOW_ITERATIONS:
+            rows.append(_episode(series, durations, int(bounds[segment]),
+                                 int(bounds[last + 1]), baseline, rank_events))
         segment = last + 1
     frame = pl.DataFrame(rows, schema_overrides={"t_end_ns": pl.Int64, "ranks": pl.String})
     if frame.is_empty():
