@@ -8,7 +8,8 @@ straightforward parser costs). ``reader`` is the format reader alone (no Parquet
 which separates parsing from the pipeline's writing. Each measurement runs in a fresh process
 so its peak RSS is its own; ``TRACEKIT_BENCH_REPEAT`` (default 1) keeps the best of several
 runs. On a shared machine wall time depends on the load, so CPU seconds (user + system, all
-threads) are printed too: ``MB/CPU-s`` is the speed an idle core would give.
+threads) are printed too: ``MB/CPU-s`` is the speed an idle core would give, and ``cores busy``
+(CPU seconds per wall second) how much of the machine the run kept working.
 """
 
 from __future__ import annotations
@@ -142,10 +143,11 @@ def run(name: str, writer, baselines: tuple[str, ...], work: Path) -> None:
     print(f"{name}: {mb:,.0f} MB")
     seconds, cpu, peak = measure("tracekit", path, work)
     print(f"  tracekit end to end: {seconds:.2f} s = {mb / seconds:,.0f} MB/s "
-          f"({mb / cpu:,.0f} MB/CPU-s), peak RSS {peak:,.0f} MiB")
+          f"({mb / cpu:,.0f} MB/CPU-s, {cpu / seconds:.2f} cores busy), peak RSS {peak:,.0f} MiB")
     for baseline in ("reader", *baselines):
         base_s, base_cpu, base_peak = measure(baseline, path, work)
-        print(f"  {baseline}: {mb / base_s:,.0f} MB/s ({mb / base_cpu:,.0f} MB/CPU-s), peak RSS "
+        print(f"  {baseline}: {mb / base_s:,.0f} MB/s ({mb / base_cpu:,.0f} MB/CPU-s, "
+              f"{base_cpu / base_s:.2f} cores busy), peak RSS "
               f"{base_peak:,.0f} MiB -> tracekit end to end is {base_s / seconds:.2f}x its "
               f"speed ({base_cpu / cpu:.2f}x per CPU-s)")
     path.unlink()
