@@ -4,6 +4,10 @@ without it (random mixes of good, damaged and unrelated lines, blocks cut anywhe
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import polars as pl
 import pytest
 from hypothesis import given, settings
@@ -229,3 +233,23 @@ def test_mix_of_every_shape_is_mostly_scanned():
     lines = [coll(prefix, host=host) for prefix in ACCEPTED_PREFIXES for host in HOSTS]
     assert scan(lines).calls.height == len(lines)
     assert pl.Series(scan(lines).calls["host"]).n_unique() == len(HOSTS)
+
+
+def test_first_use_on_two_threads_at_once_compiles_once():
+    """Blocks are scanned on two threads: the first two must both get the compiled scan (an
+    unguarded compile made one of them fail and send its block to the polars parser)."""
+    code = (
+        "import threading\n"
+        "from tracekit.ingest import nccl_coll_scan as s\n"
+        "barrier, got = threading.Barrier(2), []\n"
+        "def first_use():\n"
+        "    barrier.wait()\n"
+        "    got.append(s.compiled() is not None)\n"
+        "threads = [threading.Thread(target=first_use) for _ in range(2)]\n"
+        "[t.start() for t in threads]\n"
+        "[t.join() for t in threads]\n"
+        "print(got, s._failed)\n"
+    )
+    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True, cwd=Path(__file__).parents[2]).stdout
+    assert output.split("\n")[0] == "[True, True] False"

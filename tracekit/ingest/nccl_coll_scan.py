@@ -20,6 +20,7 @@ polars parser reads every line, with the same output.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -490,11 +491,19 @@ class ScannedBlock:
 
 _compiled = None
 _failed = False
+_compiling = threading.Lock()
+"""Held while compiling: blocks are scanned on several threads, and the first ones to arrive
+must not compile (and wrap the functions) twice."""
 
 
 def compiled():
     """The compiled scan, or None when numba is missing or cannot compile it (compiled once,
     cached on disk beside the module)."""
+    with _compiling:
+        return _compile()
+
+
+def _compile():
     global _compiled, _failed
     if _compiled is None and not _failed:
         try:
