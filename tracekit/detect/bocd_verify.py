@@ -21,7 +21,12 @@ it:
   segment (a checkpoint) weigh in the totals as they do in the labels. When kept, the return is
   kept too (the segment is the fail-slow); when dropped, so is its return. A slowdown returning
   from +10.5 % is a 9.5 % drop of the slow level: measured against the faster level on both
-  sides it is the same 10.5 % slowdown, so its end is not lost.
+  sides it is the same 10.5 % slowdown, so its end is not lost;
+* a rise must persist, which a median of a few points cannot tell from a burst of GC pauses
+  or a short checkpoint: its slowed points' lower quartile beyond the noise of the level
+  before, a clean step (all within a few noise deviations) until it has lasted
+  ``min_duration`` points, and a segment judged whole (or the excursion a fall ends) with at
+  least ``min_duration`` slowed points.
 
 The paper says "mean"; the median (early) and the realised slowdown of the whole segment
 (borderline) are its robust and its exact reading. Verification runs in the same order online
@@ -264,14 +269,14 @@ class SegmentVerifier:
         noise, before = self.local_noise(candidate), self.previous_level(candidate)
         points = np.asarray(self.values[candidate:stop], dtype=np.float64)
         beyond = np.flatnonzero(points / before - 1.0 > d.min_change)
-        level = points[beyond[0]:] if beyond.size else points[:0]
-        if level.size < d.min_points:
+        slowed = points[beyond[0]:] if beyond.size else points[:0]
+        if slowed.size < d.min_points:
             return False
-        quartile = (level.size - 1) // 4
-        if np.partition(level, quartile)[quartile] / before - 1.0 <= CONFIDENCE_Z * noise:
+        quartile = (slowed.size - 1) // 4
+        if np.partition(slowed, quartile)[quartile] / before - 1.0 <= CONFIDENCE_Z * noise:
             return False
         return points.size >= d.min_duration or \
-            np.ptp(level) / median(level) <= CLEAN_STEP_RANGE * noise
+            np.ptp(slowed) / median(slowed) <= CLEAN_STEP_RANGE * noise
 
     def local_noise(self, candidate: int) -> float:
         """Relative noise (floored) of the points ``previous_level`` takes before ``candidate``:
