@@ -226,7 +226,7 @@ def test_dataset_is_identical_with_and_without_a_cluster(synth_job, tmp_path, da
     assert built["ingest"] == {"engine": "dask", "cluster": "local:2", "workers": 2,
                                "retries": 1, "partitions": 8, "failed_partitions": 0}
     assert built["iterations"] == {"engine": "dask", "cluster": "local:2", "workers": 2,
-                                   "retries": 1}
+                                   "retries": 1, "ranks": 8}
     built = json.loads((tmp_path / "loop" / "manifest.json").read_text())["build"]
     assert built["ingest"]["engine"] == built["iterations"]["engine"] == "local"
 
