@@ -281,7 +281,6 @@ def map_in_order(function: Callable[[T], R], items: Iterable[T],
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-
 def read_ahead(items: Iterator[T], depth: int = 1) -> Iterator[T]:
     """Yield ``items`` while a background thread already makes the next ``depth`` of them, so
     making them (reading and splitting, parsing) overlaps with what the caller does with each
