@@ -265,3 +265,46 @@ def test_unterminated_last_line_that_is_complete_is_still_refused():
     """Without a line end nothing proves the pointer or count was not cut short."""
     result = read_text(COLL.format(op=0) + "\n" + "Python warning: unrelated")
     assert result.tables["collectives"].height == 1 and result.skipped == 1
+
+
+call_rows = st.lists(st.tuples(st.sampled_from(["a", "b"]), st.sampled_from([1, 2]),
+                               st.sampled_from(["0x1", "0x2"]), st.sampled_from([0, 1, None]),
+                               st.sampled_from([None, None, 5])), max_size=25)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(call_rows, min_size=1, max_size=3),
+       st.lists(st.tuples(st.sampled_from(["a", "b"]), st.sampled_from([1, 2]),
+                          st.sampled_from([0, 1]), st.integers(0, 7)), max_size=4))
+def test_calls_are_numbered_per_comm_and_ranked_per_device_across_batches(batches, ranks):
+    """seq counts each (host, pid, comm)'s calls over every batch; rank is the call's own
+    global rank, else its (host, pid, cuda_dev)'s, else the first known for its (host, pid)."""
+    import tracekit.ingest.nccl_debug as module
+
+    state = module._JoinState()
+    state.process_ranks = pl.DataFrame(
+        [(h, p, d, 8, False, r) for h, p, d, r in ranks], orient="row",
+        schema=state.process_ranks.schema).unique(["host", "pid", "cuda_dev"], keep="first",
+                                                  maintain_order=True)
+    by_device = {(h, p, d): r for h, p, d, _, _, r in state.process_ranks.iter_rows()}
+    by_process = {}
+    for (h, p, _), r in by_device.items():
+        by_process.setdefault((h, p), r)
+    counters = {}
+    for rows in batches:
+        calls = pl.DataFrame(
+            [(h, p, d, c, g, "allreduce", "float32") for h, p, c, d, g in rows], orient="row",
+            schema={"host": pl.String, "pid": pl.Int64, "cuda_dev": pl.Int32, "comm": pl.String,
+                    "global_rank": pl.Int32, "op": pl.String, "dtype": pl.String}).with_columns(
+            *(pl.lit(None, dtype).alias(c) for c, dtype in (
+                ("nranks", pl.Int32), ("op_count", pl.Int64), ("count", pl.Int64),
+                ("bytes", pl.Int64), ("peer", pl.Int32), ("t_start_ns", pl.Int64))))
+        got = module._number_and_rank(calls, state)
+        expected_seq, expected_rank = [], []
+        for h, p, c, d, g in rows:
+            expected_seq.append(counters.get((h, p, c), 0))
+            counters[(h, p, c)] = expected_seq[-1] + 1
+            expected_rank.append(g if g is not None else by_device.get(
+                (h, p, d), by_process.get((h, p))))
+        assert got["seq"].to_list() == expected_seq
+        assert got["rank"].to_list() == expected_rank
