@@ -256,6 +256,15 @@ def _parse_batch(source: Source, lines: pl.DataFrame, scanned: pl.DataFrame, byt
     records = _split_spliced(lines)
     _collect_versions(records, state)
     candidates = _candidates(records)
+    if candidates.height == 0:  # the scan read every call; the rest is other subsystems' lines
+        return Chunk(
+            tables={"collectives": _number_and_rank(scanned, state),
+                    "comms": schema.table("comms").empty()},
+            quarantine=schema.table("quarantine").empty(),
+            lines=scanned.height + records.height,
+            skipped=records.height,
+            bytes_read=bytes_read,
+        )
     parts = candidates.with_columns(
         pl.col("line").str.splitn(INFO_MARK, 2).struct.rename_fields(["head", "msg"])
         .alias("_p")).unnest("_p")
