@@ -196,6 +196,39 @@ def test_a_source_failing_midway_leaves_no_parts_and_no_staged_files(tmp_path, m
     assert [p.name for p in (tmp_path / "ds").rglob("*") if p.is_file()] == ["manifest.json"]
 
 
+def test_a_nccl_log_failing_on_a_parse_thread_leaves_nothing(tmp_path, monkeypatch):
+    """A block failing on a parse thread fails its source like any error: no parts, no staged
+    files, no parse thread left running."""
+    import threading
+
+    from tracekit.ingest import nccl_debug
+
+    monkeypatch.setattr(pipeline, "PART_ROWS", 1)
+    monkeypatch.setattr(nccl_debug, "LINE_BATCH_BYTES", 400)
+    monkeypatch.setattr(nccl_debug, "iter_line_blocks",
+                        lambda source: base.iter_line_blocks(source, batch_bytes=400))
+    split, calls = nccl_debug._split_block, []
+
+    def fail_on_the_third_block(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise OSError("disk went away")
+        return split(*args, **kwargs)
+
+    monkeypatch.setattr(nccl_debug, "_split_block", fail_on_the_third_block)
+    coll = ("h:7:7 [0] NCCL INFO AllReduce: opCount {:x} sendbuff 0x1 recvbuff 0x2 count 8 "
+            "datatype 7 op 0 root 0 comm 0xc0 [nranks=2] stream 0x3")
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "rank0.log").write_text(
+        "h:7:7 [0] NCCL INFO ncclCommInitRank comm 0xc0 rank 0 nranks 2 cudaDev 0 busId 1000 "
+        "commId 0x9 - Init COMPLETE\n" + "".join(coll.format(i) + "\n" for i in range(40)))
+    summary = ingest([tmp_path / "in"], tmp_path / "ds")
+    assert summary.sources[0].status == "failed"
+    assert "disk went away" in summary.sources[0].error
+    assert [p.name for p in (tmp_path / "ds").rglob("*") if p.is_file()] == ["manifest.json"]
+    assert not any(t.name.startswith("tracekit-parse") for t in threading.enumerate())
+
+
 def test_leftover_parts_of_the_same_bytes_are_removed(dump, tmp_path, monkeypatch):
     """A part an interrupted ingest left in a rank folder goes when the bytes are read again;
     after a parser change, parts in rank folders no longer written go too."""
