@@ -499,7 +499,7 @@ must not compile (and wrap the functions) twice."""
 def compiled():
     """The compiled scan, or None when numba is missing or cannot compile it (compiled once,
     cached on disk beside the module). A thread arriving while another loads it waits: parsing
-    that block with polars instead was measured slower (more CPU, the same wall time)."""
+    that block with polars instead was measured slower (more CPU and more wall time)."""
     if _compiled is not None or _failed:
         return _compiled
     with _compiling:
