@@ -2,10 +2,12 @@
 
 Generates a log of ``TRACEKIT_BENCH_MB`` megabytes (default 1024, as ``make bench`` runs it)
 and prints MB/s with baselines measured in the same run on the same bytes: ``polars.read_csv``
-of the file as one string column (the floor any parser pays to see every line) and a plain
-Python loop over the lines (``re`` for the NCCL log, ``csv`` for the hook CSV: what a
-straightforward parser costs). ``reader`` is the format reader alone (no Parquet, no dataset),
-which separates parsing from the pipeline's writing. Each measurement runs in a fresh process
+of the file as one string column (the floor any parser pays to see every line) and plain
+Python loops over the lines: for the NCCL log ``re_loop`` only matches each line against the
+COLL pattern (a floor: it extracts nothing) and ``re_parse`` is what a straightforward parser
+does (match, convert the numbers, append to columns); for the hook CSV the ``csv`` module.
+``reader`` is the format reader alone (no Parquet, no dataset), which separates parsing from
+the pipeline's writing. Each measurement runs in a fresh process
 so its peak RSS is its own; ``TRACEKIT_BENCH_REPEAT`` (default 1) keeps the best of several
 runs. On a shared machine wall time depends on the load, so CPU seconds (user + system, all
 threads) are printed too: ``MB/CPU-s`` is the speed an idle core would give, and ``cores busy``
@@ -109,6 +111,18 @@ CHILD = {
         "    for line in f:\n"
         "        if find(line): rows += 1\n"
     ),
+    "re_parse": (
+        f"import re\nfind = re.compile({COLL_RE!r}).search\n"
+        "columns = [[] for _ in range(15)]\n"
+        "numeric = {1, 2, 3, 8, 9, 10, 11, 13}\n"
+        "with open(sys.argv[2], encoding='utf-8', errors='replace') as f:\n"
+        "    for line in f:\n"
+        "        m = find(line)\n"
+        "        if m:\n"
+        "            for i, value in enumerate(m.groups()):\n"
+        "                columns[i].append(int(value) if i in numeric\n"
+        "                                  else int(value, 16) if i == 5 else value)\n"
+    ),
     "csv_loop": (
         "import csv\n"
         "rows = 0\n"
@@ -156,7 +170,7 @@ def run(name: str, writer, baselines: tuple[str, ...], work: Path) -> None:
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="tracekit-bench-") as folder:
         work = Path(folder)
-        run("nccl-debug", write_nccl_log, ("read_csv", "re_loop"), work)
+        run("nccl-debug", write_nccl_log, ("read_csv", "re_loop", "re_parse"), work)
         run("hook-csv", write_hook_csv, ("read_csv", "csv_loop"), work)
 
 
