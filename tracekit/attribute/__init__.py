@@ -84,18 +84,27 @@ def _attribute(dataset: Dataset, episodes: pl.DataFrame,
     else:
         trace_start, trace_end = _trace_span(dataset, job.span_ns)
         rank_hosts = dict(job.ranks.select("rank", "host").iter_rows())
-        partitions = []
-        for row, (start, end) in zip(episodes.iter_rows(named=True), bounds, strict=True):
+        # A verdict depends on its window only, and the detectors often agree on an
+        # episode: each distinct window is decided (and its signals shipped) once.
+        windows = []
+        for start, end in bounds:
             end = end if end is not None else trace_end
-            before = max(trace_start, start - int(BASELINE_SPAN * (end - start)))
-            window = Window(start, end, before)
-            t = pl.col("t_ns")
-            partitions.append((f"{row['detector']} episode {row['episode']}", Signals(
-                window,
-                job.instances.filter(t.is_between(start, end, closed="left")),
-                job.instances.filter(t.is_between(before, start, closed="left")),
-                _window_gaps(job, window), job.ranks, rank_hosts, *monitoring)))
-        verdicts = map_all(executor, _decide, partitions, key=lambda partition: partition[0])
+            windows.append(Window(start, end, max(trace_start,
+                                                  start - int(BASELINE_SPAN * (end - start)))))
+        names = {}
+        for row, window in zip(episodes.iter_rows(named=True), windows, strict=True):
+            names.setdefault(window, f"{row['detector']} episode {row['episode']}")
+        t = pl.col("t_ns")
+        partitions = [(name, Signals(
+            window,
+            job.instances.filter(t.is_between(window.start_ns, window.end_ns, closed="left")),
+            job.instances.filter(t.is_between(window.before_start_ns, window.start_ns,
+                                              closed="left")),
+            _window_gaps(job, window), job.ranks, rank_hosts, *monitoring))
+            for window, name in names.items()]
+        decided = dict(zip(names, map_all(executor, _decide, partitions,
+                                          key=lambda partition: partition[0]), strict=True))
+        verdicts = [decided[window] for window in windows]
     filled = pl.DataFrame(
         [{c: getattr(v, c) for c in VERDICT_COLUMNS} for v in verdicts],
         schema={c: schema.EPISODES.schema[c] for c in VERDICT_COLUMNS})
