@@ -217,9 +217,7 @@ def test_output_equals_the_polars_parser(lines, end, terminated, block_bytes, ti
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(nccl_debug, "COMPILED_SCAN", compiled)
             # blocks cut anywhere, split on the parse threads as a large file's are
-            patch.setattr(nccl_debug, "LINE_BATCH_BYTES", block_bytes)
-            patch.setattr(nccl_debug, "iter_line_blocks",
-                          lambda source: base.iter_line_blocks(source, batch_bytes=block_bytes))
+            patch.setattr(base, "LINE_BATCH_BYTES", block_bytes)
             results.append(read_all(nccl_debug.NcclDebugReader(), source, {"tz": time_zone}))
     fast, slow = results
     for name in fast.tables:

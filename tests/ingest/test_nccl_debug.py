@@ -151,12 +151,10 @@ def test_rccl_globalrank_wins_and_calls_without_init():
 
 def test_state_carries_across_batches(monkeypatch):
     """Init lines in the first batch rank COLL lines in later ones; seq continues."""
-    import tracekit.ingest.nccl_debug as module
     from tracekit.ingest import base
 
     text = INIT + "\n" + "\n".join(COLL.format(op=i) for i in range(50)) + "\n"
-    monkeypatch.setattr(module, "iter_line_blocks",
-                        lambda source: base.iter_line_blocks(source, batch_bytes=1000))
+    monkeypatch.setattr(base, "LINE_BATCH_BYTES", 1000)
     result = read_text(text)
     calls = result.tables["collectives"]
     assert calls["seq"].to_list() == list(range(50))
@@ -167,7 +165,6 @@ def test_state_carries_across_batches(monkeypatch):
 def test_blocks_split_on_the_parse_threads_give_the_one_block_output(monkeypatch):
     """A file of many blocks, split two at a time on the parse threads and numbered in order,
     gives exactly what it gives read as one block: rows, seq, ranks, line numbers, counts."""
-    import tracekit.ingest.nccl_debug as module
     from tracekit.ingest import base
 
     torn = COLL.format(op=7)[40:]
@@ -178,9 +175,7 @@ def test_blocks_split_on_the_parse_threads_give_the_one_block_output(monkeypatch
              COLL.format(op=99)[:70]]
     source = Source.from_bytes("many.log", "\n".join(lines).encode())
     one_block = read_all(READER, source)
-    monkeypatch.setattr(module, "LINE_BATCH_BYTES", 700)
-    monkeypatch.setattr(module, "iter_line_blocks",
-                        lambda source: base.iter_line_blocks(source, batch_bytes=700))
+    monkeypatch.setattr(base, "LINE_BATCH_BYTES", 700)
     threaded = read_all(READER, source)
     for name in one_block.tables:
         assert threaded.tables[name].equals(one_block.tables[name])

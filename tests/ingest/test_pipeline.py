@@ -156,8 +156,7 @@ def test_a_changed_file_of_the_same_size_is_read_again(dump, tmp_path):
 
 def test_parts_per_part_rows_by_rank_named_by_content(tmp_path, monkeypatch):
     monkeypatch.setattr(pipeline, "PART_ROWS", 3)
-    monkeypatch.setattr(hook_csv, "iter_line_blocks",  # one line per chunk
-                        lambda source: base.iter_line_blocks(source, batch_bytes=1))
+    monkeypatch.setattr(base, "LINE_BATCH_BYTES", 1)  # one line per chunk
     rows = [f"{i},{T0 + i},5000,host-a,100,{i % 2},0,0xc0,2,{i},AllReduce,256,7,0x1,0x1,-1"
             for i in range(10)]
     (tmp_path / "in").mkdir()
@@ -176,8 +175,7 @@ def test_parts_per_part_rows_by_rank_named_by_content(tmp_path, monkeypatch):
 
 def test_a_source_failing_midway_leaves_no_parts_and_no_staged_files(tmp_path, monkeypatch):
     monkeypatch.setattr(pipeline, "PART_ROWS", 1)
-    monkeypatch.setattr(hook_csv, "iter_line_blocks",
-                        lambda source: base.iter_line_blocks(source, batch_bytes=300))
+    monkeypatch.setattr(base, "LINE_BATCH_BYTES", 300)
     parse = hook_csv._parse_block
     calls = []
 
@@ -204,9 +202,7 @@ def test_a_nccl_log_failing_on_a_parse_thread_leaves_nothing(tmp_path, monkeypat
     from tracekit.ingest import nccl_debug
 
     monkeypatch.setattr(pipeline, "PART_ROWS", 1)
-    monkeypatch.setattr(nccl_debug, "LINE_BATCH_BYTES", 400)
-    monkeypatch.setattr(nccl_debug, "iter_line_blocks",
-                        lambda source: base.iter_line_blocks(source, batch_bytes=400))
+    monkeypatch.setattr(base, "LINE_BATCH_BYTES", 400)
     split, calls = nccl_debug._split_block, []
 
     def fail_on_the_third_block(*args, **kwargs):

@@ -7,7 +7,7 @@ event id) with a header line and nanosecond epoch timestamps. docs/hook-csv.md i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import polars as pl
@@ -15,13 +15,11 @@ import polars as pl
 from tracekit import schema
 from tracekit.ingest import nccl_names
 from tracekit.ingest.base import (
-    LINE_BATCH_BYTES,
     Chunk,
     LineBatch,
     Reader,
     Source,
-    iter_line_blocks,
-    map_in_order,
+    map_line_blocks,
     quarantine_frame,
     split_on_reason,
 )
@@ -63,18 +61,16 @@ class HookCsvReader(Reader):
         """Chunks of one block each. Blocks are parsed two at a time on the parse threads while
         the caller handles the previous chunk (a read-ahead thread on top held two more chunks
         for no speed). A file of one block (one per process is the usual layout) is parsed
-        without threads: there is nothing to overlap, and starting one cost 15% of ingesting
-        1,000-row files."""
-        return _chunks(source, map if source.size <= LINE_BATCH_BYTES else map_in_order)
+        without threads (:func:`~tracekit.ingest.base.map_line_blocks`)."""
+        return _chunks(source)
 
 
-def _chunks(source: Source, parse_blocks: Callable[..., Iterator[tuple[bytes, Chunk | None]]]
-            ) -> Iterator[Chunk]:
-    """The source's chunks in order: ``parse_blocks`` runs the fast path on each block (it
-    needs nothing from the blocks before); a block it refuses is read line by line here, where
-    its first line number is known."""
+def _chunks(source: Source) -> Iterator[Chunk]:
+    """The source's chunks in order: the fast path runs on each block (it needs nothing from
+    the blocks before); a block it refuses is read line by line here, where its first line
+    number is known."""
     line_no = 1
-    for block, fast in parse_blocks(_parse_fast, iter_line_blocks(source)):
+    for block, fast in map_line_blocks(_parse_fast, source):
         chunk = fast or _parse_lines(
             source, LineBatch.from_block(block, line_no).frame(), len(block))
         line_no += chunk.lines

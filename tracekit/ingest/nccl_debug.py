@@ -18,7 +18,7 @@ memory streams.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -27,13 +27,12 @@ import polars as pl
 from tracekit import schema
 from tracekit.ingest import nccl_coll_scan, nccl_names
 from tracekit.ingest.base import (
-    LINE_BATCH_BYTES,
     Chunk,
     LineBatch,
     Reader,
     Source,
-    iter_line_blocks,
-    map_in_order,
+    map_line_blocks,
+    one_block,
     quarantine_frame,
     read_ahead,
     split_on_reason,
@@ -152,21 +151,19 @@ class NcclDebugReader(Reader):
     def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
         """Chunks of one line batch each, parsed while the caller writes the previous one;
         a file of one block is read without threads (nothing to overlap)."""
-        if source.size <= LINE_BATCH_BYTES:
-            return _chunks(source, options.get("tz", "UTC"), map)
-        return read_ahead(_chunks(source, options.get("tz", "UTC"), map_in_order))
+        chunks = _chunks(source, options.get("tz", "UTC"))
+        return chunks if one_block(source) else read_ahead(chunks)
 
 
-def _chunks(source: Source, time_zone: str,
-            split_blocks: Callable[..., Iterator[_SplitBlock]]) -> Iterator[Chunk]:
-    """The source's chunks in order. ``split_blocks`` runs :func:`_split_block` on each block
-    (the compiled scan, op naming and line splitting need nothing from the blocks before: on
-    the parse threads two blocks are split at once); line numbers, call numbering and ranks
-    are given here, in order."""
+def _chunks(source: Source, time_zone: str) -> Iterator[Chunk]:
+    """The source's chunks in order. :func:`_split_block` runs on each block (the compiled
+    scan, op naming and line splitting need nothing from the blocks before: on the parse
+    threads two blocks are split at once); line numbers, call numbering and ranks are given
+    here, in order."""
     state = _JoinState()
     cut_at_end = not _ends_with_line_end(source)
     split = partial(_split_block, first_line_no=0, time_zone=time_zone)
-    blocks = split_blocks(split, iter_line_blocks(source))
+    blocks = map_line_blocks(split, source)
     block, line_no = next(blocks, None), 1
     while block is not None:
         following = next(blocks, None)
