@@ -115,6 +115,42 @@ def test_a_local_worker_is_one_core_and_the_client_keeps_its_environment(dask_ex
     assert "POLARS_MAX_THREADS" not in os.environ
 
 
+def _warmed_up(timeout_s: float = 60.0) -> list[str]:
+    """On a worker: the warm-up modules it has imported, once its warm-up thread is done."""
+    import threading
+    import time
+
+    from tracekit.parallel import WARM_UP
+
+    deadline = time.monotonic() + timeout_s
+    while (any(t.name == "tracekit-warm-up" for t in threading.enumerate())
+           and time.monotonic() < deadline):
+        time.sleep(0.05)
+    return [target.partition(":")[0] for target in WARM_UP
+            if target.partition(":")[0] in sys.modules]
+
+
+def test_workers_are_warmed_up_as_the_executor_opens(dask_executor):
+    from tracekit.detect import bocd_kernel
+    from tracekit.parallel import WARM_UP
+
+    warmed = dask_executor.client.run(_warmed_up)
+    assert list(warmed.values()) == [[t.partition(":")[0] for t in WARM_UP]] * 2
+    loaded = dask_executor.client.run(lambda: bocd_kernel._compiled is not None
+                                      and len(bocd_kernel._compiled.signatures))
+    assert list(loaded.values()) == [1, 1]
+
+
+def test_warm_up_imports_modules_and_calls_loaders(monkeypatch):
+    from tracekit import parallel
+
+    calls = []
+    monkeypatch.setattr(episodes, "load_kernels", lambda: calls.append("loaded"))
+    monkeypatch.delitem(sys.modules, "tracekit.identity", raising=False)
+    parallel.warm_up(("tracekit.identity", "tracekit.detect.episodes:load_kernels"))
+    assert "tracekit.identity" in sys.modules and calls == ["loaded"]
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -335,11 +371,39 @@ def test_detect_with_a_failing_block_names_it_and_writes_nothing(monkeypatch, tm
         return detect_series(detector, matrix)
 
     monkeypatch.setattr(episodes, "detect_series", fail_on_rank_105)
-    with pytest.raises(TracekitError, match=r"^1 of 3 partitions failed, nothing was written: "
+    # 3 blocks of ranks and the job-level series
+    with pytest.raises(TracekitError, match=r"^1 of 4 partitions failed, nothing was written: "
                        r"bocd on ranks 103-105: MemoryError: worker ran out of memory \(failed "
                        "2 times"):
         detect_dataset(tmp_path / "ds", ["bocd"])
     assert not open_dataset(tmp_path / "ds").has_table("events")
+
+
+def test_the_job_level_series_is_a_partition_named_in_a_failure(monkeypatch, tmp_path):
+    series = _job_matrix()
+    series.matrix[:, 150:] *= 1.3  # the whole job slows down: a job-level change and episode
+    iterations = pl.DataFrame({
+        "job": "j", "rank": np.repeat(series.ranks, 300).astype(np.int32), "source": "acf",
+        "iteration": np.tile(np.arange(300), 8), "duration_s": series.matrix.ravel(),
+        "t_start_ns": np.tile(series.job["t_start_ns"].to_numpy(), 8)})
+    dataset = create_dataset(tmp_path / "ds", "j")
+    dataset.write_table("iterations", schema.conform("iterations", iterations))
+    found = detect_dataset(tmp_path / "ds", ["bocd+v"])
+    job_level = found.events.filter(pl.col("rank").is_null())
+    changes, confirmed = make_detector("bocd+v").confirm(
+        episodes.job_series(schema.conform("iterations", iterations)).job["duration_s"].to_numpy())
+    assert job_level["iteration"].to_list() == changes.tolist() == [150]
+    assert job_level["confirmed_iteration"].to_list() == confirmed.tolist()
+    assert found.episodes.select("start_iteration", "end_iteration", "ranks").rows() == [
+        (150, 299, ",".join(map(str, series.ranks)))]
+
+    def failing_confirm(self, durations):
+        raise MemoryError("worker ran out of memory")
+
+    monkeypatch.setattr(type(make_detector("bocd+v")), "confirm", failing_confirm)
+    with pytest.raises(TracekitError, match=r"^1 of 2 partitions failed, nothing was written: "
+                       r"bocd\+v on the job-level series: MemoryError"):
+        detect_dataset(tmp_path / "ds", ["bocd+v"])
 
 
 # -- analyze: every stage on the cluster, the same dataset ---------------------------------------

@@ -15,6 +15,7 @@ from tracekit.attribute.arrival import call_gaps
 from tracekit.attribute.groups import handle_groups
 from tracekit.attribute.instances import collective_instances, member_calls
 from tracekit.dataset import open_dataset
+from tracekit.errors import TracekitError
 from tracekit.ingest.pipeline import ingest
 from tracekit.parallel import LocalExecutor
 from tracekit.synth.faults import Injection
@@ -56,22 +57,50 @@ def test_partitions_give_what_one_pass_gives(dataset, monkeypatch, ranks_per_bat
     ds = open_dataset(dataset)
     instances, gaps = _one_pass(ds)
     names = sorted(instances["group"].unique().to_list())
-    everything = job_signals.signals_in_windows(ds, [(None, None)], _executor(workers))
-    assert everything.partitions == partitions and len(names) == 13
-    assert everything.instance_count == instances.height == 31_536
-    by_name = everything.instances.with_columns(
-        pl.col("group").replace_strict(list(range(len(names))), names))
-    assert_frame_equal(by_name, instances)
-    assert_frame_equal(everything.gaps, gaps)
-    assert everything.span_ns == (instances["t_ns"].min(), instances["t_ns"].max())
-    assert everything.ranks.rows() == [(r, f"gpu{r // 2 + 1:02d}", r % 2) for r in range(8)]
-    start, end = int(instances["t_ns"][1000]), int(instances["t_ns"][1500])
-    cut = job_signals.signals_in_windows(ds, [(start, end)], _executor(workers))
-    assert_frame_equal(cut.instances.with_columns(
-        pl.col("group").replace_strict(list(range(len(names))), names)),
-        instances.filter(pl.col("t_ns").is_between(start, end, closed="left")))
-    assert cut.instance_count == 31_536 and cut.span_ns == everything.span_ns
-    assert cut.any_gap.rows() == gaps.head(1).rows()
+    with job_signals.scratch_folder(ds) as scratch:
+        everything = job_signals.signals_in_windows(ds, [(None, None)], _executor(workers),
+                                                    scratch)
+        assert everything.partitions == partitions and len(names) == 13
+        assert everything.instance_count == instances.height == 31_536
+        assert len(everything.instance_parts) == partitions["groups"]
+        assert all(Path(p).parent == scratch for p in everything.instance_parts)
+        by_name = everything.instances().with_columns(
+            pl.col("group").replace_strict(list(range(len(names))), names))
+        assert_frame_equal(by_name, instances)
+        assert_frame_equal(everything.gaps(), gaps)
+        assert everything.span_ns == (instances["t_ns"].min(), instances["t_ns"].max())
+        assert everything.ranks.rows() == [(r, f"gpu{r // 2 + 1:02d}", r % 2) for r in range(8)]
+        start, end = int(instances["t_ns"][1000]), int(instances["t_ns"][1500])
+        inside = pl.col("t_ns").is_between(start, end, closed="left")
+        assert_frame_equal(everything.instances(start, end).with_columns(
+            pl.col("group").replace_strict(list(range(len(names))), names)),
+            instances.filter(inside))
+        assert_frame_equal(everything.gaps(start, end), gaps.filter(inside))
+    with job_signals.scratch_folder(ds) as scratch:
+        cut = job_signals.signals_in_windows(ds, [(start, end)], _executor(workers), scratch)
+        assert_frame_equal(cut.instances().with_columns(
+            pl.col("group").replace_strict(list(range(len(names))), names)),
+            instances.filter(inside))
+        assert_frame_equal(cut.gaps(), gaps.filter(inside))
+        assert cut.instance_count == 31_536 and cut.span_ns == everything.span_ns
+        assert cut.any_gap.rows() == gaps.head(1).rows()
+    assert not scratch.exists()
+    assert sorted(p.name for p in dataset.iterdir()) == sorted(
+        p.name for p in dataset.iterdir() if not p.name.startswith("."))
+
+
+def test_the_scratch_folder_is_removed_when_a_partition_fails(dataset, monkeypatch):
+    ds = open_dataset(dataset)
+
+    def failing(partition):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(job_signals, "_group_bin", failing)
+    with pytest.raises(TracekitError, match="disk full"), \
+            job_signals.scratch_folder(ds) as scratch:
+        job_signals.signals_in_windows(ds, [(None, None)], LocalExecutor(), scratch)
+    assert scratch.name.startswith(".attribute-") and not scratch.exists()
+    assert not [p for p in dataset.iterdir() if p.name.startswith(".attribute-")]
 
 
 def test_verdicts_do_not_depend_on_the_partitioning(dataset, monkeypatch):

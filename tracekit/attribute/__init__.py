@@ -18,7 +18,7 @@ import polars as pl
 
 from tracekit import schema
 from tracekit.attribute.evidence import Window
-from tracekit.attribute.job_signals import JobSignals, signals_in_windows
+from tracekit.attribute.job_signals import JobSignals, scratch_folder, signals_in_windows
 from tracekit.attribute.stages import StageVerdict, stage_imbalance
 from tracekit.attribute.verdict import INSUFFICIENT, Signals, Verdict, decide
 from tracekit.dataset import Dataset, open_dataset
@@ -31,6 +31,8 @@ BASELINE_SPAN = 4.0
 """The baseline is at most this many episode lengths of time right before the episode."""
 
 VERDICT_COLUMNS = ("kind", "cause", "target", "confidence", "evidence")
+
+MONITORING_TABLES = ("gpu_metrics", "host_metrics", "nic_counters")
 
 
 @dataclass
@@ -73,38 +75,31 @@ def _attribute(dataset: Dataset, episodes: pl.DataFrame,
     """The attributed episodes and the partitions of each step."""
     bounds = [(row["t_start_ns"], row["t_end_ns"]) for row in
               episodes.select("t_start_ns", "t_end_ns").iter_rows(named=True)]
-    job = signals_in_windows(dataset, [_widest_window(start, end) for start, end in bounds],
-                             executor)
-    monitoring = [dataset.table(name).collect()
-                  for name in ("gpu_metrics", "host_metrics", "nic_counters")]
-    if not job.instance_count:
-        verdicts = [Verdict("unknown", INSUFFICIENT, None, 0.0,
-                            "no collective calls with timestamps: no timing per group or rank "
-                            "(ingest NCCL logs or the hook CSV)")] * episodes.height
-    else:
-        trace_start, trace_end = _trace_span(dataset, job.span_ns)
-        rank_hosts = dict(job.ranks.select("rank", "host").iter_rows())
-        # A verdict depends on its window only, and the detectors often agree on an
-        # episode: each distinct window is decided (and its signals shipped) once.
-        windows = []
-        for start, end in bounds:
-            end = end if end is not None else trace_end
-            windows.append(Window(start, end, max(trace_start,
-                                                  start - int(BASELINE_SPAN * (end - start)))))
-        names = {}
-        for row, window in zip(episodes.iter_rows(named=True), windows, strict=True):
-            names.setdefault(window, f"{row['detector']} episode {row['episode']}")
-        t = pl.col("t_ns")
-        partitions = [(name, Signals(
-            window,
-            job.instances.filter(t.is_between(window.start_ns, window.end_ns, closed="left")),
-            job.instances.filter(t.is_between(window.before_start_ns, window.start_ns,
-                                              closed="left")),
-            _window_gaps(job, window), job.ranks, rank_hosts, *monitoring))
-            for window, name in names.items()]
-        decided = dict(zip(names, map_all(executor, _decide, partitions,
-                                          key=lambda partition: partition[0]), strict=True))
-        verdicts = [decided[window] for window in windows]
+    with scratch_folder(dataset) as scratch:
+        job = signals_in_windows(dataset, [_widest_window(start, end) for start, end in bounds],
+                                 executor, scratch)
+        if not job.instance_count:
+            verdicts = [Verdict("unknown", INSUFFICIENT, None, 0.0,
+                                "no collective calls with timestamps: no timing per group or "
+                                "rank (ingest NCCL logs or the hook CSV)")] * episodes.height
+        else:
+            trace_start, trace_end = _trace_span(dataset, job.span_ns)
+            # A verdict depends on its window only, and the detectors often agree on an
+            # episode: each distinct window is decided (and its signals read) once.
+            windows = []
+            for start, end in bounds:
+                end = end if end is not None else trace_end
+                windows.append(Window(start, end, max(
+                    trace_start, start - int(BASELINE_SPAN * (end - start)))))
+            names = {}
+            for row, window in zip(episodes.iter_rows(named=True), windows, strict=True):
+                names.setdefault(window, f"{row['detector']} episode {row['episode']}")
+            partitions = [_Episode(name, window, job, str(dataset.path))
+                          for window, name in names.items()]
+            decided = dict(zip(names, map_all(executor, _decide, partitions,
+                                              key=lambda partition: partition.name),
+                               strict=True))
+            verdicts = [decided[window] for window in windows]
     filled = pl.DataFrame(
         [{c: getattr(v, c) for c in VERDICT_COLUMNS} for v in verdicts],
         schema={c: schema.EPISODES.schema[c] for c in VERDICT_COLUMNS})
@@ -121,19 +116,30 @@ def _widest_window(start: int, end: int | None) -> tuple[int | None, int | None]
     return start - int(BASELINE_SPAN * (end - start)), end
 
 
-def _decide(partition: tuple[str, Signals]) -> Verdict:
-    """One episode's verdict: a partition, run in this process or on a Dask worker."""
-    return decide(partition[1])
+@dataclass
+class _Episode:
+    """One partition of the verdicts: an episode's windows and where its signals are (small:
+    the worker reads its cut of the job itself)."""
+
+    name: str
+    window: Window
+    job: JobSignals
+    dataset: str
 
 
-def _window_gaps(job: JobSignals, window: Window) -> pl.DataFrame:
-    """The own times a verdict reads (the episode and its baseline), so a partition carries
-    only its stretch of the job; when none fall there, one from elsewhere, so that ``decide``
-    still knows the calls have end times (it only reads the windows). The verdict is the same
-    either way."""
-    inside = job.gaps.filter(pl.col("t_ns").is_between(window.before_start_ns, window.end_ns,
-                                                       closed="left"))
-    return inside if inside.height else job.any_gap
+def _decide(partition: _Episode) -> Verdict:
+    """One episode's verdict, run in this process or on a Dask worker. When no own time falls
+    in its windows it gets one from elsewhere, so that ``decide`` still knows the calls have
+    end times (it only reads the windows): the verdict is the same either way."""
+    window, job = partition.window, partition.job
+    cut = job.instances(window.before_start_ns, window.end_ns)
+    gaps = job.gaps(window.before_start_ns, window.end_ns)
+    dataset = open_dataset(partition.dataset)
+    return decide(Signals(
+        window, cut.filter(pl.col("t_ns") >= window.start_ns),
+        cut.filter(pl.col("t_ns") < window.start_ns), gaps if gaps.height else job.any_gap,
+        job.ranks, dict(job.ranks.select("rank", "host").iter_rows()),
+        *(dataset.table(name).collect() for name in MONITORING_TABLES)))
 
 
 def _trace_span(dataset: Dataset, span_ns: tuple[int, int]) -> tuple[int, int]:

@@ -207,30 +207,81 @@ class _RankBlock:
     matrix: np.ndarray
     iterations: pl.DataFrame
 
+    def run(self) -> pl.DataFrame:
+        """The block's change events, ready to write."""
+        changes = detect_series(self.detector, self.matrix)
+        return pl.concat([change_events(self.job, rank, self.name, self.iterations, row, found)
+                          for rank, row, found in zip(self.ranks, self.matrix, changes,
+                                                      strict=True)])
+
+
+@dataclass
+class _JobLevel:
+    """One partition: a detector over the job-level series, fed point by point as an online
+    detector would be (the confirmation points), beside the rank blocks instead of after them
+    on the calling machine."""
+
+    job: str
+    name: str
+    detector: Detector
+    series: pl.DataFrame
+
+    def run(self) -> tuple[pl.DataFrame, np.ndarray]:
+        """The job-level change events and change points."""
+        durations = self.series["duration_s"].to_numpy()
+        changes, confirmed = self.detector.confirm(durations)
+        return (change_events(self.job, None, self.name, self.series, durations, changes,
+                              confirmed), changes)
+
+
+def _run(partition: _RankBlock | _JobLevel):
+    """A detection partition, run in this process or on a Dask worker."""
+    return partition.run()
+
+
+def _rank_blocks(job: str, detectors: dict[str, Detector], series: JobSeries) -> list[_RankBlock]:
+    """Every detector over every block of :data:`RANKS_PER_BLOCK` ranks, in rank order."""
+    return [_RankBlock(job, name, detector, series.ranks[first:first + RANKS_PER_BLOCK],
+                       series.matrix[first:first + RANKS_PER_BLOCK], series.job)
+            for name, detector in detectors.items()
+            for first in range(0, len(series.ranks), RANKS_PER_BLOCK)]
+
+
+def _rank_events(detectors: dict[str, Detector], blocks: list[_RankBlock],
+                 events: list[pl.DataFrame]) -> dict[str, pl.DataFrame]:
+    """Each detector's events of all its blocks, in rank order."""
+    found: dict[str, list[pl.DataFrame]] = {name: [] for name in detectors}
+    for block, block_events in zip(blocks, events, strict=True):
+        found[block.name].append(block_events)
+    return {name: pl.concat([schema.table("events").empty(), *frames])
+            for name, frames in found.items()}
+
+
+def _key(partition: _RankBlock | _JobLevel) -> str:
+    if isinstance(partition, _JobLevel):
+        return f"{partition.name} on the job-level series"
+    return f"{partition.name} on ranks {partition.ranks[0]}-{partition.ranks[-1]}"
+
 
 def detect_rank_events(job: str, detectors: dict[str, Detector], series: JobSeries,
                        executor: Executor | None = None) -> dict[str, pl.DataFrame]:
     """Every rank's change events for each detector: one partition per detector and block of
     ranks, so the result is the same whichever executor runs them, and each partition returns
     its events ready to write (the client only concatenates)."""
-    partitions = [_RankBlock(job, name, detector, series.ranks[first:first + RANKS_PER_BLOCK],
-                             series.matrix[first:first + RANKS_PER_BLOCK], series.job)
-                  for name, detector in detectors.items()
-                  for first in range(0, len(series.ranks), RANKS_PER_BLOCK)]
-    events = map_all(executor or LocalExecutor(), _detect_block, partitions,
-                     key=lambda p: f"{p.name} on ranks {p.ranks[0]}-{p.ranks[-1]}")
-    found: dict[str, list[pl.DataFrame]] = {name: [] for name in detectors}
-    for block, block_events in zip(partitions, events, strict=True):
-        found[block.name].append(block_events)
-    return {name: pl.concat([schema.table("events").empty(), *frames])
-            for name, frames in found.items()}
+    blocks = _rank_blocks(job, detectors, series)
+    return _rank_events(detectors, blocks,
+                        map_all(executor or LocalExecutor(), _run, blocks, key=_key))
 
 
-def _detect_block(block: _RankBlock) -> pl.DataFrame:
-    """One partition of :func:`detect_rank_events`, run in this process or on a Dask worker."""
-    changes = detect_series(block.detector, block.matrix)
-    return pl.concat([change_events(block.job, rank, block.name, block.iterations, row, found)
-                      for rank, row, found in zip(block.ranks, block.matrix, changes, strict=True)])
+def load_kernels() -> None:
+    """Load the compiled kernels of :data:`JOB_DETECTORS` (numba's disk cache) by running each
+    on a short series, as a rank block and as the job-level series do: a warm Dask worker's
+    first detection partition then pays none of it (``tracekit.parallel.WARM_UP``)."""
+    points = np.linspace(1.0, 1.1, 2 * WARMUP_ITERATIONS)
+    for name in JOB_DETECTORS:
+        detector = make_detector(name)
+        detect_series(detector, np.vstack([points, points]))
+        detector.confirm(points)
 
 
 @dataclass
@@ -244,8 +295,8 @@ def detect_dataset(dataset: Dataset | str | Path, detectors: list[str] | None = 
                    executor: Executor | None = None) -> Detection:
     """Run ``detectors`` (default :data:`JOB_DETECTORS`) on a dataset's iterations; write and
     return ``events`` and ``episodes`` (replacing earlier ones). ``params`` go to every
-    detector, so pass them with a single detector. ``executor`` runs the blocks of ranks
-    (default: a local loop); the manifest records which ran them."""
+    detector, so pass them with a single detector. ``executor`` runs the job-level series and
+    the blocks of ranks (default: a local loop); the manifest records which ran them."""
     if not isinstance(dataset, Dataset):
         dataset = open_dataset(dataset)
     series = job_series(dataset.table("iterations").collect())
@@ -253,25 +304,20 @@ def detect_dataset(dataset: Dataset | str | Path, detectors: list[str] | None = 
         raise InputError("the iterations table has no finite durations", str(dataset.path))
     chosen = {name: make_detector(name, **(params or {})) for name in detectors or JOB_DETECTORS}
     executor = executor or LocalExecutor()
-    rank_events = detect_rank_events(dataset.job, chosen, series, executor)
+    # the job-level series first: each is one long partition (point by point), the blocks fill in
+    levels = [_JobLevel(dataset.job, name, detector, series.job)
+              for name, detector in chosen.items()]
+    blocks = _rank_blocks(dataset.job, chosen, series)
+    found = map_all(executor, _run, [*levels, *blocks], key=_key)
+    rank_events = _rank_events(chosen, blocks, found[len(levels):])
     events, episodes = [], []
-    for name, detector in chosen.items():
-        found = _detect_job(dataset.job, name, detector, series, min_slowdown,
-                            rank_events[name])
-        events.append(found.events)
-        episodes.append(found.episodes)
+    for level, (job_events, job_changes) in zip(levels, found[:len(levels)], strict=True):
+        events.append(pl.concat([job_events, rank_events[level.name]]))
+        episodes.append(find_episodes(dataset.job, level.name, series.job, job_changes,
+                                      min_slowdown, rank_events[level.name]))
     detection = Detection(pl.concat(events), pl.concat(episodes))
     dataset.write_table("events", detection.events)
     dataset.write_table("episodes", detection.episodes)
     record_build(dataset, "detect", executor, ranks_per_block=RANKS_PER_BLOCK)
     dataset.save_manifest()
     return detection
-
-
-def _detect_job(job: str, name: str, detector: Detector, series: JobSeries,
-                min_slowdown: float, rank_events: pl.DataFrame) -> Detection:
-    durations = series.job["duration_s"].to_numpy()
-    job_changes, confirmed = detector.confirm(durations)
-    job_events = change_events(job, None, name, series.job, durations, job_changes, confirmed)
-    episodes = find_episodes(job, name, series.job, job_changes, min_slowdown, rank_events)
-    return Detection(pl.concat([job_events, rank_events]), episodes)
