@@ -4,6 +4,7 @@ without it (random mixes of good, damaged and unrelated lines, blocks cut anywhe
 
 from __future__ import annotations
 
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -251,3 +252,33 @@ def test_first_use_on_two_threads_at_once_compiles_once():
     output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True, cwd=Path(__file__).parents[2]).stdout
     assert output.split("\n")[0] == "[True, True] False"
+
+
+def test_jit_fallback_scans_like_the_ahead_of_time_build():
+    """Where the scan cannot be built ahead of time (no C compiler), numba's JIT compiles the
+    same source: both read a mix of every accepted and refused line shape alike."""
+    lines = [coll(prefix, host=host) for prefix in ACCEPTED_PREFIXES for host in HOSTS]
+    lines += [coll().replace("op 0", "op  0"), coll(suffix=" task 5 globalrank 3"), "other"]
+    code = (
+        "import pickle, sys\n"
+        "from tracekit import compiled\n"
+        "from tracekit.ingest import nccl_coll_scan as s\n"
+        "if sys.argv[1] == 'jit':\n"
+        "    compiled.load = lambda *args: None\n"
+        "kernel = s.compiled()\n"
+        "scanned = s.scan(sys.stdin.buffer.read())\n"
+        "sys.stdout.buffer.write(pickle.dumps((type(kernel).__name__, scanned.lines,\n"
+        "    scanned.calls.rows(), scanned.rejected, scanned.rejected_lines.tolist())))\n"
+    )
+    block = ("\n".join(lines) + "\n").encode()
+    kinds, results = [], []
+    for how in ("ahead-of-time", "jit"):
+        output = subprocess.run([sys.executable, "-c", code, how], input=block,
+                                capture_output=True, check=True,
+                                cwd=Path(__file__).parents[2]).stdout
+        kind, *result = pickle.loads(output)
+        kinds.append(kind)
+        results.append(result)
+    assert kinds[1] == "CPUDispatcher"
+    assert results[0] == results[1]
+    assert len(results[0][1]) == len(lines) - 2
