@@ -41,29 +41,35 @@ def _one_pass(ds) -> tuple[pl.DataFrame, pl.DataFrame]:
             call_gaps(ds.table("collectives")))
 
 
-def _executor(workers: int) -> LocalExecutor:
-    """The local loop, saying it has ``workers`` workers (partitioning follows the count)."""
+def _executor(workers: int, engine: str = "local") -> LocalExecutor:
+    """The local loop, saying it has ``workers`` workers (partitioning follows the count) and
+    is ``engine`` (anything but ``local`` leaves rows in Parquet parts, as on a cluster)."""
     executor = LocalExecutor()
-    executor.description["workers"] = workers
+    executor.description.update(workers=workers, engine=engine)
     return executor
 
 
-@pytest.mark.parametrize(("ranks_per_batch", "workers", "partitions"), [
-    (8, 1, {"ranks": 1, "groups": 1}), (3, 1, {"ranks": 3, "groups": 1}),
-    (8, 2, {"ranks": 8, "groups": 8}), (8, 4, {"ranks": 8, "groups": 13})])
+@pytest.mark.parametrize(("ranks_per_batch", "workers", "engine", "partitions"), [
+    (8, 1, "local", {"ranks": 1, "groups": 1}), (3, 1, "dask", {"ranks": 3, "groups": 1}),
+    (8, 2, "local", {"ranks": 8, "groups": 8}), (8, 4, "dask", {"ranks": 8, "groups": 13})])
 def test_partitions_give_what_one_pass_gives(dataset, monkeypatch, ranks_per_batch, workers,
-                                             partitions):
+                                             engine, partitions):
     monkeypatch.setattr(job_signals, "RANKS_PER_BATCH", ranks_per_batch)
     ds = open_dataset(dataset)
     instances, gaps = _one_pass(ds)
     names = sorted(instances["group"].unique().to_list())
-    with job_signals.scratch_folder(ds) as scratch:
-        everything = job_signals.signals_in_windows(ds, [(None, None)], _executor(workers),
-                                                    scratch)
+    executor = _executor(workers, engine)
+    with job_signals.scratch_folder(ds, executor) as scratch:
+        everything = job_signals.signals_in_windows(ds, [(None, None)], executor, scratch)
         assert everything.partitions == partitions and len(names) == 13
         assert everything.instance_count == instances.height == 31_536
         assert len(everything.instance_parts) == partitions["groups"]
-        assert all(Path(p).parent == scratch for p in everything.instance_parts)
+        if engine == "local":  # the rows stay in memory: nothing is written
+            assert scratch is None
+            assert all(isinstance(p, pl.DataFrame) for p in everything.instance_parts)
+        else:
+            assert scratch.parent == dataset and scratch.name.startswith(".attribute-")
+            assert all(Path(p).parent == scratch for p in everything.instance_parts)
         by_name = everything.instances().with_columns(
             pl.col("group").replace_strict(list(range(len(names))), names))
         assert_frame_equal(by_name, instances)
@@ -76,15 +82,15 @@ def test_partitions_give_what_one_pass_gives(dataset, monkeypatch, ranks_per_bat
             pl.col("group").replace_strict(list(range(len(names))), names)),
             instances.filter(inside))
         assert_frame_equal(everything.gaps(start, end), gaps.filter(inside))
-    with job_signals.scratch_folder(ds) as scratch:
-        cut = job_signals.signals_in_windows(ds, [(start, end)], _executor(workers), scratch)
+    with job_signals.scratch_folder(ds, executor) as scratch:
+        cut = job_signals.signals_in_windows(ds, [(start, end)], executor, scratch)
         assert_frame_equal(cut.instances().with_columns(
             pl.col("group").replace_strict(list(range(len(names))), names)),
             instances.filter(inside))
         assert_frame_equal(cut.gaps(), gaps.filter(inside))
         assert cut.instance_count == 31_536 and cut.span_ns == everything.span_ns
         assert cut.any_gap.rows() == gaps.head(1).rows()
-    assert not scratch.exists()
+    assert scratch is None or not scratch.exists()
     assert sorted(p.name for p in dataset.iterdir()) == sorted(
         p.name for p in dataset.iterdir() if not p.name.startswith("."))
 
@@ -96,9 +102,10 @@ def test_the_scratch_folder_is_removed_when_a_partition_fails(dataset, monkeypat
         raise OSError("disk full")
 
     monkeypatch.setattr(job_signals, "_group_bin", failing)
+    executor = _executor(1, "dask")
     with pytest.raises(TracekitError, match="disk full"), \
-            job_signals.scratch_folder(ds) as scratch:
-        job_signals.signals_in_windows(ds, [(None, None)], LocalExecutor(), scratch)
+            job_signals.scratch_folder(ds, executor) as scratch:
+        job_signals.signals_in_windows(ds, [(None, None)], executor, scratch)
     assert scratch.name.startswith(".attribute-") and not scratch.exists()
     assert not [p for p in dataset.iterdir() if p.name.startswith(".attribute-")]
 
@@ -117,6 +124,7 @@ def test_verdicts_do_not_depend_on_the_partitioning(dataset, monkeypatch):
     default = attribute_episodes(ds, episodes)
     assert default.select("cause", "target").rows()[0] == ("insufficient-evidence", "rank:3")
     assert_frame_equal(attribute_episodes(ds, episodes, _executor(4)), default)
+    assert_frame_equal(attribute_episodes(ds, episodes, _executor(4, "dask")), default)
 
 
 def _as_episodes(frame: pl.DataFrame) -> pl.DataFrame:

@@ -75,7 +75,7 @@ def _attribute(dataset: Dataset, episodes: pl.DataFrame,
     """The attributed episodes and the partitions of each step."""
     bounds = [(row["t_start_ns"], row["t_end_ns"]) for row in
               episodes.select("t_start_ns", "t_end_ns").iter_rows(named=True)]
-    with scratch_folder(dataset) as scratch:
+    with scratch_folder(dataset, executor) as scratch:
         job = signals_in_windows(dataset, [_widest_window(start, end) for start, end in bounds],
                                  executor, scratch)
         if not job.instance_count:

@@ -15,11 +15,13 @@ The windows sent are supersets of the final ones (a baseline is cut at the trace
 only pass 2 finds), so the caller cuts exactly what a single pass over the whole job would.
 Groups are numbered in the sort order of their names, so integer ids sort as the names did.
 
-The own times and instances stay where they were computed: each partition writes its rows to a
-Parquet part in a hidden scratch folder of the dataset (:func:`scratch_folder`) and returns
-the part's path, and whoever decides an episode reads its cut from the parts
+On a cluster the own times and instances stay where they were computed: each partition writes
+its rows to a Parquet part in a hidden scratch folder of the dataset (:func:`scratch_folder`)
+and returns the part's path, and whoever decides an episode reads its cut from the parts
 (:meth:`JobSignals.instances`, :meth:`JobSignals.gaps`). Shipping the frames through the
-client instead cost it ~1 CPU-s of (de)serialisation on a 64-rank job of 1,000 iterations.
+client instead cost it ~1 CPU-s of (de)serialisation on a 64-rank job of 1,000 iterations. In
+the local loop the parts are the frames themselves: nothing travels, and writing them would
+only add work.
 """
 
 from __future__ import annotations
@@ -59,9 +61,9 @@ class JobSignals:
     and own times inside ``windows``, the time span of all instances, and the ranks. Small:
     it travels with every episode's partition."""
 
-    instance_parts: list[str]
+    instance_parts: list[Part]
     """One part per bin of groups, each sorted by ``t_ns, group, seq``."""
-    gap_parts: list[str]
+    gap_parts: list[Part]
     """One part per batch of ranks, in rank order (their concatenation is the job's order)."""
     instance_count: int
     span_ns: tuple[int, int] | None
@@ -77,7 +79,7 @@ class JobSignals:
         """The instances starting in ``[start_ns, end_ns)``, sorted as over the whole job."""
         if not self.instance_parts:
             return pl.DataFrame()
-        return (pl.scan_parquet(self.instance_parts)
+        return (_scan(self.instance_parts)
                 .filter(_in_windows("t_ns", [(start_ns, end_ns)]))
                 .sort("t_ns", "group", "seq").collect())
 
@@ -86,14 +88,39 @@ class JobSignals:
         then time)."""
         if not self.gap_parts:
             return pl.DataFrame()
-        return (pl.scan_parquet(self.gap_parts)
+        return (_scan(self.gap_parts)
                 .filter(_in_windows("t_ns", [(start_ns, end_ns)])).collect())
 
 
+Part = str | pl.DataFrame
+"""Rows a partition computed: the path of the Parquet part it wrote (on a cluster), or the
+frame itself (in the local loop)."""
+
+
+def _scan(parts: list[Part]) -> pl.LazyFrame:
+    """The rows of ``parts``, in order."""
+    return pl.concat([pl.scan_parquet(p) if isinstance(p, str) else p.lazy() for p in parts])
+
+
+def _keep(frame: pl.DataFrame, path: str | None) -> Part:
+    """``frame`` as the Parquet part ``path`` (complete or absent, as every dataset write), or
+    itself without a path."""
+    if path is None:
+        return frame
+    with atomic_path(Path(path)) as temporary:
+        frame.write_parquet(temporary, compression="zstd", compression_level=PARQUET_ZSTD_LEVEL,
+                            statistics=True)
+    return path
+
+
 @contextmanager
-def scratch_folder(dataset: Dataset) -> Iterator[Path]:
-    """A hidden folder in ``dataset`` for the partitions' parts, removed at the end (also when
-    a partition fails): every worker sees the dataset, and no table reads a hidden folder."""
+def scratch_folder(dataset: Dataset, executor: Executor) -> Iterator[Path | None]:
+    """Where the partitions of ``executor`` leave their rows: a hidden folder in ``dataset``,
+    removed at the end (also when a partition fails; every worker sees the dataset, and no
+    table reads a hidden folder), or None for the local loop (the rows stay in memory)."""
+    if executor.description.get("engine") == "local":
+        yield None
+        return
     folder = dataset.path / f".attribute-{uuid.uuid4().hex[:12]}"
     try:
         yield folder
@@ -102,15 +129,15 @@ def scratch_folder(dataset: Dataset) -> Iterator[Path]:
 
 
 def signals_in_windows(dataset: Dataset, windows: Windows, executor: Executor,
-                       scratch: Path) -> JobSignals:
+                       scratch: Path | None) -> JobSignals:
     """Both passes over ``dataset`` (see the module docstring) for the given windows; the
-    partitions write their rows under ``scratch`` (:func:`scratch_folder`)."""
+    partitions leave their rows under ``scratch`` (:func:`scratch_folder`; None: in memory)."""
     ranks = (dataset.table("collectives").select(pl.col("rank").drop_nulls().unique().sort())
              .collect().to_series().to_list())
     size = partition_size(len(ranks), executor, RANKS_PER_BATCH)
     batches = [ranks[first:first + size] for first in range(0, len(ranks), size)]
     summaries = map_all(executor, _rank_batch,
-                        [(str(dataset.path), batch, windows, str(scratch / f"gaps-{index}.parquet"))
+                        [(str(dataset.path), batch, windows, _part_path(scratch, "gaps", index))
                          for index, batch in enumerate(batches)],
                         key=lambda p: f"collectives of ranks {p[1][0]}-{p[1][-1]}")
     handles, signatures, first_gaps = (
@@ -120,7 +147,7 @@ def signals_in_windows(dataset: Dataset, windows: Windows, executor: Executor,
               if handles.height else pl.DataFrame())
     bins = _bins(groups, executor)
     found = map_all(executor, _group_bin,
-                    [(str(dataset.path), b, windows, str(scratch / f"instances-{index}.parquet"))
+                    [(str(dataset.path), b, windows, _part_path(scratch, "instances", index))
                      for index, b in enumerate(bins)],
                     key=lambda p: f"collective instances of groups {p[1]['group'].min()}-"
                                   f"{p[1]['group'].max()}")
@@ -133,6 +160,10 @@ def signals_in_windows(dataset: Dataset, windows: Windows, executor: Executor,
         ranks=(pl.concat([f[2] for f in found]).unique("rank", keep="first", maintain_order=True)
                .sort("rank") if found else pl.DataFrame(schema=_RANK_SCHEMA)),
         partitions={"ranks": len(batches), "groups": len(bins)})
+
+
+def _part_path(scratch: Path | None, name: str, index: int) -> str | None:
+    return None if scratch is None else str(scratch / f"{name}-{index}.parquet")
 
 
 _RANK_SCHEMA = {"rank": pl.Int32, "host": pl.String, "cuda_dev": pl.Int32}
@@ -193,30 +224,22 @@ def scan_ranks(dataset_path: str, ranks: list[int]) -> pl.LazyFrame:
             .filter(pl.col("rank").is_in(ranks)))
 
 
-def _write_part(frame: pl.DataFrame, path: str) -> str:
-    """``frame`` as the Parquet part ``path`` (complete or absent, as every dataset write)."""
-    with atomic_path(Path(path)) as temporary:
-        frame.write_parquet(temporary, compression="zstd", compression_level=PARQUET_ZSTD_LEVEL,
-                            statistics=True)
-    return path
-
-
-def _rank_batch(partition: tuple[str, list[int], Windows, str]
-                ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, str]:
+def _rank_batch(partition: tuple[str, list[int], Windows, str | None]
+                ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, Part]:
     """Pass 1 for one batch of ranks: handle summaries and signatures, the batch's first own
-    time, and the part its own times inside the windows were written to."""
+    time, and its own times inside the windows (:func:`_keep`)."""
     path, ranks, windows, part = partition
     collectives = scan_ranks(path, ranks)
     handles, signatures = handle_summary(collective_calls(collectives))
     gaps = call_gaps(collectives)
     return (handles, signatures, gaps.head(1),
-            _write_part(gaps.filter(_in_windows("t_ns", windows)), part))
+            _keep(gaps.filter(_in_windows("t_ns", windows)), part))
 
 
-def _group_bin(partition: tuple[str, pl.DataFrame, Windows, str]
-               ) -> tuple[str, tuple[int, int] | None, pl.DataFrame, int]:
-    """Pass 2 for one bin of groups: the part its instances inside the windows were written
-    to, the span and count of all their instances, and their members' hosts and GPUs."""
+def _group_bin(partition: tuple[str, pl.DataFrame, Windows, str | None]
+               ) -> tuple[Part, tuple[int, int] | None, pl.DataFrame, int]:
+    """Pass 2 for one bin of groups: its instances inside the windows (:func:`_keep`), the
+    span and count of all their instances, and their members' hosts and GPUs."""
     path, groups, windows, part = partition
     calls = member_calls(scan_ranks(path, groups["rank"].unique().sort().to_list()),
                          groups.select(*HANDLE, "group"))
@@ -224,5 +247,5 @@ def _group_bin(partition: tuple[str, pl.DataFrame, Windows, str]
     span = ((instances["t_ns"].min(), instances["t_ns"].max()) if instances.height else None)
     ranks = (calls.select("rank", "host", "cuda_dev").unique("rank", keep="first",
                                                              maintain_order=True))
-    return (_write_part(instances.filter(_in_windows("t_ns", windows)), part), span, ranks,
+    return (_keep(instances.filter(_in_windows("t_ns", windows)), part), span, ranks,
             instances.height)
