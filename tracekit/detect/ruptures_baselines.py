@@ -14,7 +14,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import ruptures
 
 from tracekit.detect.base import MAD_TO_SIGMA, OfflineDetector
 
@@ -26,6 +25,15 @@ def robust_standardise(series: np.ndarray) -> np.ndarray:
     if not noise > 0:
         noise = float(np.std(series)) or 1.0
     return (series - np.median(series)) / noise
+
+
+def _ruptures():
+    """ruptures, imported on first use: with the scipy.stats it imports it costs 0.6 s to every
+    process that imports the detectors (each Dask worker too), and most runs use none of these
+    baselines."""
+    import ruptures
+
+    return ruptures
 
 
 @dataclass
@@ -58,7 +66,8 @@ class Pelt(RupturesDetector):
     description = "PELT, exact penalised segmentation (ruptures)"
 
     def algorithm(self, signal):
-        return ruptures.Pelt(model=self.model, min_size=self.min_size, jump=self.jump).fit(signal)
+        return _ruptures().Pelt(model=self.model, min_size=self.min_size,
+                                jump=self.jump).fit(signal)
 
 
 @dataclass
@@ -67,7 +76,7 @@ class BinarySegmentation(RupturesDetector):
     description = "binary segmentation (ruptures)"
 
     def algorithm(self, signal):
-        return ruptures.Binseg(model=self.model, min_size=self.min_size,
+        return _ruptures().Binseg(model=self.model, min_size=self.min_size,
                                jump=self.jump).fit(signal)
 
 
@@ -80,5 +89,5 @@ class TwoWindow(RupturesDetector):
 
     def algorithm(self, signal):
         width = min(self.width, 2 * (signal.size // 2))
-        return ruptures.Window(width=width, model=self.model, min_size=self.min_size,
+        return _ruptures().Window(width=width, model=self.model, min_size=self.min_size,
                                jump=self.jump).fit(signal)
