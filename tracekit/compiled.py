@@ -36,14 +36,15 @@ EXPORTED_NAME = "kernel"
 EXTENSION_SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
 
 
-def load(name: str, source: Path,
-         prepare: Callable[[], tuple[Callable, object]]) -> Callable | None:
+def load(name: str, source: Path, prepare: Callable[[], tuple[Callable, object]],
+         options: dict[str, object] | None = None) -> Callable | None:
     """The kernel ``name`` defined in the module file ``source``, from its cached extension
     module, built first when there is none; None when it cannot be built or loaded.
 
     ``prepare`` is called only to build: it imports numba, makes the kernel's callees numba
     functions, and returns the kernel's Python function and its numba signature (a string or
-    a numba signature object)."""
+    a numba signature object). ``options``: numba compiler flags the kernel is JIT-compiled
+    with too (e.g. ``error_model``), so that both builds compute the same."""
     key = _key(source)
     if key is None:
         return None
@@ -56,7 +57,7 @@ def load(name: str, source: Path,
     try:
         if not path.exists():
             function, signature = prepare()
-            _build(module_name, folder, function, signature)
+            _build(module_name, folder, function, signature, options or {})
         return getattr(_import(module_name, path), EXPORTED_NAME)
     except Exception as error:  # noqa: BLE001 - any failure means: JIT-compile instead
         with suppress(OSError):
@@ -88,7 +89,8 @@ def _key(source: Path) -> str | None:
     return hashlib.sha256(identity + source.read_bytes()).hexdigest()[:16]
 
 
-def _build(module_name: str, folder: Path, function: Callable, signature: object) -> None:
+def _build(module_name: str, folder: Path, function: Callable, signature: object,
+           options: dict[str, object]) -> None:
     """Build the extension module in a private folder and move it into ``folder`` whole, so
     that a process loading it never sees half a file (two processes building at once each
     move a complete one)."""
@@ -101,24 +103,26 @@ def _build(module_name: str, folder: Path, function: Callable, signature: object
     cc.export(EXPORTED_NAME, signature)(function)
     with tempfile.TemporaryDirectory(dir=folder, prefix=".build-") as building:
         cc.output_dir = building
-        with _releasing_the_gil(compiler):
+        with _compiler_flags(compiler, {"release_gil": True, **options}):
             cc.compile()
         os.replace(Path(building) / cc.output_file, folder / (module_name + EXTENSION_SUFFIX))
 
 
 @contextmanager
-def _releasing_the_gil(compiler):
-    """pycc compiles with numba's default flags, whose Python wrapper holds the GIL for the
-    whole call; these kernels run on several threads at once, so build them as
-    ``nogil=True`` would."""
+def _compiler_flags(compiler, options: dict[str, object]):
+    """Build with these numba compiler flags. pycc compiles with numba's defaults, whose Python
+    wrapper holds the GIL for the whole call, while the kernels run on several threads at
+    once: they are built with ``release_gil`` as ``nogil=True`` would, and with the flags the
+    JIT gets (the error model decides what dividing by zero does)."""
     default_flags = compiler.Flags
 
-    class NoGilFlags(default_flags):
+    class KernelFlags(default_flags):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            self.release_gil = True
+            for option, value in options.items():
+                setattr(self, option, value)
 
-    compiler.Flags = NoGilFlags
+    compiler.Flags = KernelFlags
     try:
         yield
     finally:

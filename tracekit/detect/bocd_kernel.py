@@ -4,7 +4,9 @@ one loop over run lengths per point instead of a dozen numpy calls.
 
 Per point the vectorised numpy recursion pays ~20 numpy calls of fixed overhead whatever the
 number of surviving run lengths (~30), which caps one series near 15-20k points/s. Compiled,
-the same recursion costs what its arithmetic costs. numba is optional: without it
+the same recursion costs what its arithmetic costs. It is built once ahead of time into a
+cached extension module (:mod:`tracekit.compiled`: processes that detect, Dask workers among
+them, do not import numba), else JIT-compiled. numba is optional: without it
 :func:`compiled` returns None and the numpy recursion runs, giving the same change points
 (tested on every labeled series when numba is installed).
 
@@ -15,13 +17,15 @@ same machine code and agree bit for bit.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 
-try:  # optional dependency: see the module docstring
-    import numba
-except ImportError:  # pragma: no cover - exercised where numba is absent
-    numba = None
+from tracekit import compiled as compiled_kernels
+
+OPTIONS = {"error_model": "numpy"}
+"""numba compiler flags of both builds: a zero divisor gives inf / nan as in numpy (the
+recursion meets one when a run's scale underflows), not an exception."""
 
 
 def _steps(z, log_prob, mu, beta, n, size, t, last_start, constants, prior, rates, limits,
@@ -108,9 +112,33 @@ _compiled = None
 
 
 def compiled():
-    """The compiled :func:`_steps`, or None when numba is not installed (compiled once, cached
+    """The compiled :func:`_steps`, or None when numba is not installed (built once, cached
     on disk beside the module)."""
     global _compiled
-    if _compiled is None and numba is not None:
-        _compiled = numba.njit(cache=True, nogil=True, error_model="numpy")(_steps)
+    if _compiled is None:
+        _compiled = (compiled_kernels.load("bocd_steps", Path(__file__), _ahead_of_time, OPTIONS)
+                     or _jit_compiled())
     return _compiled
+
+
+def _ahead_of_time():
+    """:func:`_steps` and its signature, for :func:`tracekit.compiled.load` to build."""
+    from numba import types
+
+    def array(dtype, dimensions, readonly=False):
+        return types.Array(dtype, dimensions, "C", readonly=readonly)
+
+    matrix, counts = array(types.float64, 2), array(types.int64, 1)
+    vector = array(types.float64, 1)
+    signature = types.UniTuple(types.int64, 2)(
+        array(types.float64, 2, readonly=True), matrix, matrix, matrix, counts, types.int64,
+        types.int64, counts, vector, vector, vector, counts, array(types.int64, 2))
+    return _steps, signature
+
+
+def _jit_compiled():
+    try:
+        import numba
+    except ImportError:  # pragma: no cover - exercised where numba is absent
+        return None
+    return numba.njit(cache=True, nogil=True, **OPTIONS)(_steps)
