@@ -79,3 +79,20 @@ def test_compiled_recursion_gives_the_numpy_change_points(monkeypatch, step_seri
     assert compiled == [make_detector(name).detect(row).tolist()
                         for name in ("bocd", "bocd+v", "bocd+b") for row in matrix]
     assert many == [found.tolist() for found in Bocd().detect_many(matrix)]
+
+
+def test_jit_fallback_gives_the_change_points_of_the_ahead_of_time_build(
+        monkeypatch, step_series, gradual_series):
+    """Where the kernel cannot be built ahead of time (no C compiler), numba's JIT compiles the
+    same source with the same flags: the same change points."""
+    from tracekit.detect import bocd_kernel
+
+    pytest.importorskip("numba")
+    matrix = np.vstack([step_series, gradual_series, iteration_times(seed=5, noise=0.03)])
+    results = []
+    for kernel in (bocd_kernel.compiled(), bocd_kernel._jit_compiled()):
+        monkeypatch.setattr("tracekit.detect.bocd.compiled", lambda k=kernel: k)
+        run = Bocd().detect_many(matrix)
+        results.append([found.tolist() for found in run])
+    assert results[0] == results[1]
+    assert any(results[0])
