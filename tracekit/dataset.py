@@ -135,10 +135,10 @@ class Dataset:
             folders = {Path(folder) for folder, _, _ in os.walk(self.path / name)}
         for folder in folders:
             for file in os.listdir(folder):
-                old = folder / file
-                if file.startswith(prefix) and file.endswith(".parquet") and old not in (
-                        keep or ()):
-                    old.unlink()
+                if file.startswith(prefix) and file.endswith(".parquet"):
+                    old = folder / file
+                    if old not in (keep or ()):
+                        old.unlink()
 
     # -- manifest ----------------------------------------------------------------------------
 

@@ -97,6 +97,10 @@ SNIFF_PATTERNS = re.compile(
     r"|\| MnRtt/Rnk: ",
     re.MULTILINE,
 )
+SNIFF_LITERALS = ("consumed samples:", "using world size: ", " arguments ",
+                  "time across ranks (ms):", "| MnRtt/Rnk: ")
+"""A text of each :data:`SNIFF_PATTERNS` alternative: looking for them first costs microseconds
+where the regex, tried at every position of the head, cost 3 ms on every file of any format."""
 
 
 CONTEXT = ("line_no", "line", "body", "ctx_iteration", "ctx_interval")
@@ -125,7 +129,9 @@ class MegatronLogReader(Reader):
                    "straggler reports, memory, validation")
 
     def sniff(self, source: Source) -> bool:
-        return SNIFF_PATTERNS.search(source.head_text) is not None
+        text = source.head_text
+        return (any(literal in text for literal in SNIFF_LITERALS)
+                and SNIFF_PATTERNS.search(text) is not None)
 
     def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
         """Options: ``timezone`` (IANA name of the clock the log printed, default UTC) and
