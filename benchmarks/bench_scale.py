@@ -171,8 +171,8 @@ def _projected_partitions(stage: str, none: dict, workers: int) -> int:
         return PROJECTED_RANKS  # one hook CSV file per rank
     if stage == "iterations":
         return batches(ITERATION_RANKS)
-    if stage == "detect":
-        return len(JOB_DETECTORS) * math.ceil(PROJECTED_RANKS / none["ranks_per_block"])
+    if stage == "detect":  # each detector: its blocks of ranks and the job-level series
+        return len(JOB_DETECTORS) * (1 + math.ceil(PROJECTED_RANKS / none["ranks_per_block"]))
     return batches(ATTRIBUTE_RANKS)  # the rank batches; group bins are as many or fewer
 
 
