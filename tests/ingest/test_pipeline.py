@@ -246,3 +246,42 @@ def test_leftover_parts_of_the_same_bytes_are_removed(dump, tmp_path, monkeypatc
     assert [s.status for s in again.sources] == ["ingested", "ingested"]
     assert part.exists() and not moved.exists()
     assert open_dataset(tmp_path / "ds")["collectives"].collect().height == 8
+
+
+@pytest.mark.parametrize("make_log", ["hook", "nccl"])
+def test_on_one_core_the_same_dataset_is_written_without_threads(tmp_path, monkeypatch,
+                                                                  make_log):
+    """A one-core process (a Dask worker of ``local:N``, POLARS_MAX_THREADS=1) reads, parses
+    and writes in its own thread, and writes what the threaded pipeline writes."""
+    import threading
+
+    import polars as pl
+
+    coll = ("h:7:7 [0] NCCL INFO AllReduce: opCount {:x} sendbuff 0x1 recvbuff 0x2 count 8 "
+            "datatype 7 op 0 root 0 comm 0xc0 [nranks=2] stream 0x3")
+    text = (hook_log(0, 60) if make_log == "hook" else
+            "h:7:7 [0] NCCL INFO ncclCommInitRank comm 0xc0 rank 0 nranks 2 cudaDev 0 "
+            "busId 1000 commId 0x9 - Init COMPLETE\n"
+            + "".join(coll.format(i) + "\n" for i in range(60)))
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "rank0.log").write_text(text)
+    monkeypatch.setattr(pipeline, "PART_ROWS", 7)
+    monkeypatch.setattr(base, "LINE_BATCH_BYTES", 500)
+    started = []
+    start = threading.Thread.start
+    monkeypatch.setattr(threading.Thread, "start",
+                        lambda thread: started.append(thread.name) or start(thread))
+    tables = []
+    for one_core in (False, True):
+        monkeypatch.setattr(base, "cores", lambda one=one_core: 1 if one else 2)
+        monkeypatch.setattr(pipeline, "cores", base.cores)
+        started.clear()
+        ingest([tmp_path / "in"], tmp_path / f"ds-{one_core}", job="j")
+        threads = [name for name in started if name.startswith("tracekit-")]
+        assert bool(threads) != one_core, threads
+        folder = tmp_path / f"ds-{one_core}" / "collectives"
+        tables.append((sorted(str(p.relative_to(folder)) for p in folder.rglob("*.parquet")),
+                       pl.read_parquet(folder / "**" / "*.parquet").sort("rank", "seq")))
+    (threaded_parts, threaded), (inline_parts, inline) = tables
+    assert inline_parts == threaded_parts and len(inline_parts) > 2  # several writes
+    assert inline.equals(threaded) and inline.height == 60

@@ -261,13 +261,27 @@ Parsing a block (polars, numpy, the compiled scan) runs without the GIL, so two 
 parsed at once while other threads read, hash, split by rank and write Parquet."""
 
 
+def cores() -> int:
+    """Cores this process may use: polars' thread pool size, which follows POLARS_MAX_THREADS.
+    A Dask worker of ``local:N`` is one core (it sets POLARS_MAX_THREADS=1,
+    :data:`tracekit.parallel.ONE_CORE_ENVIRONMENT`): there the parse, read-ahead and writer
+    threads would only take turns on that core, and made a one-worker cluster use 1.15 cores,
+    so the readers and the writer run in the calling thread instead."""
+    return pl.thread_pool_size()
+
+
 def map_in_order(function: Callable[[T], R], items: Iterable[T],
                  workers: int = PARSE_WORKERS) -> Iterator[R]:
-    """``map(function, items)`` with ``workers`` items processed at once in background threads,
-    results yielded in input order: for per-block work that needs nothing from earlier blocks
-    (stateful steps stay with the caller, in order). At most ``workers + 1`` items are
-    submitted, so memory stays bounded. An exception raised by ``function`` is raised here;
-    closing this generator cancels what has not started and waits for the rest."""
+    """``map(function, items)`` with ``workers`` items processed at once in background threads
+    (no more than :func:`cores`; in this thread on one core), results yielded in input order:
+    for per-block work that needs nothing from earlier blocks (stateful steps stay with the
+    caller, in order). At most ``workers + 1`` items are submitted, so memory stays bounded.
+    An exception raised by ``function`` is raised here; closing this generator cancels what
+    has not started and waits for the rest."""
+    workers = min(workers, cores())
+    if workers <= 1:
+        yield from map(function, items)
+        return
     pool = ThreadPoolExecutor(workers, thread_name_prefix="tracekit-parse")
     pending: deque[Future[R]] = deque()
     try:
@@ -300,8 +314,12 @@ def read_ahead(items: Iterator[T], depth: int = 1) -> Iterator[T]:
     """Yield ``items`` while a background thread already makes the next ``depth`` of them, so
     making them (reading and splitting, parsing) overlaps with what the caller does with each
     (parsing, writing Parquet). Polars releases the GIL in its kernels, so on two cores both
-    run at once. Holds at most ``depth + 2`` items in memory. An exception raised while making
-    an item is raised here; closing this generator stops the thread."""
+    run at once; on one (:func:`cores`) there is nothing to overlap and ``items`` are made in
+    the caller's thread. Holds at most ``depth + 2`` items in memory. An exception raised
+    while making an item is raised here; closing this generator stops the thread."""
+    if cores() <= 1:
+        yield from items
+        return
     slots: queue.Queue[tuple[bool, T | BaseException | None]] = queue.Queue(maxsize=depth)
     stop = threading.Event()
 

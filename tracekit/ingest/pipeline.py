@@ -30,7 +30,7 @@ from tracekit import schema
 from tracekit.dataset import Dataset, create_dataset
 from tracekit.errors import InputError, TracekitError
 from tracekit.ingest import registry
-from tracekit.ingest.base import Chunk, Reader, Source
+from tracekit.ingest.base import Chunk, Reader, Source, cores
 from tracekit.ingest.sources import MAX_ARCHIVE_BYTES, input_files, iter_sources
 from tracekit.parallel import Executor, LocalExecutor, Outcome, Report
 
@@ -308,7 +308,8 @@ content hash, or a hidden ``.staged-<token>`` (no table reads it) until the hash
 class _PartWriter:
     """Buffers a source's rows (split by rank folder as they come) and writes them every
     :data:`PART_ROWS` rows as staged parts, in a background thread: Parquet encoding of one
-    batch overlaps parsing the next, so ingest keeps both cores busy. The last batch (all of a
+    batch overlaps parsing the next, so ingest keeps both cores busy (on one core,
+    :func:`~tracekit.ingest.base.cores`, in the caller's thread). The last batch (all of a
     small source) is written in the caller's thread, which has nothing else left to do.
     :meth:`publish` gives the parts their final names ``<prefix>-<n>`` once all are on disk."""
 
@@ -329,6 +330,9 @@ class _PartWriter:
             self.pending.setdefault((name, folder), []).append(piece)
         self.buffered_rows += frame.height
         if self.buffered_rows >= PART_ROWS:
+            if cores() <= 1:  # nothing to overlap with
+                self._write(*self._take())
+                return
             self._wait()  # the batch before is on disk: at most two batches in memory
             self.background = self.background or ThreadPoolExecutor(
                 1, thread_name_prefix="tracekit-part-writer")
