@@ -115,6 +115,24 @@ def test_a_local_worker_is_one_core_and_the_client_keeps_its_environment(dask_ex
     assert "POLARS_MAX_THREADS" not in os.environ
 
 
+def _quiet_settings() -> dict[str, object]:
+    import dask
+
+    from tracekit.parallel import QUIET_DASK_CONFIG
+
+    return {key: dask.config.get(key) for key in QUIET_DASK_CONFIG}
+
+
+def test_local_workers_run_without_dask_background_sampling(dask_executor):
+    """Workers of a cluster tracekit starts neither profile nor poll several times a second
+    (an idle 2-worker cluster cost 5 % of the machine)."""
+    from tracekit.parallel import QUIET_DASK_CONFIG
+
+    settings = dask_executor.client.run(_quiet_settings)
+    assert list(settings.values()) == [QUIET_DASK_CONFIG] * 2
+    assert _quiet_settings() != QUIET_DASK_CONFIG  # this process's own settings are untouched
+
+
 def _warmed_up(timeout_s: float = 60.0) -> list[str]:
     """On a worker: the warm-up modules it has imported, once its warm-up thread is done."""
     import threading

@@ -51,10 +51,25 @@ WARM_UP = ("tracekit.ingest.pipeline", "tracekit.iterations", "tracekit.attribut
            "tracekit.detect.episodes:load_kernels", "tracekit.ingest.nccl_coll_scan:compiled")
 """What every Dask worker imports (``module``) and loads (``module:function``) as soon as the
 executor opens, in a thread beside its task thread, so that the first partition of each stage
-starts warm. Measured per worker process (one thread): the detectors' imports (scipy, numba,
-ruptures) ~1.0 s of CPU, the BOCD kernels ~0.15 s from numba's disk cache, the rest ~0.1 s. A
-worker pays this once either way; warming moves it out of the first detection partition into
-the cluster's start and the client's own work, when the worker would idle."""
+starts warm. Measured per worker process (one thread): the detectors' imports (scipy.special)
+~0.45 s of CPU, the compiled kernels ~2 ms each (built ahead of time, :mod:`tracekit.compiled`),
+the rest ~0.1 s. A worker pays this once either way; warming moves it out of the first
+detection partition into the cluster's start and the client's own work, when the worker would
+idle."""
+
+QUIET_DASK_CONFIG = {
+    "distributed.worker.profile.enabled": False,
+    "distributed.admin.tick.interval": "500ms",
+    "distributed.admin.system-monitor.interval": "2s",
+    "distributed.worker.memory.monitor-interval": "1s",
+}
+"""Dask settings of the clusters tracekit starts and of its clients: Dask's defaults sample
+each worker's stack every 10 ms (the dashboard's profile), check every event loop for blocking
+every 20 ms and poll memory and system load several times a second. On an idle LocalCluster of
+two workers that cost 0.97 CPU-s every 10 s (client with its in-process scheduler 0.39,
+workers and nannies 0.58), 5 % of a 2-core machine taken from the partitions; with these,
+0.17. Workers started by hand or by a job system keep their own settings (``docs/scale-out.md``
+shows how to set the same)."""
 
 CLUSTER_FORMS = "`local`, `local:N` (N workers on this machine) or `tcp://host:port` (a running " \
                 "Dask scheduler)"
@@ -362,7 +377,8 @@ def _one_core_cluster(local_cluster: Callable[..., Any], workers: int) -> Any:
                          **ONE_CORE_ENVIRONMENT}
     saved = {name: os.environ.get(name) for name in spawn_environment}
     try:
-        with dask.config.set({"distributed.nanny.pre-spawn-environ": spawn_environment}):
+        with dask.config.set({"distributed.nanny.pre-spawn-environ": spawn_environment,
+                              **QUIET_DASK_CONFIG}):
             return local_cluster(n_workers=workers, threads_per_worker=1, processes=True,
                                  dashboard_address=None, silence_logs=logging.ERROR)
     finally:
@@ -392,6 +408,7 @@ def open_executor(
     if not local:
         _check_reachable(spec, connect_timeout_s)
     try:
+        import dask
         from distributed import Client, LocalCluster
     except ImportError:
         raise TracekitError("--cluster needs Dask: install tracekit's distributed extra "
@@ -400,11 +417,13 @@ def open_executor(
         # one single-threaded worker process per core: partitions hold the GIL in parts, and a
         # process per worker gives each its own bounded memory
         started = _one_core_cluster(LocalCluster, workers)
-        client = Client(started)
+        with dask.config.set(QUIET_DASK_CONFIG):
+            client = Client(started)
     else:
         started = None
         try:
-            client = Client(spec, timeout=connect_timeout_s)
+            with dask.config.set(QUIET_DASK_CONFIG):
+                client = Client(spec, timeout=connect_timeout_s)
         except Exception as error:  # noqa: BLE001 (any handshake failure means the same)
             raise TracekitError(
                 f"cannot connect to a Dask scheduler at {spec}: {_reason(error)}; check that "
