@@ -372,14 +372,19 @@ def test_detect_rank_events_steps_fixed_blocks_whatever_the_executor(monkeypatch
                 series.job["iteration"].gather(c).to_list() for c in blocks[name]], name
 
 
-def test_detect_with_a_failing_block_names_it_and_writes_nothing(monkeypatch, tmp_path):
-    series = _job_matrix()
-    iterations = pl.DataFrame({
+def _write_iterations(path, series) -> pl.DataFrame:
+    """``series`` (8 ranks x 300 iterations) as the ``iterations`` table of a new dataset."""
+    iterations = schema.conform("iterations", pl.DataFrame({
         "job": "j", "rank": np.repeat(series.ranks, 300).astype(np.int32), "source": "acf",
         "iteration": np.tile(np.arange(300), 8), "duration_s": series.matrix.ravel(),
-        "t_start_ns": np.tile(series.job["t_start_ns"].to_numpy(), 8)})
-    dataset = create_dataset(tmp_path / "ds", "j")
-    dataset.write_table("iterations", schema.conform("iterations", iterations))
+        "t_start_ns": np.tile(series.job["t_start_ns"].to_numpy(), 8)}))
+    create_dataset(path, "j").write_table("iterations", iterations)
+    return iterations
+
+
+def test_detect_with_a_failing_block_names_it_and_writes_nothing(monkeypatch, tmp_path):
+    series = _job_matrix()
+    _write_iterations(tmp_path / "ds", series)
     monkeypatch.setattr(episodes, "RANKS_PER_BLOCK", 3)
 
     def fail_on_rank_105(detector, matrix):
@@ -399,16 +404,11 @@ def test_detect_with_a_failing_block_names_it_and_writes_nothing(monkeypatch, tm
 def test_the_job_level_series_is_a_partition_named_in_a_failure(monkeypatch, tmp_path):
     series = _job_matrix()
     series.matrix[:, 150:] *= 1.3  # the whole job slows down: a job-level change and episode
-    iterations = pl.DataFrame({
-        "job": "j", "rank": np.repeat(series.ranks, 300).astype(np.int32), "source": "acf",
-        "iteration": np.tile(np.arange(300), 8), "duration_s": series.matrix.ravel(),
-        "t_start_ns": np.tile(series.job["t_start_ns"].to_numpy(), 8)})
-    dataset = create_dataset(tmp_path / "ds", "j")
-    dataset.write_table("iterations", schema.conform("iterations", iterations))
+    iterations = _write_iterations(tmp_path / "ds", series)
     found = detect_dataset(tmp_path / "ds", ["bocd+v"])
     job_level = found.events.filter(pl.col("rank").is_null())
     changes, confirmed = make_detector("bocd+v").confirm(
-        episodes.job_series(schema.conform("iterations", iterations)).job["duration_s"].to_numpy())
+        episodes.job_series(iterations).job["duration_s"].to_numpy())
     assert job_level["iteration"].to_list() == changes.tolist() == [150]
     assert job_level["confirmed_iteration"].to_list() == confirmed.tolist()
     assert found.episodes.select("start_iteration", "end_iteration", "ranks").rows() == [
