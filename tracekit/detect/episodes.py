@@ -274,9 +274,10 @@ def detect_rank_events(job: str, detectors: dict[str, Detector], series: JobSeri
 
 
 def load_kernels() -> None:
-    """Load the compiled kernels of :data:`JOB_DETECTORS` (numba's disk cache) by running each
-    on a short series, as a rank block and as the job-level series do: a warm Dask worker's
-    first detection partition then pays none of it (``tracekit.parallel.WARM_UP``)."""
+    """Load the compiled kernels of :data:`JOB_DETECTORS` (built ahead of time and cached,
+    :mod:`tracekit.compiled`) by running each on a short series, as a rank block and as the
+    job-level series do: a warm Dask worker's first detection partition then pays none of it
+    (``tracekit.parallel.WARM_UP``)."""
     points = np.linspace(1.0, 1.1, 2 * WARMUP_ITERATIONS)
     for name in JOB_DETECTORS:
         detector = make_detector(name)
