@@ -10,10 +10,11 @@ module imports in under a millisecond, without numba.
 A kernel's module is built on first use (about as long as numba's first JIT compilation), for
 the platform's generic CPU so that a cache shared by the nodes of a cluster serves them all,
 and with its Python wrapper releasing the GIL as ``nogil=True`` does (the NCCL scan runs on
-two parse threads). Its name carries a hash of the kernel's source, numba's version and the
-interpreter, so editing the kernel or upgrading either builds a new one. Where it cannot be
-built (no C compiler, a numba without ``pycc``) a marker file beside it records why, later
-processes do not try again, and the caller JIT-compiles as before: results are the same.
+two parse threads). Its name carries a hash of the kernel's source, numba's version, the
+interpreter and the platform, so editing the kernel or upgrading either builds a new one.
+Where it cannot be built (no C compiler, a numba without ``pycc``) a marker file beside it
+records why, later processes do not try again, and the caller JIT-compiles as before: results
+are the same.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import importlib.util
 import os
 import platform
 import sys
+import sysconfig
 import tempfile
 from collections.abc import Callable
 from contextlib import contextmanager, suppress
@@ -79,13 +81,15 @@ def cache_folder(source: Path) -> Path:
 
 
 def _key(source: Path) -> str | None:
-    """16 hex digits of the kernel's source, numba's version and the interpreter; None without
-    numba (nothing could build the kernel)."""
+    """16 hex digits of the kernel's source, numba's version, the interpreter and the platform
+    (a cache shared by nodes of different images must not hand one a module built for
+    another's C library); None without numba (nothing could build the kernel)."""
     try:
         numba_version = importlib.metadata.version("numba")
     except importlib.metadata.PackageNotFoundError:
         return None
-    identity = f"{numba_version} {sys.version} {platform.machine()}".encode()
+    identity = (f"{numba_version} {sys.version} {sysconfig.get_platform()} "
+                f"{platform.libc_ver()}").encode()
     return hashlib.sha256(identity + source.read_bytes()).hexdigest()[:16]
 
 
