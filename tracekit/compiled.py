@@ -13,7 +13,7 @@ and with its Python wrapper releasing the GIL as ``nogil=True`` does (the NCCL s
 two parse threads). Its name carries a hash of the kernel's source, numba's version, the
 interpreter and the platform, so editing the kernel or upgrading either builds a new one.
 Where it cannot be built (no C compiler, a numba without ``pycc``) a marker file beside it
-records why, later processes do not try again, and the caller JIT-compiles as before: results
+records why, later processes do not try again, and :func:`kernel` JIT-compiles it as before: results
 are the same.
 """
 
@@ -36,6 +36,21 @@ EXPORTED_NAME = "kernel"
 """Name of the kernel inside its extension module."""
 
 EXTENSION_SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
+
+
+def kernel(name: str, source: Path, prepare: Callable[[], tuple[Callable, object]],
+           options: dict[str, object] | None = None) -> Callable | None:
+    """The kernel from :func:`load`, else compiled by numba's JIT on first call (cached on disk
+    beside ``source``, with the same ``options``); None without numba."""
+    built = load(name, source, prepare, options)
+    if built is not None:
+        return built
+    try:
+        import numba
+    except ImportError:  # pragma: no cover - exercised where numba is absent
+        return None
+    function, _ = prepare()
+    return numba.njit(cache=True, nogil=True, **(options or {}))(function)
 
 
 def load(name: str, source: Path, prepare: Callable[[], tuple[Callable, object]],

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -85,12 +87,18 @@ def test_jit_fallback_gives_the_change_points_of_the_ahead_of_time_build(
         monkeypatch, step_series, gradual_series):
     """Where the kernel cannot be built ahead of time (no C compiler), numba's JIT compiles the
     same source with the same flags: the same change points."""
+    from tracekit import compiled
     from tracekit.detect import bocd_kernel
 
     pytest.importorskip("numba")
     matrix = np.vstack([step_series, gradual_series, iteration_times(seed=5, noise=0.03)])
+    ahead_of_time = bocd_kernel.compiled()
+    monkeypatch.setattr(compiled, "load", lambda *args: None)
+    jit = compiled.kernel("bocd_steps", Path(bocd_kernel.__file__), bocd_kernel._ahead_of_time,
+                          bocd_kernel.OPTIONS)
+    assert type(jit).__name__ == "CPUDispatcher"
     results = []
-    for kernel in (bocd_kernel.compiled(), bocd_kernel._jit_compiled()):
+    for kernel in (ahead_of_time, jit):
         monkeypatch.setattr("tracekit.detect.bocd.compiled", lambda k=kernel: k)
         run = Bocd().detect_many(matrix)
         results.append([found.tolist() for found in run])

@@ -116,13 +116,13 @@ def compiled():
     on disk beside the module)."""
     global _compiled
     if _compiled is None:
-        _compiled = (compiled_kernels.load("bocd_steps", Path(__file__), _ahead_of_time, OPTIONS)
-                     or _jit_compiled())
+        _compiled = compiled_kernels.kernel("bocd_steps", Path(__file__), _ahead_of_time,
+                                            OPTIONS)
     return _compiled
 
 
 def _ahead_of_time():
-    """:func:`_steps` and its signature, for :func:`tracekit.compiled.load` to build."""
+    """:func:`_steps` and its signature, for :mod:`tracekit.compiled` to build."""
     from numba import types
 
     def array(dtype, dimensions, readonly=False):
@@ -134,11 +134,3 @@ def _ahead_of_time():
         array(types.float64, 2, readonly=True), matrix, matrix, matrix, counts, types.int64,
         types.int64, counts, vector, vector, vector, counts, array(types.int64, 2))
     return _steps, signature
-
-
-def _jit_compiled():
-    try:
-        import numba
-    except ImportError:  # pragma: no cover - exercised where numba is absent
-        return None
-    return numba.njit(cache=True, nogil=True, **OPTIONS)(_steps)

@@ -511,9 +511,14 @@ def compiled():
         return _compiled
     with _compiling:
         if _compiled is None and not _failed:
-            _compiled = (compiled_kernels.load("nccl_coll_scan", Path(__file__),
-                                               _ahead_of_time) or _jit_compiled())
-            _failed = _compiled is None
+            try:
+                kernel = compiled_kernels.kernel("nccl_coll_scan", Path(__file__),
+                                                 _ahead_of_time)
+                if kernel is not None:  # a JIT kernel compiles now, under the lock
+                    kernel(np.frombuffer(b"x\n", dtype=np.uint8))
+            except Exception:  # noqa: BLE001 - any compiler failure means: parse with polars
+                kernel = None
+            _compiled, _failed = kernel, kernel is None
         return _compiled
 
 
@@ -530,7 +535,7 @@ def _numba_callees() -> None:
 
 
 def _ahead_of_time():
-    """The scan and its signature, for :func:`tracekit.compiled.load` to build."""
+    """The scan and its signature, for :mod:`tracekit.compiled` to build."""
     from numba import types
 
     _numba_callees()
@@ -538,21 +543,6 @@ def _ahead_of_time():
     returned = types.Tuple((types.int64, types.int64, table, table, types.int64, table,
                             types.int64, types.Array(types.uint8, 1, "C"), types.int64))
     return _scan, returned(types.Array(types.uint8, 1, "C", readonly=True))
-
-
-def _jit_compiled():
-    """The scan compiled by numba's JIT (cached on disk beside the module), or None."""
-    try:
-        import numba
-    except ImportError:  # pragma: no cover - exercised where numba is absent
-        return None
-    try:
-        _numba_callees()
-        kernel = numba.njit(cache=True, nogil=True)(_scan)
-        kernel(np.frombuffer(b"x\n", dtype=np.uint8))
-        return kernel
-    except Exception:  # noqa: BLE001 - any compiler failure means: parse with polars
-        return None
 
 
 def scan(block: bytes) -> ScannedBlock | None:
