@@ -46,15 +46,17 @@ def skew_change(during: pl.DataFrame, before: pl.DataFrame, during_s: float,
 def call_gaps(collectives: pl.LazyFrame) -> pl.DataFrame:
     """Per call, the rank's own time before it: from the end of its previous call (any call,
     send / recv included) to this issue. Outside NCCL a rank computes; inside it waits, so a
-    straggler's own time grows while its peers' shrinks. Empty without end times."""
+    straggler's own time grows while its peers' shrinks. Empty without end times. Numbers
+    only (rank, t_ns, own_s): where a rank runs comes from the instances' members, and host
+    names on every call made the sort and the binning below three times slower."""
     return (collectives.filter(pl.col("t_start_ns").is_not_null(),
                                pl.col("t_end_ns").is_not_null())
-            .select("rank", "host", "cuda_dev", "t_start_ns", "t_end_ns")
+            .select("rank", "t_start_ns", "t_end_ns")
             .sort("rank", "t_start_ns")
             .with_columns(((pl.col("t_start_ns")
                             - pl.col("t_end_ns").cum_max().shift(1).over("rank"))
                            .clip(lower_bound=0) / 1e9).alias("own_s"))
-            .select("rank", "host", "cuda_dev", pl.col("t_start_ns").alias("t_ns"), "own_s")
+            .select("rank", pl.col("t_start_ns").alias("t_ns"), "own_s")
             .collect())
 
 
@@ -63,14 +65,15 @@ TIME_BINS = 5
 one benign pause (a GC on one rank, a checkpoint) cannot make a straggler."""
 
 
-def own_time_change(gaps: pl.DataFrame, during: tuple[int, int],
+def own_time_change(gaps: pl.DataFrame, ranks: pl.DataFrame, during: tuple[int, int],
                     before: tuple[int, int]) -> pl.DataFrame:
-    """Per rank, the share of wall time spent outside NCCL in the episode and before it (median
-    over :data:`TIME_BINS` bins), ``ratio`` (during / before) and ``relative`` (ratio over the
-    median rank's ratio)."""
+    """Per rank of ``ranks`` (rank, host, cuda_dev), the share of wall time spent outside NCCL
+    in the episode and before it (median over :data:`TIME_BINS` bins), ``ratio`` (during /
+    before) and ``relative`` (ratio over the median rank's ratio)."""
     shares = [_binned_share(gaps, a, b).rename({"share": name})
               for name, (a, b) in (("own_share", during), ("own_share_before", before))]
-    return (shares[0].join(shares[1], on=["rank", "host", "cuda_dev"], how="inner")
+    return (ranks.select("rank", "host", "cuda_dev")
+            .join(shares[0].join(shares[1], on="rank", how="inner"), on="rank", how="inner")
             .filter(pl.col("own_share_before") > 0)
             .with_columns((pl.col("own_share") / pl.col("own_share_before")).alias("ratio"))
             .with_columns((pl.col("ratio") / pl.col("ratio").median()).alias("relative"))
@@ -79,9 +82,10 @@ def own_time_change(gaps: pl.DataFrame, during: tuple[int, int],
 
 def _binned_share(gaps: pl.DataFrame, start_ns: int, end_ns: int) -> pl.DataFrame:
     width_ns = max(1, (end_ns - start_ns) // TIME_BINS)
-    inside = gaps.filter(pl.col("t_ns").is_between(start_ns, end_ns, closed="left"))
-    return (inside.group_by("rank", "host", "cuda_dev",
-                            ((pl.col("t_ns") - start_ns) // width_ns).alias("bin"))
+    # lazy: half the time of the eager group-by on ~10^7 calls (measured)
+    return (gaps.lazy().filter(pl.col("t_ns").is_between(start_ns, end_ns, closed="left"))
+            .group_by("rank", ((pl.col("t_ns") - start_ns) // width_ns).alias("bin"))
             .agg(pl.col("own_s").sum())
-            .group_by("rank", "host", "cuda_dev")
-            .agg((pl.col("own_s").median() / (width_ns / 1e9)).alias("share")))
+            .group_by("rank")
+            .agg((pl.col("own_s").median() / (width_ns / 1e9)).alias("share"))
+            .collect())

@@ -102,7 +102,7 @@ def _compute_culprits(signals: Signals) -> list[Verdict]:
         late = late.with_columns(pl.format("rank {} ({}/{}) ", "rank", "host", "cuda_dev")
                                  .add(arrival).alias("text"))
     else:
-        own = own_time_change(signals.gaps, (w.start_ns, w.end_ns),
+        own = own_time_change(signals.gaps, signals.ranks, (w.start_ns, w.end_ns),
                               (w.before_start_ns, w.start_ns))
         late = own.filter(pl.col("relative") > SUSPECT_RATIO).join(skew, on="rank", how="left")
         late = late.with_columns(pl.format(
