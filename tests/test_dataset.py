@@ -8,6 +8,7 @@ import polars as pl
 import pytest
 
 from tracekit import create_dataset, open_dataset, schema
+from tracekit import dataset as dataset_module
 from tracekit.errors import InputError, SchemaError
 
 
@@ -50,6 +51,26 @@ def test_manifest_records_table_rows_span_and_ranks(tmp_path):
     assert (stats["t_min_ns"], stats["t_max_ns"]) == (0, 4_000_000_000)
     assert manifest["job"] == "job-a"
     assert manifest["tracekit_version"]
+
+
+def test_table_stats_are_recomputed_only_for_changed_parts(tmp_path, monkeypatch):
+    dataset = create_dataset(tmp_path / "ds", job="job-a")
+    dataset.write_table("iterations", iterations_frame(5))
+    dataset.write_table("episodes", schema.EPISODES.empty())
+    dataset.save_manifest()
+    scanned = []
+    scan = dataset_module._scan
+    monkeypatch.setattr(dataset_module, "_scan",
+                        lambda name, parts: scanned.append(name) or scan(name, parts))
+    dataset.save_manifest()
+    assert scanned == []
+    # same part name, same size: only the rename into place tells the new contents apart
+    shifted = iterations_frame(5).with_columns(pl.col("t_start_ns", "t_end_ns") + 7)
+    dataset.write_table("iterations", shifted)
+    dataset.save_manifest()
+    assert scanned == ["iterations"]
+    assert dataset.manifest["tables"]["iterations"]["t_min_ns"] == 7
+    assert open_dataset(tmp_path / "ds").manifest["tables"] == dataset.manifest["tables"]
 
 
 def test_mismatched_frame_is_refused_and_nothing_written(tmp_path):

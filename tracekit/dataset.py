@@ -15,6 +15,7 @@ place, so an interrupted write leaves the previous contents intact.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import uuid
@@ -90,10 +91,7 @@ class Dataset:
 
     def table(self, name: str) -> pl.LazyFrame:
         """Table ``name`` as a LazyFrame with the canonical schema (empty when absent)."""
-        parts = self.parts(name)
-        if not parts:
-            return schema.table(name).empty().lazy()
-        return pl.scan_parquet(parts, schema=schema.table(name).schema, hive_partitioning=False)
+        return _scan(name, self.parts(name))
 
     __getitem__ = table
 
@@ -154,13 +152,26 @@ class Dataset:
         self.manifest["sources"] = sources
 
     def refresh_table_stats(self) -> None:
-        """Recompute rows, time span, ranks and hosts of every table from its parts.
+        """Recompute rows, time span, ranks and hosts of every table whose parts changed.
+
+        A table's statistics are kept with the fingerprint of its parts (:func:`_fingerprint`)
+        and recomputed only when that changes: every stage saves the manifest, and rescanning
+        the collectives of a 64-rank job of 10,000 iterations (35 M rows) cost each stage's
+        client 1.3 CPU-s, the largest serial step of a detection on a cluster.
 
         One streaming pass grouped by (rank, host), then totals over the groups (a few per
         rank): counting distinct ranks and hosts over whole columns loaded them (480 MiB for
         a 2 GB ingest, the ingest's peak memory); this keeps 35 MiB for the same CPU."""
+        known = self.manifest.get("tables", {})
         stats: dict[str, Any] = {}
-        for name, frame in self.tables.items():
+        for name in schema.TABLES:
+            parts = self.parts(name)
+            if not parts:
+                continue
+            fingerprint = _fingerprint(self.path, parts)
+            if known.get(name, {}).get("fingerprint") == fingerprint:
+                stats[name] = known[name]
+                continue
             spec = schema.table(name)
             keys = [column for column in ("rank", "host") if column in spec.schema]
             counts = [pl.len().cast(pl.Int64).alias("rows")]
@@ -170,10 +181,10 @@ class Dataset:
                            pl.col(spec.time_column).max().alias("t_max_ns")]
                 totals += [pl.col("t_min_ns").min(), pl.col("t_max_ns").max()]
             totals += [pl.col(key).drop_nulls().n_unique().alias(f"{key}s") for key in keys]
+            frame = _scan(name, parts)
             groups = frame.group_by(keys).agg(counts) if keys else frame.select(counts)
             row = groups.collect(engine="streaming").select(totals).row(0, named=True)
-            row["parts"] = len(self.parts(name))
-            stats[name] = row
+            stats[name] = {**row, "parts": len(parts), "fingerprint": fingerprint}
         self.manifest["tables"] = stats
 
     def save_manifest(self) -> None:
@@ -183,6 +194,25 @@ class Dataset:
         self.manifest["tracekit_version"] = _tracekit_version()
         with atomic_path(self.path / MANIFEST) as temporary:
             temporary.write_text(json.dumps(self.manifest, indent=2, sort_keys=True) + "\n")
+
+
+def _scan(name: str, parts: list[Path]) -> pl.LazyFrame:
+    """The parts of table ``name`` as one LazyFrame with the canonical schema."""
+    if not parts:
+        return schema.table(name).empty().lazy()
+    return pl.scan_parquet(parts, schema=schema.table(name).schema, hive_partitioning=False)
+
+
+def _fingerprint(root: Path, parts: list[Path]) -> str:
+    """What identifies the contents of a table's ``parts``: their paths, sizes, inodes and
+    modification times. Every write renames a new file into place, so a rewritten part gets a
+    new inode and time even where its path and size stay the same."""
+    digest = hashlib.sha256()
+    for part in parts:
+        status = part.stat()
+        digest.update(f"{part.relative_to(root)}\0{status.st_size}\0{status.st_ino}\0"
+                      f"{status.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
 
 
 def create_dataset(path: str | Path, job: str | None = None) -> Dataset:
