@@ -53,24 +53,40 @@ def test_manifest_records_table_rows_span_and_ranks(tmp_path):
     assert manifest["tracekit_version"]
 
 
-def test_table_stats_are_recomputed_only_for_changed_parts(tmp_path, monkeypatch):
+def test_table_stats_come_from_part_footers_and_only_for_changed_tables(tmp_path, monkeypatch):
     dataset = create_dataset(tmp_path / "ds", job="job-a")
     dataset.write_table("iterations", iterations_frame(5))
     dataset.write_table("episodes", schema.EPISODES.empty())
-    dataset.save_manifest()
-    scanned = []
-    scan = dataset_module._scan
+    read, scanned = [], []
+    footer, scan = dataset_module._stored_part_stats, dataset_module._scan
+    monkeypatch.setattr(dataset_module, "_stored_part_stats",
+                        lambda part: read.append(part.parent.name) or footer(part))
     monkeypatch.setattr(dataset_module, "_scan",
                         lambda name, parts: scanned.append(name) or scan(name, parts))
     dataset.save_manifest()
-    assert scanned == []
+    assert (sorted(read), scanned) == (["episodes", "iterations"], [])
+    read.clear()
+    dataset.save_manifest()
+    assert read == []
     # same part name, same size: only the rename into place tells the new contents apart
     shifted = iterations_frame(5).with_columns(pl.col("t_start_ns", "t_end_ns") + 7)
     dataset.write_table("iterations", shifted)
     dataset.save_manifest()
-    assert scanned == ["iterations"]
+    assert (read, scanned) == (["iterations"], [])
     assert dataset.manifest["tables"]["iterations"]["t_min_ns"] == 7
     assert open_dataset(tmp_path / "ds").manifest["tables"] == dataset.manifest["tables"]
+
+
+def test_parts_without_footer_stats_are_scanned(tmp_path):
+    """Parts written before footers carried statistics (or by another tool) still count."""
+    dataset = create_dataset(tmp_path / "ds", job="job-a")
+    dataset.write_part("iterations", iterations_frame(3), "new")
+    iterations_frame(5).with_columns(pl.col("rank") + 2, pl.col("t_start_ns") * 2).write_parquet(
+        tmp_path / "ds" / "iterations" / "old.parquet")
+    dataset.save_manifest()
+    stats = dataset.manifest["tables"]["iterations"]
+    assert (stats["rows"], stats["ranks"], stats["parts"]) == (8, 7, 2)
+    assert (stats["t_min_ns"], stats["t_max_ns"]) == (0, 8_000_000_000)
 
 
 def test_mismatched_frame_is_refused_and_nothing_written(tmp_path):

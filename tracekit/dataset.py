@@ -107,9 +107,11 @@ class Dataset:
         the same name. Raises SchemaError (naming table and column) on a mismatched frame."""
         schema.validate(name, frame)
         final = self.path / name / f"{part}.parquet"
+        stats = json.dumps(_part_stats(name, frame.lazy()))
         with atomic_path(final) as temporary:
             frame.write_parquet(temporary, compression="zstd",
-                                compression_level=PARQUET_ZSTD_LEVEL, statistics=True)
+                                compression_level=PARQUET_ZSTD_LEVEL, statistics=True,
+                                metadata={PART_STATS_KEY: stats})
         return final
 
     def write_table(self, name: str, frame: pl.DataFrame) -> Path:
@@ -154,14 +156,13 @@ class Dataset:
     def refresh_table_stats(self) -> None:
         """Recompute rows, time span, ranks and hosts of every table whose parts changed.
 
-        A table's statistics are kept with the fingerprint of its parts (:func:`_fingerprint`)
-        and recomputed only when that changes: every stage saves the manifest, and rescanning
-        the collectives of a 64-rank job of 10,000 iterations (35 M rows) cost each stage's
-        client 1.3 CPU-s, the largest serial step of a detection on a cluster.
-
-        One streaming pass grouped by (rank, host), then totals over the groups (a few per
-        rank): counting distinct ranks and hosts over whole columns loaded them (480 MiB for
-        a 2 GB ingest, the ingest's peak memory); this keeps 35 MiB for the same CPU."""
+        Each part carries its own statistics in its footer (:data:`PART_STATS_KEY`), computed
+        by whoever wrote it, so the machine that saves the manifest reads footers instead of
+        rows: rescanning the collectives of a 64-rank job of 10,000 iterations (35 M rows)
+        cost that machine 1.3 CPU-s at every stage, the largest serial step of a stage on a
+        cluster. Parts without it (written by older versions) are scanned. A table's totals
+        are kept with the fingerprint of its parts (:func:`_fingerprint`) and not even the
+        footers are read again while that holds."""
         known = self.manifest.get("tables", {})
         stats: dict[str, Any] = {}
         for name in schema.TABLES:
@@ -172,19 +173,10 @@ class Dataset:
             if known.get(name, {}).get("fingerprint") == fingerprint:
                 stats[name] = known[name]
                 continue
-            spec = schema.table(name)
-            keys = [column for column in ("rank", "host") if column in spec.schema]
-            counts = [pl.len().cast(pl.Int64).alias("rows")]
-            totals = [pl.col("rows").sum()]
-            if spec.time_column:
-                counts += [pl.col(spec.time_column).min().alias("t_min_ns"),
-                           pl.col(spec.time_column).max().alias("t_max_ns")]
-                totals += [pl.col("t_min_ns").min(), pl.col("t_max_ns").max()]
-            totals += [pl.col(key).drop_nulls().n_unique().alias(f"{key}s") for key in keys]
-            frame = _scan(name, parts)
-            groups = frame.group_by(keys).agg(counts) if keys else frame.select(counts)
-            row = groups.collect(engine="streaming").select(totals).row(0, named=True)
-            stats[name] = {**row, "parts": len(parts), "fingerprint": fingerprint}
+            per_part = [_stored_part_stats(part) or _part_stats(name, _scan(name, [part]))
+                        for part in parts]
+            stats[name] = {**_table_stats(name, per_part), "parts": len(parts),
+                           "fingerprint": fingerprint}
         self.manifest["tables"] = stats
 
     def save_manifest(self) -> None:
@@ -194,6 +186,47 @@ class Dataset:
         self.manifest["tracekit_version"] = _tracekit_version()
         with atomic_path(self.path / MANIFEST) as temporary:
             temporary.write_text(json.dumps(self.manifest, indent=2, sort_keys=True) + "\n")
+
+
+PART_STATS_KEY = "tracekit.stats"
+"""Parquet footer key of a part's statistics (JSON): rows, first and last time, and its
+distinct ranks and hosts (those columns the table has)."""
+
+
+def _part_stats(name: str, frame: pl.LazyFrame) -> dict[str, Any]:
+    """The statistics of one part of table ``name`` (:data:`PART_STATS_KEY`); streaming, so a
+    scan of a large part keeps only the distinct ranks and hosts in memory."""
+    spec = schema.table(name)
+    columns = [pl.len().cast(pl.Int64).alias("rows")]
+    if spec.time_column:
+        columns += [pl.col(spec.time_column).min().alias("t_min_ns"),
+                    pl.col(spec.time_column).max().alias("t_max_ns")]
+    columns += [pl.col(key).drop_nulls().unique().sort().implode().alias(f"{key}s")
+                for key in _DISTINCT if key in spec.schema]
+    return frame.select(columns).collect(engine="streaming").row(0, named=True)
+
+
+_DISTINCT = ("rank", "host")
+"""Columns whose distinct values the statistics count."""
+
+
+def _stored_part_stats(part: Path) -> dict[str, Any] | None:
+    """The statistics in a part's footer, or None when it has none."""
+    stored = pl.read_parquet_metadata(part).get(PART_STATS_KEY)
+    return None if stored is None else json.loads(stored)
+
+
+def _table_stats(name: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """A table's statistics from its parts': rows, time span, number of ranks and hosts."""
+    totals: dict[str, Any] = {"rows": sum(p["rows"] for p in parts)}
+    if schema.table(name).time_column:
+        starts = [p["t_min_ns"] for p in parts if p["t_min_ns"] is not None]
+        ends = [p["t_max_ns"] for p in parts if p["t_max_ns"] is not None]
+        totals.update(t_min_ns=min(starts, default=None), t_max_ns=max(ends, default=None))
+    for key in _DISTINCT:
+        if key in schema.table(name).schema:
+            totals[f"{key}s"] = len(set().union(*(p[f"{key}s"] for p in parts)))
+    return totals
 
 
 def _scan(name: str, parts: list[Path]) -> pl.LazyFrame:
