@@ -148,6 +148,18 @@ def test_bins_hold_whole_groups_largest_first(monkeypatch):
     assert [b["calls"].sum() for b in bins] == [100, 80, 75]
 
 
+def test_groups_that_share_ranks_share_a_bin(monkeypatch):
+    """By calls alone A and D would share a bin, and so would B and C: both bins would read
+    all four ranks. Counting what a bin reads, each reads two."""
+    groups = pl.DataFrame({"host": "h", "pid": 1, "comm": [f"c{i}" for i in range(8)],
+                           "rank": [0, 1, 2, 3, 0, 1, 2, 3], "group": [0, 0, 1, 1, 2, 2, 3, 3],
+                           "calls": [50, 50, 48, 48, 30, 30, 25, 25]})
+    monkeypatch.setattr(job_signals, "CALLS_PER_BIN", 160)  # 306 calls: 2 bins
+    bins = job_signals._bins(groups, _executor(1))
+    assert [sorted(set(b["group"])) for b in bins] == [[0, 2], [1, 3]]
+    assert [sorted(set(b["rank"])) for b in bins] == [[0, 1], [2, 3]]
+
+
 def test_group_ids_are_integers_in_name_order():
     named = pl.DataFrame({"group": ["b/2", "a/8", None, "b/2", "0x1/4"]})
     assert job_signals._numbered(named)["group"].to_list() == [2, 1, 2, 0]
