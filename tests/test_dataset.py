@@ -78,7 +78,8 @@ def test_table_stats_come_from_part_footers_and_only_for_changed_tables(tmp_path
 
 
 def test_parts_without_footer_stats_are_scanned(tmp_path):
-    """Parts written before footers carried statistics (or by another tool) still count."""
+    """Parts written before footers carried statistics (or by another tool) still count, in
+    the manifest and in the ranks a stage partitions by."""
     dataset = create_dataset(tmp_path / "ds", job="job-a")
     dataset.write_part("iterations", iterations_frame(3), "new")
     iterations_frame(5).with_columns(pl.col("rank") + 2, pl.col("t_start_ns") * 2).write_parquet(
@@ -87,6 +88,7 @@ def test_parts_without_footer_stats_are_scanned(tmp_path):
     stats = dataset.manifest["tables"]["iterations"]
     assert (stats["rows"], stats["ranks"], stats["parts"]) == (8, 7, 2)
     assert (stats["t_min_ns"], stats["t_max_ns"]) == (0, 8_000_000_000)
+    assert dataset.ranks("iterations") == list(range(7))
 
 
 def test_mismatched_frame_is_refused_and_nothing_written(tmp_path):

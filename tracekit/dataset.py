@@ -86,6 +86,13 @@ class Dataset:
             return []
         return sorted(p for p in folder.rglob("*.parquet") if not p.name.startswith("."))
 
+    def ranks(self, name: str) -> list[int]:
+        """The distinct ranks in table ``name``, from its parts' footers (a part without
+        statistics there is scanned): listing them from the rows read the rank of every call
+        on the machine that runs the command, 0.25 CPU-s on 35 M calls, twice per analysis."""
+        return sorted(set().union(*(_statistics(name, part)["ranks"]
+                                    for part in self.parts(name))))
+
     def has_table(self, name: str) -> bool:
         return bool(self.parts(name))
 
@@ -173,8 +180,7 @@ class Dataset:
             if known.get(name, {}).get("fingerprint") == fingerprint:
                 stats[name] = known[name]
                 continue
-            per_part = [_stored_part_stats(part) or _part_stats(name, _scan(name, [part]))
-                        for part in parts]
+            per_part = [_statistics(name, part) for part in parts]
             stats[name] = {**_table_stats(name, per_part), "parts": len(parts),
                            "fingerprint": fingerprint}
         self.manifest["tables"] = stats
@@ -214,6 +220,11 @@ def _stored_part_stats(part: Path) -> dict[str, Any] | None:
     """The statistics in a part's footer, or None when it has none."""
     stored = pl.read_parquet_metadata(part).get(PART_STATS_KEY)
     return None if stored is None else json.loads(stored)
+
+
+def _statistics(name: str, part: Path) -> dict[str, Any]:
+    """A part's statistics: from its footer, else from its rows."""
+    return _stored_part_stats(part) or _part_stats(name, _scan(name, [part]))
 
 
 def _table_stats(name: str, parts: list[dict[str, Any]]) -> dict[str, Any]:

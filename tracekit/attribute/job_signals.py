@@ -138,8 +138,7 @@ def signals_in_windows(dataset: Dataset, windows: Windows, executor: Executor,
                        scratch: Path | None) -> JobSignals:
     """Both passes over ``dataset`` (see the module docstring) for the given windows; the
     partitions leave their rows under ``scratch`` (:func:`scratch_folder`; None: in memory)."""
-    ranks = (dataset.table("collectives").select(pl.col("rank").drop_nulls().unique().sort())
-             .collect().to_series().to_list())
+    ranks = dataset.ranks("collectives")
     size = partition_size(len(ranks), executor, RANKS_PER_BATCH)
     batches = [ranks[first:first + size] for first in range(0, len(ranks), size)]
     summaries = map_all(executor, _rank_batch,

@@ -44,7 +44,8 @@ def reconstruct_dataset(dataset: Dataset, threshold: float = ACF_THRESHOLD,
         raise InputError("no collectives table: ingest per-rank collective logs first (hook CSV, "
                          "NCCL_DEBUG=INFO COLL lines, Inspector)", str(dataset.path))
     executor = executor or LocalExecutor()
-    result = reconstruct(dataset.table("collectives"), threshold, executor)
+    result = reconstruct(dataset.table("collectives"), threshold, executor,
+                         dataset.ranks("collectives"))
     dataset.write_part("iterations", result.iterations, PART)
     record_build(dataset, "iterations", executor, ranks=len(result.ranks))
     dataset.save_manifest()

@@ -103,13 +103,17 @@ def reconstruct(
     collectives: pl.DataFrame | pl.LazyFrame,
     threshold: float = ACF_THRESHOLD,
     executor: Executor | None = None,
+    ranks: list[int] | None = None,
 ) -> Reconstruction:
     """Iteration rows (``source = "acf"``) and per-rank summaries for every rank in
     ``collectives`` (canonical schema). ``executor`` (default: a local loop) runs the batches of
-    ranks; a batch that fails twice leaves its ranks without rows and says why in a warning."""
+    ranks; a batch that fails twice leaves its ranks without rows and says why in a warning.
+    ``ranks``: the ranks in ``collectives`` when known without reading it (a dataset's
+    :meth:`~tracekit.dataset.Dataset.ranks`)."""
     frame = collectives.lazy() if isinstance(collectives, pl.DataFrame) else collectives
-    ranks = (frame.select(pl.col("rank").drop_nulls().unique().sort()).collect()
-             .to_series().to_list())
+    if ranks is None:
+        ranks = (frame.select(pl.col("rank").drop_nulls().unique().sort()).collect()
+                 .to_series().to_list())
     executor = executor or LocalExecutor()
     size = partition_size(len(ranks), executor, RANKS_PER_BATCH)
     batches = [ranks[first:first + size] for first in range(0, len(ranks), size)]
