@@ -58,8 +58,8 @@ def test_table_stats_come_from_part_footers_and_only_for_changed_tables(tmp_path
     dataset.write_table("iterations", iterations_frame(5))
     dataset.write_table("episodes", schema.EPISODES.empty())
     read, scanned = [], []
-    footer, scan = dataset_module._stored_part_stats, dataset_module._scan
-    monkeypatch.setattr(dataset_module, "_stored_part_stats",
+    footer, scan = dataset_module._stats_from_footer, dataset_module._scan
+    monkeypatch.setattr(dataset_module, "_stats_from_footer",
                         lambda part: read.append(part.parent.name) or footer(part))
     monkeypatch.setattr(dataset_module, "_scan",
                         lambda name, parts: scanned.append(name) or scan(name, parts))

@@ -90,7 +90,7 @@ class Dataset:
         """The distinct ranks in table ``name``, from its parts' footers (a part without
         statistics there is scanned): listing them from the rows read the rank of every call
         on the machine that runs the command, 0.25 CPU-s on 35 M calls, twice per analysis."""
-        return sorted(set().union(*(_statistics(name, part)["ranks"]
+        return sorted(set().union(*(_part_stats(name, part)["ranks"]
                                     for part in self.parts(name))))
 
     def has_table(self, name: str) -> bool:
@@ -114,7 +114,7 @@ class Dataset:
         the same name. Raises SchemaError (naming table and column) on a mismatched frame."""
         schema.validate(name, frame)
         final = self.path / name / f"{part}.parquet"
-        stats = json.dumps(_part_stats(name, frame.lazy()))
+        stats = json.dumps(_stats_from_rows(name, frame.lazy()))
         with atomic_path(final) as temporary:
             frame.write_parquet(temporary, compression="zstd",
                                 compression_level=PARQUET_ZSTD_LEVEL, statistics=True,
@@ -180,7 +180,7 @@ class Dataset:
             if known.get(name, {}).get("fingerprint") == fingerprint:
                 stats[name] = known[name]
                 continue
-            per_part = [_statistics(name, part) for part in parts]
+            per_part = [_part_stats(name, part) for part in parts]
             stats[name] = {**_table_stats(name, per_part), "parts": len(parts),
                            "fingerprint": fingerprint}
         self.manifest["tables"] = stats
@@ -199,7 +199,7 @@ PART_STATS_KEY = "tracekit.stats"
 distinct ranks and hosts (those columns the table has)."""
 
 
-def _part_stats(name: str, frame: pl.LazyFrame) -> dict[str, Any]:
+def _stats_from_rows(name: str, frame: pl.LazyFrame) -> dict[str, Any]:
     """The statistics of one part of table ``name`` (:data:`PART_STATS_KEY`); streaming, so a
     scan of a large part keeps only the distinct ranks and hosts in memory."""
     spec = schema.table(name)
@@ -216,15 +216,15 @@ _DISTINCT = ("rank", "host")
 """Columns whose distinct values the statistics count."""
 
 
-def _stored_part_stats(part: Path) -> dict[str, Any] | None:
+def _stats_from_footer(part: Path) -> dict[str, Any] | None:
     """The statistics in a part's footer, or None when it has none."""
     stored = pl.read_parquet_metadata(part).get(PART_STATS_KEY)
     return None if stored is None else json.loads(stored)
 
 
-def _statistics(name: str, part: Path) -> dict[str, Any]:
+def _part_stats(name: str, part: Path) -> dict[str, Any]:
     """A part's statistics: from its footer, else from its rows."""
-    return _stored_part_stats(part) or _part_stats(name, _scan(name, [part]))
+    return _stats_from_footer(part) or _stats_from_rows(name, _scan(name, [part]))
 
 
 def _table_stats(name: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
