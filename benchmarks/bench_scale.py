@@ -40,7 +40,8 @@ PROJECTED_RANKS = 1024
 THERMAL_SLOWDOWN = 3.0
 """GPU slowdown of the throttled rank: x1.5 slowed a 64-rank job by under 5 %, which is no
 fail-slow (the labels' threshold is 10 %), leaving attribution nothing to judge; x3 slows it
-by about a fifth."""
+by about a fifth. In the 256-rank job x3 stays under the labels' 10 % (one GPU of 256), and
+only ``bocd`` reports an episode (detection's threshold is 5 %), which attribution judges."""
 WORK = Path("build") / "bench-scale"
 RUN_BY_DEFAULT = False
 """At full size this writes ~11 GB of CSV: run it with ``make bench-scale``, not ``make bench``."""
