@@ -8,6 +8,7 @@ from tests.detect.conftest import iteration_times
 from tracekit import create_dataset, schema
 from tracekit.cli import app
 from tracekit.detect import detect_dataset
+from tracekit.detect.episodes import job_series
 
 
 def write_iterations(path, ranks: int = 4):
@@ -56,3 +57,16 @@ def test_cli_detect_and_changepoints(tmp_path):
     assert json.loads(result.output) == [50, 101]  # row numbers of the file, null skipped
     result = CliRunner().invoke(app, ["changepoints", str(tmp_path / "missing.csv")])
     assert result.exit_code == 2 and "no such file" in result.output
+
+
+def test_job_series_fills_missing_iterations_and_takes_the_median_of_repeated_ones():
+    """Rank 1 has two rows for iteration 0 (their median), rank 0 none for iteration 2 (the
+    job's value); a row without a rank counts for the job only."""
+    iterations = schema.conform("iterations", pl.DataFrame({
+        "job": "j", "rank": [1, 0, 0, 1, 1, None], "iteration": [0, 0, 1, 0, 1, 2],
+        "t_start_ns": [0, 0, 1, 0, 1, 2], "t_end_ns": [1, 1, 2, 1, 2, 3],
+        "duration_s": [5.0, 1.0, 2.0, 3.0, 4.0, 9.0], "source": "acf", "quality": "ok"}))
+    series = job_series(iterations)
+    assert series.ranks == [0, 1]
+    assert series.matrix.tolist() == [[1.0, 2.0, 9.0], [4.0, 4.0, 9.0]]
+    assert series.job["duration_s"].to_list() == [3.0, 3.0, 9.0]
