@@ -1,5 +1,5 @@
 """Attribution's job-wide signals by partitions: the same instances, own times and verdicts as
-one pass over the whole job, whatever the partitioning; whole groups per bin, largest first;
+one pass over the whole job, whatever the partitioning; whole groups per bin, costliest first;
 integer group ids in name order; a batch reads only its ranks' folders."""
 
 from __future__ import annotations

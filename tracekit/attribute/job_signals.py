@@ -184,7 +184,7 @@ def _numbered(groups: pl.DataFrame) -> pl.DataFrame:
 def _bins(groups: pl.DataFrame, executor: Executor) -> list[pl.DataFrame]:
     """Whole groups packed into bins of about equal cost (as many bins as
     :func:`~tracekit.parallel.partition_size` asks, of about :data:`CALLS_PER_BIN` calls);
-    largest bin first, so the longest partitions start first.
+    costliest bin first, so the longest partitions start first.
 
     A bin's cost is the calls it keeps plus :data:`READ_COST` for every call of its member
     ranks, which it reads to find them: a group spanning every rank reads the whole job. Each
