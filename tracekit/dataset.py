@@ -58,6 +58,15 @@ def atomic_path(final: Path) -> Iterator[Path]:
             temporary.unlink()
 
 
+def write_parquet(frame: pl.DataFrame, final: Path,
+                  metadata: dict[str, str] | None = None) -> None:
+    """``frame`` as the Parquet file ``final``, complete or absent (:func:`atomic_path`), with
+    the settings of every part (:data:`PARQUET_ZSTD_LEVEL`, statistics for pruning)."""
+    with atomic_path(final) as temporary:
+        frame.write_parquet(temporary, compression="zstd", compression_level=PARQUET_ZSTD_LEVEL,
+                            statistics=True, metadata=metadata)
+
+
 def _tracekit_version() -> str:
     from tracekit import __version__
 
@@ -114,11 +123,8 @@ class Dataset:
         the same name. Raises SchemaError (naming table and column) on a mismatched frame."""
         schema.validate(name, frame)
         final = self.path / name / f"{part}.parquet"
-        stats = json.dumps(_stats_from_rows(name, frame.lazy()))
-        with atomic_path(final) as temporary:
-            frame.write_parquet(temporary, compression="zstd",
-                                compression_level=PARQUET_ZSTD_LEVEL, statistics=True,
-                                metadata={PART_STATS_KEY: stats})
+        write_parquet(frame, final, {PART_STATS_KEY: json.dumps(_stats_from_rows(name,
+                                                                            frame.lazy()))})
         return final
 
     def write_table(self, name: str, frame: pl.DataFrame) -> Path:
@@ -229,13 +235,14 @@ def _part_stats(name: str, part: Path) -> dict[str, Any]:
 
 def _table_stats(name: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
     """A table's statistics from its parts': rows, time span, number of ranks and hosts."""
+    spec = schema.table(name)
     totals: dict[str, Any] = {"rows": sum(p["rows"] for p in parts)}
-    if schema.table(name).time_column:
+    if spec.time_column:
         starts = [p["t_min_ns"] for p in parts if p["t_min_ns"] is not None]
         ends = [p["t_max_ns"] for p in parts if p["t_max_ns"] is not None]
         totals.update(t_min_ns=min(starts, default=None), t_max_ns=max(ends, default=None))
     for key in _DISTINCT:
-        if key in schema.table(name).schema:
+        if key in spec.schema:
             totals[f"{key}s"] = len(set().union(*(p[f"{key}s"] for p in parts)))
     return totals
 

@@ -42,7 +42,7 @@ from tracekit import schema
 from tracekit.attribute.arrival import call_gaps
 from tracekit.attribute.groups import HANDLE, assign_groups, handle_summary
 from tracekit.attribute.instances import collective_calls, collective_instances, member_calls
-from tracekit.dataset import PARQUET_ZSTD_LEVEL, Dataset, atomic_path, open_dataset
+from tracekit.dataset import Dataset, open_dataset, write_parquet
 from tracekit.parallel import Executor, map_all, partition_size
 
 RANKS_PER_BATCH = 8
@@ -113,9 +113,7 @@ def _keep(frame: pl.DataFrame, path: str | None) -> Part:
     itself without a path."""
     if path is None:
         return frame
-    with atomic_path(Path(path)) as temporary:
-        frame.write_parquet(temporary, compression="zstd", compression_level=PARQUET_ZSTD_LEVEL,
-                            statistics=True)
+    write_parquet(frame, Path(path))
     return path
 
 
