@@ -73,6 +73,12 @@ def _tracekit_version() -> str:
     return __version__
 
 
+def source_record_key(record: dict[str, Any]) -> str:
+    """What identifies a manifest source record: its ``key`` (content hash, plus the file name
+    where the name is part of the data), or the content hash of records written before keys."""
+    return record.get("key", record["sha256"])
+
+
 @dataclass
 class Dataset:
     """An opened dataset folder. Tables are read lazily; the manifest is kept in memory and
@@ -160,8 +166,9 @@ class Dataset:
         return next((s for s in self.manifest["sources"] if s["sha256"] == sha256), None)
 
     def record_source(self, record: dict[str, Any]) -> None:
-        """Add or replace (by sha256) a source record in the manifest."""
-        sources = [s for s in self.manifest["sources"] if s["sha256"] != record["sha256"]]
+        """Add or replace (by :func:`source_record_key`) a source record in the manifest."""
+        key = source_record_key(record)
+        sources = [s for s in self.manifest["sources"] if source_record_key(s) != key]
         sources.append(record)
         sources.sort(key=lambda s: s["path"])
         self.manifest["sources"] = sources

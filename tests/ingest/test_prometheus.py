@@ -160,12 +160,19 @@ def test_node_exporter_cpu_becomes_host_utilisation():
                   {"host": "gpu-b03.cluster.local"})
     host = chunk.tables["host_metrics"]
     schema.validate("host_metrics", host)
-    got = {m: v for m, v in host.select("metric", "value").iter_rows()}
+    cumulative = host.filter(pl.col("unit") == "s")
+    shares = host.filter(pl.col("unit") != "s")
+    got = {m: v for m, v in shares.select("metric", "value").iter_rows()}
     # per cpu: busy = user + steal = +7, total = +10 -> 70 %
     assert got == {"cpu_util_pct": 70.0, "cpu_iowait_pct": 10.0, "cpu_steal_pct": 10.0,
                    "load1": 3.5}
     assert set(host["host"]) == {"gpu-b03"}
-    assert set(host["ts_ns"]) == {TS_NS + 10 * 10**9}
+    assert set(shares["ts_ns"]) == {TS_NS + 10 * 10**9}
+    # the running totals of both scrapes, for shares across one-scrape files: 2 CPUs
+    assert sorted(cumulative.select("ts_ns", "metric", "value").rows()) == [
+        (TS_NS, "cpu_busy_seconds_total", 210.0), (TS_NS, "cpu_seconds_total", 830.0),
+        (TS_NS + 10 * 10**9, "cpu_busy_seconds_total", 224.0),
+        (TS_NS + 10 * 10**9, "cpu_seconds_total", 850.0)]
 
 
 def test_ipmi_exporter_values_and_states(formats_dir):

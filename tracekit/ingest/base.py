@@ -122,6 +122,16 @@ class Reader:
     priority: ClassVar[int] = 100
     """Lower sniffs first; give specific formats a lower number than catch-all ones."""
     description: ClassVar[str] = ""
+    rows_depend_on_name: ClassVar[bool] = False
+    """The file's name supplies its rows' time or host (snapshot dumps): the same bytes under
+    two names are two sources, e.g. two scrapes 15 s apart that served the same values."""
+
+    def source_key(self, source: Source) -> str:
+        """What identifies a source's rows: its content hash, and its name where the name is
+        part of the data (:attr:`rows_depend_on_name`)."""
+        if not self.rows_depend_on_name:
+            return source.sha256
+        return hashlib.sha256(f"{source.sha256}\0{source.file_name}".encode()).hexdigest()
 
     def sniff(self, source: Source) -> bool:
         """True when ``source`` is in this format; look at ``source.head`` and the file name."""

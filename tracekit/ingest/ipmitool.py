@@ -75,6 +75,7 @@ class IpmitoolReader(Reader):
     version = "1"
     tables = ("host_metrics",)
     priority = 50
+    rows_depend_on_name = True
     description = "ipmitool sdr list / sdr elist / sensor / -c sensor snapshots"
 
     def sniff(self, source: Source) -> bool:

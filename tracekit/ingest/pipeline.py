@@ -27,7 +27,7 @@ from typing import Any
 import polars as pl
 
 from tracekit import schema
-from tracekit.dataset import Dataset, create_dataset
+from tracekit.dataset import Dataset, create_dataset, source_record_key
 from tracekit.errors import InputError, TracekitError
 from tracekit.ingest import registry
 from tracekit.ingest.base import Chunk, Reader, Source, cores
@@ -129,9 +129,9 @@ def ingest(
 
 
 def _known_records(dataset: Dataset, file: str) -> dict[str, dict[str, Any]]:
-    """Manifest records of earlier ingests of this file (or its archive members), by sha256:
+    """Manifest records of earlier ingests of this file (or its archive members), by source key:
     a worker gets only what it needs to skip unchanged sources."""
-    return {s["sha256"]: s for s in dataset.manifest["sources"]
+    return {source_record_key(s): s for s in dataset.manifest["sources"]
             if s["path"] == file or s["path"].startswith(f"{file}!")}
 
 
@@ -176,12 +176,12 @@ def _merge(dataset: Dataset, outcomes: list[Outcome]) -> list[SourceSummary]:
             continue
         for summary, source_record in outcome.value:
             if source_record is not None:
-                sha = source_record["sha256"]
-                if sha in recorded:
+                key = source_record_key(source_record)
+                if key in recorded:
                     summary.status = "unchanged"
-                    summary.notes.append(f"same content as {recorded[sha]}")
+                    summary.notes.append(f"same content as {recorded[key]}")
                 else:
-                    recorded[sha] = summary.path
+                    recorded[key] = summary.path
                     dataset.record_source(source_record)
             summaries.append(summary)
     return summaries
@@ -199,7 +199,7 @@ def _ingest_source(
     try:
         reader = forced or registry.sniff(source)
         summary.format = reader.format
-        known = _earlier_record(source, known_records)
+        known = _earlier_record(source, reader, known_records)
         if known and known["format"] == reader.format and known["parser_version"] == reader.version:
             summary.status = "unchanged"
             summary.rows = dict(known["rows"])
@@ -220,6 +220,7 @@ def _ingest_source(
         "path": source.name,
         "size": source.size,
         "sha256": source.sha256,
+        "key": reader.source_key(source),
         "format": reader.format,
         "parser_version": reader.version,
         "rows": summary.rows,
@@ -230,13 +231,13 @@ def _ingest_source(
     }
 
 
-def _earlier_record(source: Source,
+def _earlier_record(source: Source, reader: Reader,
                     known_records: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     """The manifest record of an earlier ingest of these very bytes, if any. Only a record of the
     same size can match, so a new or resized file is not hashed before it is read."""
     if not any(record["size"] == source.size for record in known_records.values()):
         return None
-    return known_records.get(source.sha256)
+    return known_records.get(reader.source_key(source))
 
 
 def _read_into(
@@ -272,7 +273,7 @@ def _read_into(
     except BaseException:
         writer.discard()
         raise
-    prefix = source.sha256[:16]
+    prefix = reader.source_key(source)[:16]
     written = writer.publish(prefix)
     summary.quarantined = summary.rows.pop("quarantine", 0)
     summary.ranks = len(ranks)

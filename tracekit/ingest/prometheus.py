@@ -271,7 +271,9 @@ CPU_IDLE_MODES = ("idle", "iowait")
 
 def _cpu_rows(samples: pl.DataFrame) -> tuple[str, pl.DataFrame, list[str], int]:
     """Host CPU from node_exporter: busy share of all CPUs between consecutive scrapes of
-    ``node_cpu_seconds_total`` (cpu_util_pct, plus iowait and steal shares), and load."""
+    ``node_cpu_seconds_total`` (cpu_util_pct, plus iowait and steal shares), and load. The
+    cumulative busy and total CPU seconds are kept too, since a dump of one scrape per file
+    has no consecutive scrapes within a file (the attribution derives shares across files)."""
     mode = label(samples, "mode")
     cpu = samples.filter(pl.col("name") == "node_cpu_seconds_total") \
         .with_columns(mode.alias("mode"))
@@ -292,11 +294,16 @@ def _cpu_rows(samples: pl.DataFrame) -> tuple[str, pl.DataFrame, list[str], int]
         ["cpu_util_pct", "cpu_iowait_pct", "cpu_steal_pct"], index=["host", "ts_ns"],
         variable_name="metric", value_name="value",
     ).drop_nulls("value").with_columns(pl.lit("%").alias("unit"))
+    cumulative = totals.select(
+        "host", "ts_ns", pl.col("busy").alias("cpu_busy_seconds_total"),
+        pl.col("total").alias("cpu_seconds_total"),
+    ).unpivot(["cpu_busy_seconds_total", "cpu_seconds_total"], index=["host", "ts_ns"],
+              variable_name="metric", value_name="value").with_columns(pl.lit("s").alias("unit"))
     load = samples.filter(pl.col("name").str.starts_with("node_load")).select(
         "host", "ts_ns", pl.col("name").str.strip_prefix("node_").alias("metric"), "value",
         pl.lit("").alias("unit"),
     )
-    rows = pl.concat([shares, load], how="vertical").with_columns(
+    rows = pl.concat([shares, cumulative, load], how="vertical").with_columns(
         pl.lit("node-exporter").alias("source"))
     return "host_metrics", schema.conform("host_metrics", rows), [], samples.height
 
@@ -384,9 +391,10 @@ def nccl_only(names: pl.Series) -> bool:
 
 class PrometheusTextReader(Reader):
     format = "prometheus-text"
-    version = "1"
+    version = "2"
     tables = ("gpu_metrics", "nic_counters", "host_metrics")
     priority = 60
+    rows_depend_on_name = True
     description = "Prometheus text exposition: dcgm-exporter, node_exporter (infiniband, cpu), " \
                   "ipmi_exporter, promtool tsdb dump"
 

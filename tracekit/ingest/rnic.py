@@ -71,6 +71,7 @@ class Mlx5HwCountersReader(Reader):
     version = "1"
     tables = ("nic_counters",)
     priority = 40
+    rows_depend_on_name = True
     description = "mlx5 sysfs hw_counters / counters snapshots (grep -H . style, # ts= markers)"
 
     def sniff(self, source: Source) -> bool:
@@ -109,6 +110,7 @@ class EthtoolStatsReader(Reader):
     version = "1"
     tables = ("nic_counters",)
     priority = 45
+    rows_depend_on_name = True
     description = "ethtool -S snapshots (NIC statistics:), device from the command line or " \
                   "--option device=NAME"
 

@@ -29,8 +29,20 @@ _BARE_TS = rf"^\s*(?:#\s*)?({TIMESTAMP_PATTERN})\s*$"
 _FILE_NAME_TIMES = (
     (re.compile(r"(?<!\d)(\d{4})-?(\d\d)-?(\d\d)[T_ -]?(\d\d)[:\-]?(\d\d)[:\-]?(\d\d)(?!\d)"),
      "ymdhms"),
-    (re.compile(r"(?<![\d.])(1\d{9})(\d{3})?(?![\d])"), "epoch"),
+    (re.compile(r"(?<!\d)(1\d{9})(\d{3})?(?![\d])"), "epoch"),
 )
+"""Times in file names. An epoch may follow any separator (``dcgm.gpu-a17.1760433600.prom``)."""
+
+EXPORTER_WORDS = frozenset({
+    "dcgm", "dcgm-exporter", "dcgm_exporter", "node", "node-exporter", "node_exporter", "hwc",
+    "hw_counters", "mlx5", "rnic", "nic", "ethtool", "ipmi", "ipmitool", "ipmi_exporter",
+    "sensor", "sensors", "sdr", "prom", "metrics", "scrape", "counters", "dmon", "dcgmi",
+    "exporter",
+})
+"""Words that name a collector rather than a host, as the first token of a file name."""
+
+_EXTENSION = re.compile(r"(?:\.(?:prom|txt|log|json|csv|out|metrics|gz|xz|zst|bz2))+$",
+                        re.IGNORECASE)
 
 
 def epoch_ns(text: pl.Expr) -> pl.Expr:
@@ -84,6 +96,50 @@ def file_name_ts_ns(source: Source) -> int | None:
     return None
 
 
+def file_host(source: Source) -> tuple[str | None, str | None]:
+    """The host a monitoring file's name or folder gives, and a note when it had to be guessed.
+
+    The rule, for files whose name holds a scrape time: the text before the time, less a
+    trailing separator, is ``<exporter><sep><host>``. Leading collector words
+    (:data:`EXPORTER_WORDS`) are dropped whatever the separator; failing one, the first ``.`` or
+    ``_`` token is (a dotted FQDN after it stays whole); ``<host>_<exporter>`` is read the other
+    way round. A dash alone never splits, since host names hold dashes. A name that holds only
+    the collector (``node-1760433600.prom``) takes its folder's name (``gpu-a17/node-...``),
+    with a note, since a folder may name a job rather than a host.
+    """
+    name = _EXTENSION.sub("", source.file_name)
+    found = [m for pattern, _ in _FILE_NAME_TIMES if (m := pattern.search(name))]
+    if not found:
+        return None, None
+    prefix = name[:found[0].start()].rstrip("._- ")
+    host = _strip_collector_words(prefix)
+    if host:
+        return host, None
+    folders = source.name.rsplit("!", 1)[-1].replace("\\", "/").split("/")[:-1]
+    if not folders or not folders[-1]:
+        return None, None
+    folder = folders[-1]
+    return folder, (f"host {folder!r} taken from the folder name; pass --option host=NAME "
+                    "if the folder does not name the host")
+
+
+def _strip_collector_words(prefix: str) -> str | None:
+    """The host part of ``<exporter><sep><host>``: leading collector words dropped (any
+    separator), else the first ``.`` / ``_`` token dropped; a trailing ``_<collector>`` too."""
+    rest, stripped = prefix, False
+    while (lead := re.match(r"^([A-Za-z0-9]+)[._-](.+)$", rest)) and \
+            lead.group(1).lower() in EXPORTER_WORDS:
+        rest, stripped = lead.group(2), True
+    trail = re.match(r"^(.+)[._]([A-Za-z0-9]+)$", rest)
+    if trail and trail.group(2).lower() in EXPORTER_WORDS:
+        rest = trail.group(1)
+    elif not stripped and (split := re.match(r"^([^._]+)[._](.+)$", rest)):
+        rest = split.group(2)
+    if not rest or rest.lower() in EXPORTER_WORDS:
+        return None
+    return rest
+
+
 def option_ts_ns(options: dict[str, str], source: Source, key: str = "ts") -> int | None:
     """``--option ts=...`` as ns; a clear error when it is not a time."""
     if key not in options:
@@ -125,7 +181,7 @@ class SnapshotClock:
         fallback = file_name_ts_ns(source)
         if fallback is None:
             fallback = option_ts_ns(options, source)
-        return cls(fallback, options.get("host"))
+        return cls(fallback, options.get("host") or file_host(source)[0])
 
     def stamp(self, lines: pl.DataFrame) -> pl.DataFrame:
         """Add ``is_marker``, ``snapshot`` (0-based), ``snap_ts_ns`` and ``snap_host`` to a frame

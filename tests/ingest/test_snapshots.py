@@ -1,0 +1,57 @@
+"""Time and host of monitoring files from their names: the conventions dumps use."""
+
+from __future__ import annotations
+
+import pytest
+
+from tracekit.dataset import open_dataset
+from tracekit.ingest.base import Source
+from tracekit.ingest.pipeline import ingest
+from tracekit.ingest.snapshots import file_host, file_name_ts_ns
+
+TS = 1782736574
+
+
+@pytest.mark.parametrize(("name", "host"), [
+    (f"dump.tar.xz!job-4822163/dcgm.gpu-i34.{TS}.prom", "gpu-i34"),
+    (f"hwc.gpu-p55.{TS}.txt", "gpu-p55"),
+    (f"node_gpu-a17_{TS}.prom", "gpu-a17"),
+    (f"dcgm-gpu-a17-{TS}.prom", "gpu-a17"),
+    (f"dcgm_exporter_gpu-a17_{TS}.prom", "gpu-a17"),
+    (f"node.gpu-a17.dc1.corp.{TS}.prom", "gpu-a17.dc1.corp"),
+    (f"gpu-a17_dcgm_{TS}.prom", "gpu-a17"),
+    (f"gpu-a17-{TS}.prom", "gpu-a17"),
+    (f"ipmi_{TS}.txt", None),
+    ("dcgm-2025-10-14T09:20:00Z.prom", None),
+    ("node.gpu-a17.prom", None),
+])
+def test_host_and_time_from_the_file_name(name, host):
+    source = Source(name, 0, lambda: None)
+    assert file_host(source) == (host, None)
+    if str(TS) in name:
+        assert file_name_ts_ns(source) == TS * 10**9
+
+
+def test_a_collector_only_name_takes_its_folder_with_a_note():
+    found, note = file_host(Source(f"dump/gpu-a17/node-{TS}.prom", 0, lambda: None))
+    assert found == "gpu-a17"
+    assert "taken from the folder name" in note and "--option host=" in note
+
+
+def test_identical_scrapes_under_two_names_are_two_samples(tmp_path):
+    """dcgm-exporter's 30 s collect interval serves the same bytes to two 15 s scrapes: both
+    are samples (their times differ), not one file seen twice; re-ingesting adds nothing."""
+    scrape = ('DCGM_FI_DEV_SM_CLOCK{gpu="0",UUID="GPU-1",Hostname="gpu-i34"} 1410\n'
+              'node_load1 2.5\n')
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    for ts in (TS, TS + 15):
+        (dump / f"dcgm.gpu-i34.{ts}.prom").write_text(scrape)
+    for _ in range(2):
+        ingest([dump], tmp_path / "ds")
+        dataset = open_dataset(tmp_path / "ds")
+        gpu = dataset["gpu_metrics"].collect()
+        assert sorted(gpu["ts_ns"].to_list()) == [TS * 10**9, (TS + 15) * 10**9]
+        host = dataset["host_metrics"].collect()
+        assert host["host"].to_list() == ["gpu-i34", "gpu-i34"]
+        assert len(dataset.manifest["sources"]) == 2
