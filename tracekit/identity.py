@@ -116,3 +116,33 @@ def resolve_gpus(frame: pl.DataFrame, directory: pl.DataFrame, bus_id: str = "bu
         .join(lookup, on=[host, "_bus"], how="left")
         .drop("_bus")
     )
+
+
+def rank_gpus(comms: pl.DataFrame, gpu_metrics: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
+    """The physical GPU of every rank that NCCL Init lines name (rank, host, gpu, bus_id,
+    gpu_uuid, gpu_from): by its PCI bus id in DCGM's samples, else NVML's index (``nvmlDev``).
+
+    NCCL's ``cudaDev`` is the process-local CUDA index: under ``CUDA_VISIBLE_DEVICES`` (the
+    usual launch, one GPU per process) every rank prints 0, so it never names the GPU when
+    either of the others is there.
+    """
+    if comms.is_empty() or "nvml_dev" not in comms.columns:
+        return pl.DataFrame(schema={"rank": pl.Int32, "host": pl.String, "gpu": pl.Int32,
+                                    "bus_id": pl.String, "gpu_uuid": pl.String,
+                                    "gpu_from": pl.String})
+    per_rank = (comms.filter(pl.col("rank").is_not_null())
+                .group_by("rank").agg(pl.col("host").drop_nulls().first(),
+                                      pl.col("nvml_dev").drop_nulls().first(),
+                                      pl.col("bus_id").drop_nulls().first()))
+    directory = gpu_directory(gpu_metrics)
+    resolved = resolve_gpus(per_rank, directory).join(
+        directory.select("host", pl.col("gpu").alias("gpu_index"), "gpu_uuid"),
+        on=["host", "gpu_index"], how="left")
+    return resolved.select(
+        pl.col("rank").cast(pl.Int32), "host",
+        pl.coalesce("gpu_index", "nvml_dev").cast(pl.Int32).alias("gpu"),
+        "bus_id", "gpu_uuid",
+        pl.when(pl.col("gpu_index").is_not_null()).then(pl.lit("bus id in DCGM"))
+        .when(pl.col("nvml_dev").is_not_null()).then(pl.lit("nvmlDev"))
+        .alias("gpu_from"),
+    ).sort("rank")

@@ -22,6 +22,7 @@ from tracekit.attribute.job_signals import JobSignals, scratch_folder, signals_i
 from tracekit.attribute.stages import StageVerdict, stage_imbalance
 from tracekit.attribute.verdict import INSUFFICIENT, Signals, Verdict, decide
 from tracekit.dataset import Dataset, open_dataset
+from tracekit.identity import rank_gpus
 from tracekit.parallel import Executor, LocalExecutor, map_all, record_build
 
 WARMUP_ITERATIONS = 10
@@ -135,11 +136,14 @@ def _decide(partition: _Episode) -> Verdict:
     cut = job.instances(window.before_start_ns, window.end_ns)
     gaps = job.gaps(window.before_start_ns, window.end_ns)
     dataset = open_dataset(partition.dataset)
+    monitoring = [dataset.table(name).collect() for name in MONITORING_TABLES]
+    ranks = job.ranks.join(rank_gpus(dataset.table("comms").collect(), monitoring[0])
+                           .select("rank", "gpu"), on="rank", how="left")
+    ranks = ranks.with_columns(pl.col("gpu").fill_null(pl.col("cuda_dev")))
     return decide(Signals(
         window, cut.filter(pl.col("t_ns") >= window.start_ns),
         cut.filter(pl.col("t_ns") < window.start_ns), gaps if gaps.height else job.any_gap,
-        job.ranks, dict(job.ranks.select("rank", "host").iter_rows()),
-        *(dataset.table(name).collect() for name in MONITORING_TABLES)))
+        ranks, dict(ranks.select("rank", "host").iter_rows()), *monitoring))
 
 
 def _trace_span(dataset: Dataset, span_ns: tuple[int, int]) -> tuple[int, int]:

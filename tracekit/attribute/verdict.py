@@ -13,6 +13,7 @@ from tracekit.attribute import evidence as ev
 from tracekit.attribute.arrival import own_time_change, skew_change
 from tracekit.attribute.links import localise
 from tracekit.attribute.profiling import SUSPECT_RATIO, suspect_groups
+from tracekit.attribute.telemetry import Suspect, gpu_suspects, host_suspects, link_suspects
 
 INSUFFICIENT = "insufficient-evidence"
 
@@ -25,11 +26,10 @@ monitoring signal each add :data:`CONFIRMATION_BONUS`."""
 CONFIRMATION_BONUS = 0.25
 
 
-ARRIVAL_LAST_SHARE = 0.9
-ARRIVAL_RISE = 1.5
-"""Without call end times (NCCL_DEBUG COLL lines print issue times only) a rank is a straggler
-by arrival alone when it arrives last in at least 90 % of its collectives and at least 1.5x as
-often as before. Waiting spreads along the pipeline, so weaker skew is not blamed."""
+SIGNAL_CONFIDENCE = 0.25
+"""Without call end times, confidence is this much per independent telemetry signal that moved
+with the slowdown (thermal reasons, clock, temperature; CNP at each end of a link), plus one
+share for the localisation, at most 1."""
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,8 @@ class Signals:
     before: pl.DataFrame
     gaps: pl.DataFrame
     ranks: pl.DataFrame
-    """rank, host, cuda_dev of every rank with matched collectives."""
+    """rank, host, cuda_dev and gpu (the physical GPU index) of every rank with matched
+    collectives."""
     rank_hosts: dict[int, str]
     gpu_metrics: pl.DataFrame
     host_metrics: pl.DataFrame
@@ -64,17 +65,19 @@ def decide(signals: Signals) -> Verdict:
                        f"too few matched collectives: {signals.during.height} in the episode, "
                        f"{signals.before.height} before it (need {MIN_INSTANCES} each, with the "
                        "communicator of every call)")
+    if signals.gaps.is_empty():
+        return _from_telemetry(signals)
     culprits = _compute_culprits(signals) + _communication_culprits(signals)
-    if not culprits and signals.gaps.is_empty():
-        return Verdict("unknown", INSUFFICIENT, None, 0.0,
-                       "the collective calls have no end times (NCCL_DEBUG COLL lines print "
-                       "issue times only): no own compute or transfer time to compare, and no "
-                       f"rank arrived last in {ARRIVAL_LAST_SHARE:.0%} of its collectives; "
-                       "ingest the hook CSV or a profiler trace with call durations")
     if not culprits:
         return Verdict("unknown", "unknown", None, 0.0,
                        f"no rank's own compute time and no group's transfer time changed by more "
                        f"than {SUSPECT_RATIO - 1:.0%}: the slowdown is not localised by timing")
+    return _combined(culprits)
+
+
+def _combined(culprits: list[Verdict]) -> Verdict:
+    """One verdict from its culprits: several make a compound one (targets and causes joined
+    by ``+``); its confidence is that of the least certain culprit."""
     kinds = {c.kind for c in culprits}
     kind = kinds.pop() if len(kinds) == 1 and len(culprits) == 1 else "compound"
     causes = [c.cause for c in culprits]
@@ -86,32 +89,25 @@ def decide(signals: Signals) -> Verdict:
 
 
 def _compute_culprits(signals: Signals) -> list[Verdict]:
-    """Ranks whose own compute share grew more than the threshold over their peers (by arrival
-    alone when calls have no end times); all the ranks of one host (with more than one rank)
-    make that host the culprit."""
+    """Ranks whose own compute share grew more than the threshold over their peers; all the
+    ranks of one host (with more than one rank) make that host the culprit."""
     w = signals.window
     skew = skew_change(signals.during, signals.before, (w.end_ns - w.start_ns) / 1e9,
                        (w.start_ns - w.before_start_ns) / 1e9)
     arrival = pl.format("arrived last in {}% of its collectives vs {}% before",
                         (pl.col("last_share") * 100).round(0).cast(pl.Int64),
                         (pl.col("last_share_before") * 100).round(0).cast(pl.Int64))
-    if signals.gaps.is_empty():
-        own = signals.ranks.join(skew, on="rank", how="inner")
-        late = own.filter(pl.col("last_share") >= ARRIVAL_LAST_SHARE,
-                          pl.col("last_share") >= ARRIVAL_RISE * pl.col("last_share_before"))
-        late = late.with_columns(pl.format("rank {} ({}/{}) ", "rank", "host", "cuda_dev")
-                                 .add(arrival).alias("text"))
-    else:
-        own = own_time_change(signals.gaps, signals.ranks, (w.start_ns, w.end_ns),
-                              (w.before_start_ns, w.start_ns))
-        late = own.filter(pl.col("relative") > SUSPECT_RATIO).join(skew, on="rank", how="left")
-        late = late.with_columns(pl.format(
-            "rank {} ({}/{}) spent {}% of the time computing vs {}% before (x{} relative to its "
-            "peers)", "rank", "host", "cuda_dev",
-            (pl.col("own_share") * 100).round(0).cast(pl.Int64),
-            (pl.col("own_share_before") * 100).round(0).cast(pl.Int64),
-            pl.col("relative").round(2)).add(pl.lit(", ").add(arrival).fill_null(""))
-            .alias("text"))
+    own = own_time_change(signals.gaps, signals.ranks, (w.start_ns, w.end_ns),
+                          (w.before_start_ns, w.start_ns))
+    late = (own.filter(pl.col("relative") > SUSPECT_RATIO).join(skew, on="rank", how="left")
+            .join(signals.ranks.select("rank", "gpu"), on="rank", how="left"))
+    late = late.with_columns(pl.format(
+        "rank {} ({}/{}) spent {}% of the time computing vs {}% before (x{} relative to its "
+        "peers)", "rank", "host", "gpu",
+        (pl.col("own_share") * 100).round(0).cast(pl.Int64),
+        (pl.col("own_share_before") * 100).round(0).cast(pl.Int64),
+        pl.col("relative").round(2)).add(pl.lit(", ").add(arrival).fill_null(""))
+        .alias("text"))
     if late.is_empty():
         return []
     ranks_per_host = own.group_by("host").len()
@@ -126,9 +122,57 @@ def _compute_culprits(signals: Signals) -> list[Verdict]:
         finding = ev.host_finding(signals.host_metrics, host, w)
         out.append(_culprit("compute", f"host:{host}", timing, finding, unique=True))
     for row in late.filter(~pl.col("host").is_in(whole)).iter_rows(named=True):
-        finding = ev.gpu_finding(signals.gpu_metrics, row["host"], row["cuda_dev"], w)
+        finding = ev.gpu_finding(signals.gpu_metrics, row["host"], row["gpu"], w)
         out.append(_culprit("compute", f"rank:{row['rank']}", row["text"], finding, unique=True))
     return out
+
+
+def _from_telemetry(signals: Signals) -> Verdict:
+    """The verdict when the calls carry issue times only: the GPUs, hosts and links whose
+    telemetry moved with the slowdown (:mod:`.telemetry`); with none, what is missing, or that
+    nothing moved."""
+    hosts = sorted(set(signals.rank_hosts.values()))
+    suspects = (gpu_suspects(signals.gpu_metrics, signals.ranks, signals.window)
+                + host_suspects(signals.host_metrics, hosts, signals.window)
+                + link_suspects(signals.nic_counters, hosts, signals.window))
+    if suspects:
+        return _combined([_suspect_verdict(s, _arrival_text(signals, s.target))
+                          for s in suspects])
+    missing = [what for what, frame in (
+        ("DCGM samples (gpu_metrics)", signals.gpu_metrics),
+        ("host CPU samples (node_exporter, host_metrics)", signals.host_metrics),
+        ("RNIC congestion counters (nic_counters)", signals.nic_counters)) if frame.is_empty()]
+    no_ends = ("the collective calls have no end times (NCCL_DEBUG COLL lines print issue "
+               "times only), so timing does not say whose compute or transfer grew")
+    if missing:
+        return Verdict("unknown", INSUFFICIENT, None, 0.0,
+                       f"{no_ends}, and the dump has no {', no '.join(missing)} to tell which "
+                       "GPU, host or link slowed; add them, or the hook CSV with call ends")
+    return Verdict("unknown", "unknown", None, 0.0,
+                   f"{no_ends}; no GPU's thermal reasons, no host's CPU busy share and no "
+                   "link's congestion notifications moved with the slowdown")
+
+
+def _arrival_text(signals: Signals, target: str) -> str:
+    """How often a suspect rank arrived last at its collectives, during and before: the timing
+    that issue times do give, quoted beside the telemetry (it alone is too weak to blame: CPU
+    run-ahead and waiting along the pipeline blur who arrives last)."""
+    if not target.startswith("rank:"):
+        return ""
+    w = signals.window
+    skew = skew_change(signals.during, signals.before, (w.end_ns - w.start_ns) / 1e9,
+                       (w.start_ns - w.before_start_ns) / 1e9)
+    row = skew.filter(pl.col("rank") == int(target.removeprefix("rank:")))
+    if row.is_empty() or row["last_share_before"][0] is None:
+        return ""
+    return (f"; it arrived last in {row['last_share'][0]:.0%} of its collectives vs "
+            f"{row['last_share_before'][0]:.0%} before")
+
+
+def _suspect_verdict(suspect: Suspect, timing: str) -> Verdict:
+    confidence = min(1.0, SIGNAL_CONFIDENCE * (suspect.signals + 1))
+    return Verdict(suspect.kind, suspect.cause, suspect.target, confidence,
+                   f"{suspect.text}{timing} (the calls have issue times only)")
 
 
 def _communication_culprits(signals: Signals) -> list[Verdict]:

@@ -1,0 +1,241 @@
+"""Telemetry that moves with the slowdown: which GPU, host or link changed when the job slowed.
+
+When the collective calls carry issue times only (``NCCL_DEBUG=INFO`` COLL lines), timing cannot
+say whose compute or transfer grew, but the exporters a cluster runs anyway can: a GPU whose
+thermal clock-event reasons appear, a host whose CPU busy share jumps, the NICs at both ends of
+a link whose congestion notifications surge. A unit is a suspect only when its signal is new in
+the episode (absent in the healthy stretch before it), stands out from its peers at the same
+time, and holds for most of the episode, so that decoys do not count: a GPU hotter than its
+peers all along, a single scrape of power capping, CNP bursts of other tenants outside the slow
+iterations or on hosts the job does not run on.
+
+Exporters are scraped every 15 s or so. A rate from cumulative counters (CPU seconds, CNPs)
+describes the interval that ends at its scrape, so the episode's window reaches one scrape past
+its end; dcgm-exporter serves gauges up to one collect interval old (30 s by default), so for
+DCGM it reaches :data:`DCGM_LAG_SCRAPES` scrapes past the end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from tracekit.attribute.evidence import CONGESTION_COUNTERS, CPU_RISE_PCT, THERMAL_FLAGS, Window
+from tracekit.ingest.counters import counter_rates
+
+DCGM_LAG_SCRAPES = 4
+"""DCGM windows reach this many scrape intervals past the episode's end: two collect intervals
+of dcgm-exporter's default 30 s at the usual 15 s scrape."""
+
+SUSTAINED_SHARE = 0.5
+"""A CPU or CNP signal holds for the episode when at least half its samples there show it."""
+
+CNP_SURGE = 3.0
+"""A host's congestion-notification rate surges at 3x its own rate before (and at least one
+notification per second), as in :mod:`.evidence`."""
+
+
+@dataclass(frozen=True)
+class Suspect:
+    """A unit whose telemetry moved with the slowdown: ``target`` (``rank:N``, ``host:H``,
+    ``link:A-B``, ``nic:H``), the cause it supports, how many independent signals agree, and
+    the numbers that decided it."""
+
+    kind: str
+    cause: str
+    target: str
+    signals: int
+    text: str
+
+
+def scrape_interval_ns(frame: pl.DataFrame) -> int:
+    """The median time between a host's scrapes (15 s when the frame has too few)."""
+    times = frame.select("host", "ts_ns").unique().sort("host", "ts_ns")
+    gaps = times.select(pl.col("ts_ns").diff().over("host").alias("gap")).drop_nulls()
+    gap = gaps["gap"].filter(gaps["gap"] > 0).median() if gaps.height else None
+    return int(gap) if gap else 15_000_000_000
+
+
+@dataclass(frozen=True)
+class _Spans:
+    """The telemetry windows of one episode: before it, during it (lag included), after it."""
+
+    before: tuple[int, int]
+    during: tuple[int, int]
+    after: tuple[int, int]
+
+    @classmethod
+    def of(cls, window: Window, interval_ns: int, lag_scrapes: int = 1) -> _Spans:
+        lag = lag_scrapes * interval_ns
+        end = window.end_ns + lag
+        length = max(window.end_ns - window.start_ns, lag)
+        return cls((window.before_start_ns, window.start_ns), (window.start_ns, end),
+                   (end, end + length))
+
+    def label(self, closed: str = "left") -> pl.Expr:
+        """The span of each sample's ``ts_ns``; ``closed="right"`` for rates, which describe
+        the interval ending at their sample."""
+        t = pl.col("ts_ns")
+        return (pl.when(t.is_between(*self.during, closed=closed)).then(pl.lit("during"))
+                .when(t.is_between(*self.before, closed=closed)).then(pl.lit("before"))
+                .when(t.is_between(*self.after, closed=closed)).then(pl.lit("after")))
+
+
+def gpu_suspects(gpu_metrics: pl.DataFrame, ranks: pl.DataFrame, window: Window) -> list[Suspect]:
+    """GPUs whose thermal clock-event reasons appear with the episode (set in none of the
+    healthy samples before it, in at least two samples during it: one sample is one reading)
+    and whose SM clock then falls below their peers'. ``ranks`` maps (host, gpu) to ranks."""
+    if gpu_metrics.is_empty():
+        return []
+    spans = _Spans.of(window, scrape_interval_ns(gpu_metrics), DCGM_LAG_SCRAPES)
+    watched = gpu_metrics.filter(pl.col("metric").is_in([*THERMAL_FLAGS, "sm_clock_mhz",
+                                                         "gpu_temp_c"]))
+    labelled = watched.with_columns(spans.label().alias("span")).drop_nulls("span")
+    thermal = (labelled.filter(pl.col("metric").is_in(THERMAL_FLAGS))
+               .group_by("host", "gpu", "ts_ns", "span").agg(
+                   (pl.col("value") > 0).any().alias("set"),
+                   pl.col("metric").filter(pl.col("value") > 0).alias("flags")))
+    during = pl.col("span") == "during"
+    onset = (thermal.group_by("host", "gpu").agg(
+        pl.col("set").filter(during).sum().alias("set_during"),
+        pl.col("set").filter(during).len().alias("samples_during"),
+        pl.col("set").filter(pl.col("span") == "before").sum().alias("set_before"),
+        pl.col("flags").filter(during).list.explode(keep_nulls=False, empty_as_null=False)
+        .unique().sort().alias("flags"),
+    ).filter(pl.col("set_during") >= 2, pl.col("set_before") == 0))
+    if onset.is_empty():
+        return []
+    levels = labelled.filter(pl.col("metric").is_in(["sm_clock_mhz", "gpu_temp_c"])).group_by(
+        "host", "gpu", "metric").agg(
+        pl.col("value").filter(pl.col("span") == "during").min().alias("worst_clock"),
+        pl.col("value").filter(pl.col("span") == "during").median().alias("median_clock"),
+        pl.col("value").filter(pl.col("span") == "during").max().alias("worst_temp"),
+        pl.col("value").filter(pl.col("span") == "before").median().alias("before"))
+    peers_clock = levels.filter(pl.col("metric") == "sm_clock_mhz")
+    out = []
+    for row in onset.sort("host", "gpu").iter_rows(named=True):
+        host, gpu = row["host"], row["gpu"]
+        mine = levels.filter(pl.col("host") == host, pl.col("gpu") == gpu)
+        clock = mine.filter(pl.col("metric") == "sm_clock_mhz")
+        temp = mine.filter(pl.col("metric") == "gpu_temp_c")
+        others = peers_clock.filter((pl.col("host") != host) | (pl.col("gpu") != gpu))
+        peer = others["median_clock"].median()
+        flags = "/".join(f.removeprefix("clock_event_") for f in row["flags"])
+        parts = [f"{flags} set in {row['set_during']} of {row['samples_during']} samples "
+                 "during the episode, none before"]
+        signals = 1
+        if clock.height and clock["worst_clock"][0] is not None and peer:
+            low = clock["worst_clock"][0]
+            parts.append(f"SM clock down to {low:.0f} MHz (peers {peer:.0f} MHz)")
+            signals += low < peer
+        if temp.height and temp["worst_temp"][0] is not None and temp["before"][0] is not None:
+            parts.append(f"temperature {temp['before'][0]:.0f} -> {temp['worst_temp'][0]:.0f} C")
+            signals += temp["worst_temp"][0] > temp["before"][0]
+        rank = ranks.filter(pl.col("host") == host, pl.col("gpu") == gpu)["rank"]
+        target = f"rank:{rank[0]}" if rank.len() else f"gpu:{host}/{gpu}"
+        out.append(Suspect("compute", "gpu-thermal", target, signals,
+                           f"GPU {host}/{gpu}" + (f" (rank {rank[0]})" if rank.len() else "")
+                           + ": " + "; ".join(parts)))
+    return out
+
+
+def cpu_busy_pct(host_metrics: pl.DataFrame) -> pl.DataFrame:
+    """Host CPU busy share per scrape (host, ts_ns, value): ``cpu_util_pct`` where the ingest
+    computed it, else from the cumulative busy and total CPU seconds across scrapes (one
+    scrape per file leaves no pair within a file)."""
+    direct = host_metrics.filter(pl.col("metric") == "cpu_util_pct").select("host", "ts_ns",
+                                                                           "value")
+    cumulative = host_metrics.filter(
+        pl.col("metric").is_in(["cpu_busy_seconds_total", "cpu_seconds_total"]),
+        ~pl.col("host").is_in(direct["host"].unique().to_list()))
+    if cumulative.is_empty():
+        return direct
+    wide = cumulative.pivot(on="metric", index=["host", "ts_ns"], values="value",
+                            aggregate_function="first").sort("host", "ts_ns")
+    delta = {c: pl.col(c).diff().over("host") for c in
+             ("cpu_busy_seconds_total", "cpu_seconds_total")}
+    derived = wide.select("host", "ts_ns", pl.when(
+        (delta["cpu_seconds_total"] > 0) & (delta["cpu_busy_seconds_total"] >= 0))
+        .then(100 * delta["cpu_busy_seconds_total"] / delta["cpu_seconds_total"])
+        .alias("value")).drop_nulls("value")
+    return pl.concat([direct, derived])
+
+
+def host_suspects(host_metrics: pl.DataFrame, hosts: list[str], window: Window) -> list[Suspect]:
+    """Hosts of the job whose CPU busy share rises by :data:`CPU_RISE_PCT` points over their own
+    level before and over their peers' during the episode (whichever of the two the scrapes
+    allow), in most of its samples."""
+    busy = cpu_busy_pct(host_metrics).filter(pl.col("host").is_in(hosts))
+    if busy.is_empty():
+        return []
+    spans = _Spans.of(window, scrape_interval_ns(busy))
+    labelled = busy.with_columns(spans.label("right").alias("span")).drop_nulls("span")
+    before = labelled.filter(pl.col("span") == "before").group_by("host").agg(
+        pl.col("value").median().alias("before"))
+    during = labelled.filter(pl.col("span") == "during")
+    out = []
+    for host in sorted(hosts):
+        own_before = before.filter(pl.col("host") == host)["before"]
+        reference = own_before[0] if own_before.len() else None
+        mine = during.filter(pl.col("host") == host).join(
+            during.filter(pl.col("host") != host).group_by("ts_ns").agg(
+                pl.col("value").median().alias("peers")), on="ts_ns", how="left")
+        if mine.is_empty() or (reference is None and mine["peers"].is_null().all()):
+            continue
+        risen = (pl.lit(reference is None) | (pl.col("value") >= (reference or 0) + CPU_RISE_PCT)) \
+            & (pl.col("peers").is_null() | (pl.col("value") >= pl.col("peers") + CPU_RISE_PCT))
+        share = mine.select(risen.mean()).item()
+        if share is None or share < SUSTAINED_SHARE:
+            continue
+        peers = mine["peers"].median()
+        out.append(Suspect("compute", "cpu-contention", f"host:{host}", 1, (
+            f"host {host}: CPU busy "
+            + (f"{reference:.0f} -> " if reference is not None else "(no scrape before) ")
+            + f"{mine['value'].median():.0f} % "
+            + (f"(peers {peers:.0f} %) " if peers is not None else "")
+            + f"in {share:.0%} of the episode's scrapes")))
+    return out
+
+
+def congestion_rates(nic_counters: pl.DataFrame) -> pl.DataFrame:
+    """Congestion-notification rate per host and scrape (host, ts_ns, rate_per_s), from the
+    counters across the whole job: a dump of one snapshot per file has no rate within a file."""
+    counters = nic_counters.filter(pl.col("counter").is_in(CONGESTION_COUNTERS),
+                                   pl.col("value").is_not_null())
+    if counters.is_empty():
+        return pl.DataFrame(schema={"host": pl.String, "ts_ns": pl.Int64,
+                                    "rate_per_s": pl.Float64})
+    series = ["host", "device", "port", "counter"]
+    rated = counter_rates(counters.unique([*series, "ts_ns"], keep="last").drop("rate_per_s"),
+                          series)
+    return (rated.drop_nulls("rate_per_s").group_by("host", "ts_ns")
+            .agg(pl.col("rate_per_s").sum()).sort("host", "ts_ns"))
+
+
+def link_suspects(nic_counters: pl.DataFrame, hosts: list[str],
+                  window: Window) -> list[Suspect]:
+    """The link (or NIC) whose hosts' congestion notifications surge with the episode: at least
+    :data:`CNP_SURGE` times their own rate before in most of the episode's scrapes. Two or more
+    surging hosts of the job make a link of the two that surge most; one makes its NIC."""
+    rates = congestion_rates(nic_counters).filter(pl.col("host").is_in(hosts))
+    if rates.is_empty():
+        return []
+    spans = _Spans.of(window, scrape_interval_ns(rates))
+    labelled = rates.with_columns(spans.label("right").alias("span")).drop_nulls("span")
+    before = labelled.filter(pl.col("span") == "before").group_by("host").agg(
+        pl.col("rate_per_s").median().alias("before"))
+    floor = pl.max_horizontal(pl.col("before"), pl.lit(1.0)) * CNP_SURGE
+    per_host = labelled.filter(pl.col("span") == "during").join(before, on="host").group_by(
+        "host").agg(pl.col("before").first(), pl.col("rate_per_s").median().alias("during"),
+                    (pl.col("rate_per_s") >= floor).mean().alias("share"))
+    rows = list(per_host.filter(pl.col("share") >= SUSTAINED_SHARE).iter_rows(named=True))
+    if not rows:
+        return []
+    rows.sort(key=lambda r: r["during"] / max(r["before"], 1.0), reverse=True)
+    top = sorted(r["host"] for r in rows[:2])
+    target = f"link:{top[0]}-{top[1]}" if len(top) == 2 else f"nic:{top[0]}"
+    text = "; ".join(f"{r['host']} CNP {r['before']:,.0f} -> {r['during']:,.0f}/s"
+                     for r in sorted(rows[:2], key=lambda r: r["host"]))
+    return [Suspect("communication", "network-congestion", target, len(top),
+                    text + " during the episode")]
