@@ -13,6 +13,7 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 FORMATS = SHARED / "formats"
 REAL = SHARED / "real"
+DEVSET = SHARED / "devset"
 
 
 @pytest.fixture(scope="session")
@@ -27,3 +28,11 @@ def real_dir() -> Path:
     if not REAL.is_dir():
         pytest.fail(f"real datasets not found at {REAL}")
     return REAL
+
+
+@pytest.fixture(scope="session")
+def devset_dir() -> Path:
+    """The independent labeled dumps (public data: never copied into the repository)."""
+    if not (DEVSET / "dumps").is_dir():
+        pytest.skip(f"labeled devset dumps not found at {DEVSET} (they sit in ../shared/)")
+    return DEVSET

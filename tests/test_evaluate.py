@@ -316,3 +316,28 @@ def test_alarm_delay_from_the_online_report():
     assert everything["alarm_delay_s_median"].to_list() == pytest.approx([80.0, 25.0])
     silent = evaluate(JOBS, _labels(), _episodes()).episode_table
     assert silent["alarm_delay_iterations_median"].null_count() == silent.height
+
+
+@pytest.mark.parametrize(("detected", "right"), [
+    ("rank:1+link:gpu02-gpu01", [True, True]),
+    ("rank:1", [False, True]),
+    ("rank:1+link:gpu01-gpu02+rank:3", [False, False]),  # rank 3 is healthy
+])
+def test_a_compound_labeled_as_two_episodes_is_named_by_one_verdict(detected, right):
+    """Labeled dumps keep each half of a compound fail-slow as its own episode (congestion on
+    a link, a thermal GPU): one verdict naming both parts is right for each half."""
+    names = ["job", "episode", "fail_slow", "t_start_ns", "t_end_ns", "start_iteration",
+             "cause", "target", "target_rank", "target_host", "target_gpu", "target_link"]
+    labels = schema.conform("labels", pl.DataFrame(
+        [("j", 1, True, 0, 10 * S, 0, "network-congestion", "link:gpu01-gpu02", None, None,
+          None, "gpu01-gpu02"),
+         ("j", 2, True, 2 * S, 12 * S, 2, "gpu-thermal", "rank:1", 1, "gpu01", 1, None)],
+        schema=[(n, schema.LABELS.schema[n]) for n in names], orient="row"))
+    episodes = schema.conform("episodes", pl.DataFrame(
+        [("d", "j", 0, 0, 12 * S, 0, "gpu-thermal+network-congestion", detected)],
+        schema=[(n, schema.EPISODES.schema[n]) for n in (
+            "detector", "job", "episode", "t_start_ns", "t_end_ns", "start_iteration", "cause",
+            "target")], orient="row"))
+    matches = episode_matches(labels, episodes)
+    assert matches["target_correct"].to_list() == right
+    assert matches["cause_correct"].to_list() == [True, True]

@@ -181,6 +181,21 @@ def is_dataset(path: Path) -> bool:
     return (Path(path) / MANIFEST).is_file()
 
 
+def corpus_jobs(corpus: Path) -> list[tuple[str, list[Path]]]:
+    """The jobs of a corpus folder, each a name and what to ingest: one sub-folder per job (a
+    dataset or a dump), or labeled dumps as a team keeps them, ``dumps/<job>.tar.xz`` (or a
+    folder) beside ``truth/<job>/`` (``labels.json``, ``iterations.csv``)."""
+    dumps, truth = corpus / "dumps", corpus / "truth"
+    if dumps.is_dir() and truth.is_dir():
+        jobs = []
+        for dump in sorted(p for p in dumps.iterdir() if not p.name.startswith(".")):
+            name = dump.name.split(".")[0]
+            jobs.append((name, [dump] + ([truth / name] if (truth / name).is_dir() else [])))
+        return jobs
+    return [(p.name, [p]) for p in sorted(corpus.iterdir())
+            if p.is_dir() and not p.name.startswith(".")]
+
+
 def analyze_corpus(corpus: Path, work: Path,
                    progress: Callable[[str, int, int], None] | None = None,
                    skip: Collection[str] = ()) -> list[Path]:
@@ -190,19 +205,19 @@ def analyze_corpus(corpus: Path, work: Path,
     corpus = Path(corpus)
     if not corpus.is_dir():
         raise InputError("a corpus is a folder with one sub-folder per job", str(corpus))
-    jobs = sorted(p for p in corpus.iterdir() if p.is_dir() and not p.name.startswith("."))
+    jobs = corpus_jobs(corpus)
     if not jobs:
         raise InputError("no job folders in this corpus", str(corpus))
     datasets = []
-    for done, folder in enumerate(jobs, start=1):
-        if is_dataset(folder):
-            datasets.append(folder)
+    for done, (name, sources) in enumerate(jobs, start=1):
+        if len(sources) == 1 and is_dataset(sources[0]):
+            datasets.append(sources[0])
         else:
-            target = Path(work) / folder.name
-            analyze([folder], target, job=folder.name, write_job_report=False, skip=skip)
+            target = Path(work) / name
+            analyze(sources, target, job=name, write_job_report=False, skip=skip)
             datasets.append(target)
         if progress is not None:
-            progress(folder.name, done, len(jobs))
+            progress(name, done, len(jobs))
     return datasets
 
 

@@ -162,7 +162,11 @@ def episode_matches(labels: pl.DataFrame, episodes: pl.DataFrame,
                     detectors: list[str] | None = None) -> pl.DataFrame:
     """One row per (detector, labeled fail-slow): the earliest detected episode overlapping it
     (null when missed), the detection delay from the labeled onset, and whether the detected
-    culprit and cause agree with the label (null when the episode was not attributed).
+    culprit and cause agree with the label (null when the episode was not attributed): the
+    verdict names every part of the label's culprit and cause, and nothing that no labeled
+    fail-slow overlapping the same episode names; so each half of a compound fail-slow labeled
+    as two episodes (congestion on a link, a thermal GPU) is right when one compound verdict
+    names both.
 
     A detection that starts at or before the labeled onset has zero delay; so has an alarm
     raised before it. The alarm delay is null when ``episodes`` lacks :data:`ALARM_COLUMNS`.
@@ -195,6 +199,17 @@ def episode_matches(labels: pl.DataFrame, episodes: pl.DataFrame,
                                                       if c not in ("detector", "job")])
     )
     matched = grid.join(overlapping, on=["detector", "job", "label_episode"], how="left")
+    matched = matched.with_columns(
+        _culprit_parts(_label_target()).alias("label_culprit"),
+        _cause_set(pl.col("cause")).alias("label_cause"),
+    )
+    # what every labeled fail-slow that the same detected episode overlaps names, pooled: a
+    # compound fail-slow labeled as two episodes is named by one verdict with both parts
+    pooled = (matched.filter(pl.col("detected_episode").is_not_null())
+              .group_by("detector", "job", "detected_episode")
+              .agg(pl.col("label_culprit").list.explode().unique().alias("overlapping_culprits"),
+                   pl.col("label_cause").list.explode().unique().alias("overlapping_causes")))
+    matched = matched.join(pooled, on=["detector", "job", "detected_episode"], how="left")
     attributed_target = pl.col("detected_target").is_not_null() & (
         pl.col("detected_target") != "")
     attributed_cause = pl.col("detected_cause").is_not_null() & ~pl.col("detected_cause").is_in(
@@ -208,11 +223,20 @@ def episode_matches(labels: pl.DataFrame, episodes: pl.DataFrame,
         alarm_delay_s=(pl.col("alarm_ns") - pl.col("label_start_ns")).clip(lower_bound=0) / 1e9,
         alarm_delay_iterations=(pl.col("alarm_iteration")
                                 - pl.col("label_start_iteration")).clip(lower_bound=0),
-        target_correct=pl.when(attributed_target).then(
-            _culprit_parts(pl.col("detected_target")) == _culprit_parts(_label_target())),
-        cause_correct=pl.when(attributed_cause).then(
-            _cause_set(pl.col("detected_cause")) == _cause_set(pl.col("cause"))),
+        target_correct=pl.when(attributed_target).then(_names_exactly(
+            _culprit_parts(pl.col("detected_target")), pl.col("label_culprit"),
+            pl.col("overlapping_culprits"))),
+        cause_correct=pl.when(attributed_cause).then(_names_exactly(
+            _cause_set(pl.col("detected_cause")), pl.col("label_cause"),
+            pl.col("overlapping_causes"))),
     ).sort("detector", "job", "label_episode")
+
+
+def _names_exactly(detected: pl.Expr, label: pl.Expr, overlapping: pl.Expr) -> pl.Expr:
+    """The verdict names every part of the label and nothing that no overlapping labeled
+    fail-slow names (an extra healthy rank is a wrong culprit)."""
+    return (label.list.set_difference(detected).list.len() == 0) & (
+        detected.list.set_difference(overlapping).list.len() == 0)
 
 
 def _canonical_target(target: pl.Expr) -> pl.Expr:

@@ -115,4 +115,113 @@ class SynthManifestReader(Reader):
             f"{spec.get('seed')}): description only, nothing to ingest"])
 
 
-READERS = [LabelsReader(), TruthReader(), SynthManifestReader()]
+TRUTH_CSV_HEADER = "iteration,t_start_ns,t_end_ns,duration_s"
+"""How a labeled dump's ``iterations.csv`` starts (the truth format of ``../shared/devset``)."""
+
+
+def _json_document(source: Source) -> object:
+    try:
+        with source.open() as stream:
+            return json.load(stream)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise InputError(f"not valid JSON: {error}", source.name,
+                         getattr(error, "lineno", None)) from None
+
+
+def label_row(entry: dict, source: Source, index: int) -> dict:
+    """One ``labels`` row from one entry of a labeled dump's ``labels.json``: the target as
+    ``rank:N`` (with its host and GPU), ``host:H`` or ``link:A-B``; causes spelled as tracekit
+    spells them (``gpu_thermal`` -> ``gpu-thermal``)."""
+    try:
+        target = entry.get("target") or {}
+        link = sorted(target["link"]) if "link" in target else None
+        rank = target.get("rank")
+        text = (f"link:{link[0]}-{link[1]}" if link else f"rank:{rank}" if rank is not None
+                else f"host:{target['host']}" if target.get("host") else None)
+        episode = "".join(ch for ch in str(entry["episode"]) if ch.isdigit())
+        return {
+            "episode": int(episode) if episode else index + 1,
+            "fail_slow": bool(entry["counts_as_failslow"]),
+            "kind": entry.get("kind"),
+            "cause": str(entry["cause"]).replace("_", "-"),
+            "target": text, "target_rank": rank, "target_host": target.get("host"),
+            "target_gpu": target.get("gpu"), "target_link": "-".join(link) if link else None,
+            "t_start_ns": int(entry["t_start_ns"]), "t_end_ns": int(entry["t_end_ns"]),
+            "start_iteration": entry.get("iter_start"), "end_iteration": entry.get("iter_end"),
+            "severity": entry.get("severity"),
+        }
+    except (KeyError, TypeError, ValueError, IndexError) as error:
+        raise InputError(f"label {index + 1} lacks or misspells {error}: each entry needs "
+                         "episode, counts_as_failslow, cause, target, t_start_ns, t_end_ns",
+                         source.name) from None
+
+
+class LabelsJsonReader(Reader):
+    format = "labels-json"
+    version = "1"
+    tables = ("labels",)
+    priority = 15
+    description = "ground truth of a labeled dump (labels.json: one entry per episode, with " \
+                  "counts_as_failslow, cause and target)"
+
+    def sniff(self, source: Source) -> bool:
+        head = source.head_text.lstrip()
+        return head.startswith("[") and '"counts_as_failslow"' in head
+
+    def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
+        entries = _json_document(source)
+        if not isinstance(entries, list):
+            raise InputError("labels.json must be a list of episodes", source.name)
+        rows = [label_row(entry, source, i) for i, entry in enumerate(entries)]
+        columns = {c: schema.LABELS.schema[c] for c in rows[0]} if rows else {}
+        labels = schema.conform("labels", pl.DataFrame(rows, schema=columns).with_columns(
+            pl.lit(None, pl.String).alias("job")))
+        yield Chunk(tables={"labels": labels}, lines=len(entries), bytes_read=source.size)
+
+
+class TruthCsvReader(Reader):
+    format = "truth-csv"
+    version = "1"
+    tables = ("iterations",)
+    priority = 15
+    description = "ground-truth iteration times of a labeled dump (iterations.csv)"
+
+    def sniff(self, source: Source) -> bool:
+        return source.head_text.startswith(TRUTH_CSV_HEADER)
+
+    def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
+        try:
+            with source.open() as stream:
+                frame = pl.read_csv(stream, columns=list(TRUTH_CSV_HEADER.split(",")),
+                                    schema_overrides={"t_start_ns": pl.Int64,
+                                                      "t_end_ns": pl.Int64})
+        except pl.exceptions.PolarsError as error:
+            raise InputError(f"not a truth iteration CSV: {error}", source.name) from None
+        iterations = frame.select(
+            pl.lit(None, dtype=pl.String).alias("job"), pl.lit(None, dtype=pl.Int32).alias("rank"),
+            pl.col("iteration").cast(pl.Int64), "t_start_ns", "t_end_ns",
+            pl.col("duration_s").cast(pl.Float64), pl.lit("truth").alias("source"),
+            pl.lit("ok").alias("quality"))
+        yield Chunk(tables={"iterations": schema.conform("iterations", iterations)},
+                    lines=frame.height + 1, skipped=1, bytes_read=source.size)
+
+
+class LabeledJobReader(Reader):
+    format = "labeled-job"
+    version = "1"
+    tables = ()
+    priority = 15
+    description = "description of a labeled dump (job.json with layout and generator): " \
+                  "recognised, not ingested"
+
+    def sniff(self, source: Source) -> bool:
+        head = source.head_text.lstrip()
+        return head.startswith("{") and '"job_id"' in head and '"layout"' in head
+
+    def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
+        yield Chunk(lines=1, skipped=1, bytes_read=source.size,
+                    notes=["labeled job description: recognised, not ingested"])
+
+
+READERS = [LabelsReader(), TruthReader(), SynthManifestReader(), LabelsJsonReader(),
+           TruthCsvReader(), LabeledJobReader()]

@@ -1,0 +1,64 @@
+"""Verdicts on dumps that nobody here wrote: NCCL_DEBUG logs with issue times only, a
+Megatron log and exporter scrapes named by host and time (``../shared/devset``).
+
+Each labeled fail-slow must get its culprit and cause; healthy jobs, near-misses and decoys
+(a hot GPU that does not slow, power-cap blips, CNP bursts of other tenants) none.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from tracekit.dataset import open_dataset
+from tracekit.evaluate import evaluate_corpus
+
+VERDICT_DETECTOR = "bocd+b"
+
+EXPECTED = {
+    "4690175": [("network-congestion", "link:gpu-p55-gpu-p56")],
+    "4822163": [("cpu-contention", "host:gpu-i34"),
+                ("gpu-thermal+network-congestion", "rank:2+link:gpu-i34-gpu-i35")],
+    "5014163": [("cpu-contention", "host:gpu-l37"), ("gpu-thermal", "rank:1")],
+    "5071793": [],
+    "6230882": [("network-congestion", "link:gpu-g42-gpu-g43")],
+    "6419707": [],
+    "8536444": [],
+    "8886318": [("gpu-thermal", "rank:7")],
+}
+"""One (cause, culprit) per episode of the verdict detector, in time order: the labels'
+(``truth/<job>/labels.json``); 4822163's second is one compound fail-slow."""
+
+
+@pytest.fixture(scope="module")
+def devset(devset_dir, tmp_path_factory):
+    return evaluate_corpus(devset_dir, tmp_path_factory.mktemp("devset"))
+
+
+def test_every_monitoring_file_is_read_and_has_a_host(devset):
+    corpus, _ = devset
+    for path in corpus.jobs["dataset"]:
+        dataset = open_dataset(path)
+        failed = [s["path"] for s in dataset.manifest["sources"] if s.get("error")]
+        assert not failed
+        for table in ("gpu_metrics", "host_metrics", "nic_counters"):
+            frame = dataset[table].collect()
+            assert frame.height > 0 and frame["host"].null_count() == 0, (path, table)
+
+
+@pytest.mark.parametrize("job", sorted(EXPECTED))
+def test_verdicts(devset, job):
+    corpus, _ = devset
+    episodes = (corpus.episodes.filter(pl.col("job") == job,
+                                       pl.col("detector") == VERDICT_DETECTOR)
+                .sort("t_start_ns"))
+    assert list(episodes.select("cause", "target").iter_rows()) == EXPECTED[job]
+
+
+def test_culprit_and_cause_right_for_every_fail_slow(devset):
+    _, evaluation = devset
+    row = evaluation.episode_table.filter(pl.col("detector") == VERDICT_DETECTOR,
+                                          pl.col("category") == "all").row(0, named=True)
+    assert (row["recall_text"], row["precision_text"]) == ("100.0 (8/8)", "100.0 (7/7)")
+    assert (row["localisation_text"], row["cause_accuracy_text"]) == ("100.0 (8/8)",
+                                                                       "100.0 (8/8)")
