@@ -12,7 +12,8 @@ from tracekit.detect.bocd import Bocd
 from tracekit.detect.bocd_baseline import BocdBaseline
 from tracekit.detect.bocd_map import BocdMap
 from tracekit.detect.bocd_verify import BocdVerify
-from tracekit.detect.ruptures_baselines import BinarySegmentation, Pelt, TwoWindow
+from tracekit.detect.penalised import BinarySegmentation, Pelt
+from tracekit.detect.ruptures_baselines import TwoWindow
 from tracekit.detect.window import SlidingWindow
 from tracekit.errors import TracekitError
 
