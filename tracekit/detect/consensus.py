@@ -14,13 +14,11 @@ Several columns: PELT reads them together; BOCD votes with the changes it finds 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 
-from tracekit.detect.base import OfflineDetector
 from tracekit.detect.bocd_map import BocdMap
-from tracekit.detect.penalised import Pelt, as_matrix
+from tracekit.detect.penalised import MatrixDetector, Pelt
 
 AGREEMENT_POINTS = 5
 """Two detectors date one change within this many points of each other: TCPD's tolerance for
@@ -28,23 +26,11 @@ a human annotation (van den Burg & Williams 2020), whose annotators dated change
 
 
 @dataclass
-class Consensus(OfflineDetector):
+class Consensus(MatrixDetector):
     name = "consensus"
     description = "changes PELT (noise within segments) and textbook BOCD both find (default)"
 
-    multivariate: ClassVar[bool] = True
-
     agreement: int = AGREEMENT_POINTS
-
-    def detect(self, series) -> np.ndarray:
-        """Change points of a 1-D series or of a points x columns matrix (all columns)."""
-        matrix = as_matrix(series)
-        self.reset()
-        self._cache = self._search_matrix(matrix)
-        return self._cache
-
-    def _search(self, series: np.ndarray) -> np.ndarray:
-        return self._search_matrix(series[:, None])
 
     def _search_matrix(self, matrix: np.ndarray) -> np.ndarray:
         proposed = Pelt(refit_noise=1).detect(matrix)

@@ -136,16 +136,10 @@ def binary_segmentation(cost: NormalMeanCost, points: int, penalty: float,
 
 
 @dataclass
-class PenalisedDetector(OfflineDetector):
-    """Offline penalised search on the scaled series; one column or several."""
+class MatrixDetector(OfflineDetector):
+    """An offline detector that also reads several columns at once (points x columns)."""
 
     multivariate: ClassVar[bool] = True
-
-    penalty: float = 0.0
-    """Penalty per change (per dimension); 0 means the MBIC default ``3 log N``."""
-    refit_noise: int = 0
-    """Times the unit noise is re-measured as the pooled deviation within the segments found,
-    and the search rerun; 0 keeps R's ``scale()``, whose deviation includes the changes."""
 
     def detect(self, series) -> np.ndarray:
         """Change points of a 1-D series or of a points x columns matrix (all columns)."""
@@ -156,6 +150,20 @@ class PenalisedDetector(OfflineDetector):
 
     def _search(self, series: np.ndarray) -> np.ndarray:
         return self._search_matrix(series[:, None])
+
+    def _search_matrix(self, matrix: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+
+@dataclass
+class PenalisedDetector(MatrixDetector):
+    """Penalised search on the scaled series; one column or several."""
+
+    penalty: float = 0.0
+    """Penalty per change (per dimension); 0 means the MBIC default ``3 log N``."""
+    refit_noise: int = 0
+    """Times the unit noise is re-measured as the pooled deviation within the segments found,
+    and the search rerun; 0 keeps R's ``scale()``, whose deviation includes the changes."""
 
     def _search_matrix(self, matrix: np.ndarray) -> np.ndarray:
         points, dimensions = matrix.shape
