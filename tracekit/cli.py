@@ -379,21 +379,23 @@ def detect(
 def changepoints(
     file: Annotated[Path, typer.Argument(help="CSV, Parquet, JSON list or TCPD JSON file.")],
     column: Annotated[str | None, typer.Option(help="Column (or TCPD series label).")] = None,
-    detector: Annotated[str, typer.Option(help="Detector name (`bocd-map` is TCPD's BOCPD).")]
-    = "bocd-map",
+    detector: Annotated[str, typer.Option(
+        help="Detector name (`consensus`: PELT and BOCD agree; `bocd-map` is TCPD's BOCPD).")]
+    = "consensus",
     param: Annotated[list[str] | None, typer.Option(
         "--param", help="Detector parameter KEY=VALUE (repeatable).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
 ) -> None:
-    """Print the change points (0-based row indices) of any numeric series."""
+    """Print the change points (0-based row indices) of any numeric series; several numeric
+    columns are one multivariate series unless --column picks one."""
     import json
 
     from tracekit.detect import make_detector
-    from tracekit.detect.series_file import read_series
+    from tracekit.detect.series_file import file_changepoints
 
-    values, positions = read_series(file, column)
-    found = positions[make_detector(detector, **parse_options(param)).detect(values)].tolist()
-    console.print(json.dumps(found) if as_json else "\n".join(map(str, found)), highlight=False)
+    found = file_changepoints(file, make_detector(detector, **parse_options(param)), column)
+    # plain stdout: rich wraps long lines at the terminal width (80 columns in a pipe)
+    print(json.dumps(found) if as_json else "\n".join(map(str, found)))
 
 
 from tracekit.synth.cli import synth_app  # noqa: E402  (sub-app: tracekit synth job|corpus)

@@ -12,14 +12,16 @@ from tracekit.detect.bocd import Bocd
 from tracekit.detect.bocd_baseline import BocdBaseline
 from tracekit.detect.bocd_map import BocdMap
 from tracekit.detect.bocd_verify import BocdVerify
-from tracekit.detect.ruptures_baselines import BinarySegmentation, Pelt, TwoWindow
+from tracekit.detect.consensus import Consensus
+from tracekit.detect.penalised import BinarySegmentation, Pelt
+from tracekit.detect.ruptures_baselines import TwoWindow
 from tracekit.detect.window import SlidingWindow
 from tracekit.errors import TracekitError
 
 DETECTORS: dict[str, type[Detector]] = {
     d.name: d
     for d in (SlidingWindow, Bocd, BocdVerify, BocdBaseline, BocdMap, Pelt, BinarySegmentation,
-              TwoWindow)
+              TwoWindow, Consensus)
 }
 
 _PARSERS = {"float": float, "int": int, "str": str}

@@ -1,11 +1,10 @@
-"""Classical offline change-point baselines from ruptures (Truong et al. 2020), behind the same
-interface: PELT (Killick et al. 2012), binary segmentation and the two-window method.
+"""The two-window method of ruptures (Truong et al. 2020) behind the detectors' interface (PELT
+and binary segmentation with R's defaults are in ``penalised.py``).
 
-They see the whole series, so ``update`` only stores points and ``changepoints`` runs the search
-on what it has. Defaults are scale-free: the series is standardised by a robust noise estimate
-(MAD of first differences, insensitive to the changes themselves), the cost is the Gaussian mean
-shift (``l2``) and the penalty is the BIC / SIC ``2 log n`` per change in noise-variance units,
-as the R changepoint package's SIC default.
+It sees the whole series, so ``update`` only stores points and ``changepoints`` runs the search
+on what it has. Scale-free: the series is standardised by a robust noise estimate (MAD of first
+differences, insensitive to the changes themselves), the cost is the Gaussian mean shift
+(``l2``) and the penalty the BIC / SIC ``2 log n`` per change in noise-variance units.
 """
 
 from __future__ import annotations
@@ -43,8 +42,7 @@ class RupturesDetector(OfflineDetector):
     model: str = "l2"
     min_size: int = 2
     jump: int = 5
-    """Candidate positions on a grid of this step: ruptures' default, which keeps PELT usable
-    beyond 1e4 points."""
+    """Candidate positions on a grid of this step (ruptures' default)."""
     penalty: float = 0.0
     """Penalty per change; 0 means the BIC default 2 log n."""
 
@@ -58,26 +56,6 @@ class RupturesDetector(OfflineDetector):
 
     def algorithm(self, signal: np.ndarray):
         raise NotImplementedError
-
-
-@dataclass
-class Pelt(RupturesDetector):
-    name = "pelt"
-    description = "PELT, exact penalised segmentation (ruptures)"
-
-    def algorithm(self, signal):
-        return _ruptures().Pelt(model=self.model, min_size=self.min_size,
-                                jump=self.jump).fit(signal)
-
-
-@dataclass
-class BinarySegmentation(RupturesDetector):
-    name = "binseg"
-    description = "binary segmentation (ruptures)"
-
-    def algorithm(self, signal):
-        return _ruptures().Binseg(model=self.model, min_size=self.min_size,
-                               jump=self.jump).fit(signal)
 
 
 @dataclass
