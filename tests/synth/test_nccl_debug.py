@@ -48,10 +48,12 @@ def _calls(folder: Path) -> pl.DataFrame:
 
 def test_same_calls_as_the_hook_csv(jobs):
     hook, nccl = _calls(jobs["hook"]), _calls(jobs["nccl"])
-    keys = ["rank", "host", "pid", "cuda_dev", "comm", "nranks", "op", "seq", "count", "dtype",
+    keys = ["rank", "host", "pid", "comm", "nranks", "op", "seq", "count", "dtype",
             "bytes", "peer"]
     assert nccl.height == hook.height > 8 * 40 * 50
     assert nccl.select(keys).equals(hook.select(keys))
+    # each process sees only its own GPU (CUDA_VISIBLE_DEVICES): NCCL prints CUDA device 0
+    assert set(nccl["cuda_dev"]) == {0} and set(hook["cuda_dev"]) != {0}
     # NCCL_DEBUG_TIMESTAMP_FORMAT="[%F %T.%6f] ": enqueue times to the microsecond
     assert (nccl["t_start_ns"] == hook["t_start_ns"] // 1000 * 1000).all()
     manifest = open_dataset(jobs["nccl"] / "ds").manifest["sources"]
@@ -68,7 +70,7 @@ def test_lines_follow_the_nccl_format(jobs):
     inits = [line.split(" NCCL INFO ", 1)[1] for line in lines if " - Init " in line]
     assert all(re.match(INIT_PATTERN, init) for init in inits)
     assert inits[0].startswith("ncclCommInitRankConfig comm ") and inits[0].endswith("START")
-    assert f"busId {bus_id(1)} " in inits[0] and "rank 1 nranks 8 cudaDev 1" in inits[0]
+    assert f"busId {bus_id(1)} " in inits[0] and "rank 1 nranks 8 cudaDev 0 nvmlDev 1" in inits[0]
     # world, then a split per group of the process: TP, DP, PP, embedding
     assert [i.split()[0] for i in inits] == ["ncclCommInitRankConfig"] * 2 + ["ncclCommSplit"] * 4
     assert [int(re.search(r"splitCount (\d+)", i)[1]) for i in inits[2:]] == [1, 2, 3, 4]

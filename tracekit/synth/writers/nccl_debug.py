@@ -44,6 +44,10 @@ SPLIT_ORDER = ("tp", "dp", "pp", "embedding")
 """Megatron's initialize_model_parallel creates its groups in this order, each a split of the
 world communicator."""
 
+CUDA_DEV = 0
+"""Every process runs under ``CUDA_VISIBLE_DEVICES`` set to its own GPU, as launchers do, so
+NCCL prints CUDA device 0 for all of them; the GPU itself is in ``nvmlDev`` and ``busId``."""
+
 
 def bus_id(local_gpu: int) -> str:
     """PCI bus id as NCCL's ``%lx`` prints it (``18000`` = 0000:18:00.0); dcgm-exporter shows
@@ -88,7 +92,7 @@ class NcclDebugWriter:
             stamp = pl.select(pl.from_epoch(pl.lit(t_ns), "ns").dt.strftime(TIMESTAMP_FORMAT)
                               ).item()
         return (f"{stamp}{ident.hosts[L.host_of(rank)]}:{ident.pids[rank]}:{tid} "
-                f"[{L.local_gpu(rank)}] NCCL INFO ")
+                f"[{CUDA_DEV}] NCCL INFO ")
 
     def _start_up(self, rank: int, start_ns: int, rng: np.random.Generator) -> list[str]:
         L, ident = self.layout, self.identity
@@ -97,7 +101,7 @@ class NcclDebugWriter:
         host = L.host_of(rank)
         address = f"bond0:10.20.{host // 250}.{host % 250 + 1}<0>"
         gpu = L.local_gpu(rank)
-        device = f"cudaDev {gpu} nvmlDev {gpu} busId {bus_id(gpu)}"
+        device = f"cudaDev {CUDA_DEV} nvmlDev {gpu} busId {bus_id(gpu)}"
         t = start_ns - int(INIT_LEAD_S * 1e9) + int(rng.integers(0, 200_000_000))
         nics = " ".join(f"[{n}]mlx5_{n}:1/RoCE" for n in range(L.hardware.nics_per_host))
 
@@ -154,7 +158,7 @@ class NcclDebugWriter:
         """Append a chunk's calls (sorted by rank, as CallBuilder makes them)."""
         L, ident = self.layout, self.identity
         envelope = per_rank([f"{ident.hosts[L.host_of(r)]}:{ident.pids[r]}:{ident.pids[r]} "
-                             f"[{L.local_gpu(r)}] NCCL INFO " for r in range(L.world)])
+                             f"[{CUDA_DEV}] NCCL INFO " for r in range(L.world)])
         streams = per_rank([f"0x{int(s):x}" for s in ident.streams])
         network = per_communicator({(r, g): self.network.get((r, g), False)
                                     for r in range(L.world) for g in GROUPS})
