@@ -37,3 +37,23 @@ def test_mapping_file_and_gpu_resolution(tmp_path):
     path.write_text("kind,alias,canonical\nrack,x,y\n")
     with pytest.raises(InputError, match="map.csv:2"):
         IdentityMap.load(path)
+
+
+def test_rank_gpus_come_from_bus_ids_not_the_process_local_cuda_device():
+    """Under CUDA_VISIBLE_DEVICES every process prints cudaDev 0: the GPU is the DCGM index of
+    its bus id, else NVML's index; DCGM's index wins where the two differ."""
+    from tracekit.identity import rank_gpus
+
+    comms = pl.DataFrame({
+        "rank": [0, 1, 2, 0], "host": ["h1", "h1", "h1", "h1"], "cuda_dev": [0, 0, 0, 0],
+        "nvml_dev": [0, 1, 2, 0], "bus_id": ["0000:07:00.0", "0000:47:00.0", "0000:87:00.0",
+                                             "0000:07:00.0"]},
+        schema_overrides={"rank": pl.Int32, "cuda_dev": pl.Int32, "nvml_dev": pl.Int32})
+    gpu_metrics = pl.DataFrame({
+        "host": ["h1", "h1"], "gpu": [5, 4], "gpu_uuid": ["GPU-a", "GPU-b"],
+        "bus_id": ["00000000:07:00.0", "00000000:47:00.0"]},
+        schema_overrides={"gpu": pl.Int32})
+    found = rank_gpus(comms, gpu_metrics)
+    assert found.select("rank", "gpu", "gpu_uuid", "gpu_from").rows() == [
+        (0, 5, "GPU-a", "bus id in DCGM"), (1, 4, "GPU-b", "bus id in DCGM"),
+        (2, 2, None, "nvmlDev")]

@@ -81,6 +81,33 @@ def info(dataset: Annotated[Path, typer.Argument(help="Dataset folder.")]) -> No
     skipped = sum(s["skipped"] for s in sources)
     console.print(f"{len(sources)} sources, {quarantined:,} quarantined lines, "
                   f"{skipped:,} skipped lines; tracekit {manifest.get('tracekit_version')}")
+    _print_rank_gpus(opened)
+
+
+RANK_ROWS_SHOWN = 16
+"""``tracekit info`` lists each rank's GPU up to this many ranks, and summarises beyond."""
+
+
+def _print_rank_gpus(opened) -> None:
+    """Which physical GPU each rank runs on (NCCL Init lines matched to DCGM by bus id)."""
+    from tracekit.identity import rank_gpus
+
+    ranks = rank_gpus(opened.table("comms").collect(), opened.table("gpu_metrics"))
+    if ranks.is_empty():
+        return
+    if ranks.height > RANK_ROWS_SHOWN:
+        origin = ", ".join(f"{n} by {how}" for how, n in
+                           ranks.group_by("gpu_from").len().sort("gpu_from").iter_rows()
+                           if how is not None)
+        console.print(f"GPUs of {ranks.height} ranks on {ranks['host'].n_unique()} hosts: "
+                      f"{origin or 'not named by NCCL Init lines'}")
+        return
+    table = Table(title="ranks")
+    for column in ("rank", "host", "GPU", "bus id", "UUID", "GPU from"):
+        table.add_column(column, justify="right" if column in ("rank", "GPU") else "left")
+    for row in ranks.iter_rows(named=True):
+        table.add_row(*("" if v is None else str(v) for v in row.values()))
+    console.print(table)
 
 
 ClusterOption = Annotated[str | None, typer.Option(
