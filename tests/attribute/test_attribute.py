@@ -238,6 +238,7 @@ def test_groups_from_nccl_init_lines(formats_dir, tmp_path):
 @pytest.mark.parametrize(("injection", "cause", "target"), [
     ("thermal:rank=3@150+150x2.0", "gpu-thermal", "rank:3"),
     ("cpu:host=1@150+150x2.0", "cpu-contention", "host:gpu02"),
+    ("degradation:rank=5@150+150x2.0", "gpu-degradation", "rank:5"),
 ])
 def test_nccl_debug_logs_and_synthesized_monitoring(tmp_path, injection, cause, target):
     """NCCL COLL lines carry issue times only: the synthesizer's own DCGM and node_exporter
@@ -250,7 +251,10 @@ def test_nccl_debug_logs_and_synthesized_monitoring(tmp_path, injection, cause, 
                                               _episodes_from_labels("nccl", result.labels))
     verdict = attribute_dataset(tmp_path / "ds").episodes.row(0, named=True)
     assert (verdict["cause"], verdict["target"]) == (cause, target)
-    assert "issue times only" in verdict["evidence"]
+    if cause == "gpu-degradation":  # no telemetry moved: the wait it imposed names it
+        assert "made its peers wait" in verdict["evidence"]
+    else:
+        assert "issue times only" in verdict["evidence"]
     if cause == "gpu-thermal":
         assert "arrived last in 95% of its collectives vs 62% before" in verdict["evidence"]
         assert "hw_thermal/sw_thermal set in 2 of 2 samples" in verdict["evidence"]

@@ -26,6 +26,14 @@ monitoring signal each add :data:`CONFIRMATION_BONUS`."""
 CONFIRMATION_BONUS = 0.25
 
 
+WAIT_MARGIN = 2.0
+WAIT_RISE_MIN = 0.05
+"""Without call ends, a rank is the straggler by timing when the wait it imposes on the others
+(seconds per second that its peers spend waiting for it, :func:`.arrival.skew_change`) rose
+over its own level before by at least 5 % of wall time (half a fail-slow's 10 %) and at least
+twice as much as any other rank's did. Who arrives last alone does not separate: a slow GPU's
+CPU runs ahead of it, and waiting spreads along the pipeline; the rise in imposed wait does."""
+
 SIGNAL_CONFIDENCE = 0.25
 """Without call end times, confidence is this much per independent telemetry signal that moved
 with the slowdown (thermal reasons, clock, temperature; CNP at each end of a link), plus one
@@ -138,6 +146,14 @@ def _from_telemetry(signals: Signals) -> Verdict:
     if suspects:
         return _combined([_suspect_verdict(s, _arrival_text(signals, s.target))
                           for s in suspects])
+    straggler = _waited_for(signals)
+    if straggler is not None:
+        rank, timing = straggler
+        host = signals.rank_hosts[rank]
+        gpu = signals.ranks.filter(pl.col("rank") == rank)["gpu"][0]
+        return _culprit("compute", f"rank:{rank}", timing,
+                        ev.gpu_finding(signals.gpu_metrics, host, gpu, signals.window),
+                        unique=True)
     missing = [what for what, frame in (
         ("DCGM samples (gpu_metrics)", signals.gpu_metrics),
         ("host CPU samples (node_exporter, host_metrics)", signals.host_metrics),
@@ -151,6 +167,24 @@ def _from_telemetry(signals: Signals) -> Verdict:
     return Verdict("unknown", "unknown", None, 0.0,
                    f"{no_ends}; no GPU's thermal reasons, no host's CPU busy share and no "
                    "link's congestion notifications moved with the slowdown")
+
+
+def _waited_for(signals: Signals) -> tuple[int, str] | None:
+    """The rank the others waited for (see :data:`WAIT_MARGIN`), with the numbers, or None."""
+    w = signals.window
+    skew = skew_change(signals.during, signals.before, (w.end_ns - w.start_ns) / 1e9,
+                       (w.start_ns - w.before_start_ns) / 1e9).drop_nulls("excess_rate")
+    if skew.height < 2:
+        return None
+    ranked = skew.sort("excess_rate", descending=True)
+    first, second = ranked.row(0, named=True), ranked.row(1, named=True)
+    rise, runner_up = first["excess_rate"], max(second["excess_rate"], 0.0)
+    if rise < WAIT_RISE_MIN or rise < WAIT_MARGIN * runner_up:
+        return None
+    return first["rank"], (
+        f"rank {first['rank']} ({signals.rank_hosts[first['rank']]}) made its peers wait "
+        f"{first['blame_rate']:.0%} of the time vs {first['blame_rate_before']:.0%} before "
+        f"(+{rise:.0%}; the next rank +{runner_up:.0%}), from issue times")
 
 
 def _arrival_text(signals: Signals, target: str) -> str:
