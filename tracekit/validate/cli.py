@@ -11,6 +11,7 @@ from rich.table import Table
 
 from tracekit import cli_support
 from tracekit.errors import TracekitError
+from tracekit.validate.backend import require_torch
 
 validate_app = typer.Typer(
     name="validate",
@@ -62,6 +63,7 @@ def gemm(
                            "each product FACTOR times on DEVICE.")] = None,
 ) -> None:
     """Time matrix products on each GPU and flag the ones slower than their peers."""
+    require_torch()  # first: the one-line install hint before anything heavy is imported
     from tracekit.validate.gemm import GemmDevice, default_devices
     from tracekit.validate.replay import validate_gemm
     from tracekit.validate.selftest import SELF_TEST_BUDGET_S, gemm_self_test
@@ -127,6 +129,7 @@ def p2p(
                             "delays every transfer on that link.")] = None,
 ) -> None:
     """Measure every link of a ring or tree with the O(1) pass schedule; flag slow links."""
+    require_torch()
     from tracekit.validate.replay import validate_p2p
     from tracekit.validate.selftest import SELF_TEST_BUDGET_S, p2p_self_test
 

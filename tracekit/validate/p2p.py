@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+import numpy as np
 import polars as pl
 
 from tracekit.errors import TracekitError
@@ -81,6 +82,9 @@ class P2PPlan:
     threshold: float = SLOW_THRESHOLD
     hosts: dict[int, str] = field(default_factory=dict)
     delays_s: dict[tuple[int, int], float] = field(default_factory=dict)
+    seed: int = 0
+    """Seeds the order of the passes and sizes, shuffled in each round so that no link is
+    always timed right after another (on a busy host the position in a round shows)."""
 
     @property
     def world_size(self) -> int:
@@ -113,20 +117,40 @@ class P2PReport:
 
 
 class _Transport:
-    """Blocking send / receive over torch.distributed, with the self-test delays applied by
-    the sender (so the receiver sees the data late, as over a slow link)."""
+    """Timed blocking transfers over torch.distributed. A one-byte handshake goes first and the
+    receiver starts its clock when it arrives, so the time is the message's alone, not the
+    skew of the ranks leaving the barrier before it. The self-test delays are slept by the
+    sender between handshake and message, so the receiver sees the data late, as over a slow
+    link."""
 
-    def __init__(self, dist, delays_s: dict[tuple[int, int], float], rank: int):
-        self.dist, self.delays_s, self.rank = dist, delays_s, rank
+    def __init__(self, torch, delays_s: dict[tuple[int, int], float], device):
+        self.torch, self.dist, self.delays_s = torch, torch.distributed, delays_s
+        self.rank, self.cuda = self.dist.get_rank(), device.type == "cuda"
+        self.handshake = torch.zeros(1, dtype=torch.uint8, device=device)
 
-    def send(self, tensor, dst: int) -> None:
-        delay = self.delays_s.get((self.rank, dst), 0.0)
-        if delay:
-            time.sleep(delay)
-        self.dist.send(tensor, dst)
-
-    def recv(self, tensor, src: int) -> None:
+    def transfer(self, tensor, pair: tuple[int, int]) -> float:
+        """Send or receive ``tensor`` over ``pair``; the receiver returns the seconds it took."""
+        src, dst = pair
+        if self.rank == src:
+            self.dist.send(self.handshake, dst)
+            delay = self.delays_s.get(pair, 0.0)
+            if delay:
+                time.sleep(delay)
+            self.dist.send(tensor, dst)
+            if self.cuda:
+                self.torch.cuda.synchronize()
+            return 0.0
+        self.dist.recv(self.handshake, src)
+        if not self.cuda:
+            start = time.perf_counter()
+            self.dist.recv(tensor, src)
+            return time.perf_counter() - start
+        start, end = (self.torch.cuda.Event(enable_timing=True) for _ in range(2))
+        start.record()
         self.dist.recv(tensor, src)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
 
 
 TIMINGS_SCHEMA = {"group": pl.String, "topology": pl.String, "pass": pl.Int32,
@@ -149,7 +173,7 @@ def measure_links(plan: P2PPlan) -> pl.DataFrame | None:
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     sizes = plan.sizes_bytes or (MESSAGE_SIZES_BYTES if cuda else CPU_MESSAGE_SIZES_BYTES)
     buffer = torch.zeros(max(sizes), dtype=torch.uint8, device=device)
-    transport = _Transport(dist, plan.delays_s, rank)
+    transport = _Transport(torch, plan.delays_s, device)
     schedule = [(group, index, measured, next(((s, d) for s, d in measured + load
                                                if rank in (s, d)), None))
                 for group in plan.groups
@@ -157,20 +181,22 @@ def measure_links(plan: P2PPlan) -> pl.DataFrame | None:
     for *_, mine in schedule:  # untimed: connections are set up on the first transfer
         dist.barrier()
         if mine is not None:
-            _transfer(torch, transport, buffer[: sizes[0]], mine, rank, cuda)
+            transport.transfer(buffer[: sizes[0]], mine)
+    steps = [(*entry, size) for entry in schedule for size in sizes]
+    order = np.random.default_rng(plan.seed)  # the same on every rank: they walk one schedule
     rows: list[tuple] = []
     deadline = time.perf_counter() + plan.budget_s
     for round_ in itertools.count():
         mine_now = []
-        for group, index, measured, mine in schedule:
-            for size in sizes:
-                dist.barrier()
-                if mine is None:
-                    continue
-                seconds = _transfer(torch, transport, buffer[:size], mine, rank, cuda)
-                if mine[1] == rank and mine in measured:
-                    mine_now.append((group.name, group.topology, index, *mine, size, round_,
-                                     seconds))
+        for step in order.permutation(len(steps)):
+            group, index, measured, mine, size = steps[step]
+            dist.barrier()
+            if mine is None:
+                continue
+            seconds = transport.transfer(buffer[:size], mine)
+            if mine[1] == rank and mine in measured:
+                mine_now.append((group.name, group.topology, index, *mine, size, round_,
+                                 seconds))
         gathered = [None] * world_size if rank == 0 else None
         dist.gather_object(mine_now, gathered, dst=0)
         stop = [False]
@@ -188,27 +214,6 @@ def measure_links(plan: P2PPlan) -> pl.DataFrame | None:
 
 def _frame(rows: list[tuple]) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=TIMINGS_SCHEMA, orient="row")
-
-
-def _transfer(torch, transport: _Transport, tensor, pair: tuple[int, int], rank: int,
-              cuda: bool) -> float:
-    """Send or receive ``tensor`` over ``pair``; the receiver returns the seconds it took."""
-    src, dst = pair
-    if rank == src:
-        transport.send(tensor, dst)
-        if cuda:
-            torch.cuda.synchronize()
-        return 0.0
-    if not cuda:
-        start = time.perf_counter()
-        transport.recv(tensor, src)
-        return time.perf_counter() - start
-    start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-    start.record()
-    transport.recv(tensor, src)
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / 1e3
 
 
 def _with_reach(timings: pl.DataFrame, hosts: dict[int, str]) -> pl.DataFrame:

@@ -97,7 +97,7 @@ def p2p_self_test(*, budget_s: float = SELF_TEST_BUDGET_S, threshold: float = SL
     runs = []
     for delays in ({}, {slowed: SELF_TEST_DELAY_S}):
         plan = P2PPlan([group], budget_s=budget_s, threshold=threshold, hosts=hosts,
-                       delays_s=delays)
+                       delays_s=delays, seed=int(rng.integers(2**31)))
         runs.append(run_p2p_check(plan, backend=backend, timeout_s=timeout_s))
     named = [[f"{s}->{d}" for s, d in r.links.filter("slow").select("src_rank", "dst_rank").rows()]
              for r in runs]
