@@ -157,7 +157,7 @@ TIMINGS_SCHEMA = {"group": pl.String, "topology": pl.String, "pass": pl.Int32,
                   "src_rank": pl.Int32, "dst_rank": pl.Int32, "size_bytes": pl.Int64,
                   "round": pl.Int32, "seconds": pl.Float64}
 UNIT = ["src_rank", "dst_rank"]
-TEST = ["group", "reach", "size_bytes"]
+TEST = ["group", "topology", "reach", "size_bytes"]
 
 
 def measure_links(plan: P2PPlan) -> pl.DataFrame | None:
