@@ -29,11 +29,9 @@ from tracekit.errors import TracekitError
 from tracekit.validate.backend import device_info, local_host, require_torch
 from tracekit.validate.peers import (
     BUDGET_S,
-    MIN_ROUNDS,
     SLOW_THRESHOLD,
-    all_decided,
-    round_ratios,
-    unit_verdicts,
+    compare,
+    rounds_done,
     with_verdicts,
 )
 
@@ -270,15 +268,9 @@ def gemm_report(timings: pl.DataFrame, tests: pl.DataFrame, threshold: float,
     """Summarise per-round ``timings`` (device, peer_class, dtype, shape, round, seconds per
     product) of the ``tests`` (one row per device, dtype and shape: host, gpu, bus_id, m, n,
     k, flop, products): per test the mean, spread and TFLOP/s, per device the verdict."""
-    ratios = round_ratios(timings, UNIT, TEST)
-    per_test = ratios.group_by(*UNIT, *TEST).agg(
-        pl.col("log_ratio").median().exp().alias("slowdown"))
+    per_test, verdicts = compare(timings, UNIT, TEST, threshold)
     results = (
-        timings.group_by(*UNIT, *TEST)
-        .agg(pl.col("seconds").mean().alias("mean_s"), pl.col("seconds").std().alias("std_s"),
-             pl.len().alias("rounds"))
-        .join(tests, on=[*UNIT, "dtype", "shape"])
-        .join(per_test, on=[*UNIT, *TEST], how="left")
+        per_test.join(tests, on=[*UNIT, "dtype", "shape"])
         .with_columns((pl.col("flop") / pl.col("mean_s") / 1e12).alias("tflops"))
         .select("host", "device", "gpu", "bus_id", "peer_class", "dtype", "shape", "m", "n",
                 "k", "flop", "products", "rounds", "mean_s", "std_s", "tflops", "slowdown")
@@ -287,7 +279,7 @@ def gemm_report(timings: pl.DataFrame, tests: pl.DataFrame, threshold: float,
     units = results.group_by("host", "device", "gpu", "bus_id", "peer_class",
                              maintain_order=True).agg(
         pl.col("tflops").mean().alias("mean_tflops"), pl.len().alias("tests"))
-    devices = with_verdicts(units, unit_verdicts(ratios, UNIT, threshold), UNIT)
+    devices = with_verdicts(units, verdicts, UNIT)
     rounds = int(timings["round"].max() + 1) if timings.height else 0
     return GemmReport(results, devices, threshold, environment or [], rounds, elapsed_s)
 
@@ -318,7 +310,7 @@ class _Timed:
 def _measure(timed: list[_Timed], classes: dict[str, str], budget_s: float, threshold: float,
              rng: np.random.Generator) -> pl.DataFrame:
     """Rounds of one timed repetition per test, in a shuffled order, until every device has a
-    verdict (from MIN_ROUNDS on) or the budget is spent."""
+    verdict or the budget is spent (:func:`~tracekit.validate.peers.rounds_done`)."""
     rows: list[tuple] = []
     deadline = time.perf_counter() + budget_s
     for round_ in itertools.count():
@@ -327,8 +319,7 @@ def _measure(timed: list[_Timed], classes: dict[str, str], budget_s: float, thre
             rows.append((t.device.label, classes[t.device.torch_device], t.dtype, t.shape.name,
                          round_, t.repeat()))
         frame = pl.DataFrame(rows, schema=TIMINGS_SCHEMA, orient="row")
-        if round_ + 1 >= MIN_ROUNDS and (time.perf_counter() > deadline
-                                         or all_decided(frame, UNIT, TEST, threshold)):
+        if rounds_done(frame, round_ + 1, deadline, UNIT, TEST, threshold):
             return frame
     return frame  # not reached: itertools.count() does not end
 

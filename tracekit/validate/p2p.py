@@ -30,11 +30,9 @@ from tracekit.errors import TracekitError
 from tracekit.validate.backend import device_info, require_torch
 from tracekit.validate.peers import (
     BUDGET_S,
-    MIN_ROUNDS,
     SLOW_THRESHOLD,
-    all_decided,
-    round_ratios,
-    unit_verdicts,
+    compare,
+    rounds_done,
     with_verdicts,
 )
 from tracekit.validate.schedule import Topology, both_directions, companions, passes
@@ -202,10 +200,8 @@ def measure_links(plan: P2PPlan) -> pl.DataFrame | None:
         stop = [False]
         if rank == 0:
             rows += [row for part in gathered for row in part]
-            stop = [round_ + 1 >= MIN_ROUNDS and (
-                time.perf_counter() > deadline
-                or all_decided(_with_reach(_frame(rows), plan.hosts), UNIT, TEST,
-                               plan.threshold))]
+            stop = [rounds_done(_with_reach(_frame(rows), plan.hosts), round_ + 1, deadline,
+                                UNIT, TEST, plan.threshold)]
         dist.broadcast_object_list(stop, src=0)
         if stop[0]:
             return _frame(rows) if rank == 0 else None
@@ -240,21 +236,18 @@ def summarise(timings: pl.DataFrame, plan: P2PPlan, backend: str,
     """Bandwidth per link and size, each link against its peers round by round, and one
     verdict per link over all its sizes and rounds."""
     timings = _with_reach(timings, plan.hosts)
-    ratios = round_ratios(timings, UNIT, TEST)
+    per_test, verdicts = compare(timings, UNIT, TEST, plan.threshold)
     link_columns = ["group", "topology", "pass", *UNIT, "src_host", "dst_host", "reach"]
     results = (
-        timings.group_by(*link_columns, "size_bytes")
-        .agg(pl.col("seconds").mean().alias("mean_s"), pl.col("seconds").std().alias("std_s"),
-             pl.len().alias("rounds"))
+        timings.select(link_columns).unique()
+        .join(per_test, on=[*UNIT, "group", "topology", "reach"])
+        .select(*link_columns, "size_bytes", "mean_s", "std_s", "rounds", "slowdown")
         .with_columns((pl.col("size_bytes") / pl.col("mean_s") / 1e9).alias("bandwidth_gb_s"))
-        .join(ratios.group_by(*UNIT, *TEST).agg(
-            pl.col("log_ratio").median().exp().alias("slowdown")),
-            on=[*UNIT, *TEST], how="left")
-        .sort("group", "pass", "src_rank", "size_bytes")
+        .sort("group", "topology", "pass", "src_rank", "size_bytes")
     )
     units = results.group_by(*link_columns, maintain_order=True).agg(
         pl.col("bandwidth_gb_s").mean())
-    links = with_verdicts(units, unit_verdicts(ratios, UNIT, plan.threshold), UNIT)
+    links = with_verdicts(units, verdicts, UNIT)
     rounds = int(timings["round"].max() + 1) if timings.height else 0
     return P2PReport(results, links, plan.threshold, backend, environment or [], rounds)
 

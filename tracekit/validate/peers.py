@@ -15,6 +15,7 @@ one-sided tail that a mean and a t interval would follow. Slow when the whole in
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import polars as pl
@@ -83,13 +84,38 @@ def unit_verdicts(ratios: pl.DataFrame, unit: list[str], threshold: float = SLOW
     return pl.DataFrame(rows, schema=schema, orient="row")
 
 
+def compare(timings: pl.DataFrame, unit: list[str], test: list[str],
+            threshold: float = SLOW_THRESHOLD) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Per-round ``timings`` (unit, test, ``round``, ``seconds``) compared with the peers: per
+    unit and test the mean and spread of its times, its rounds and its median ratio to the
+    peers (``slowdown``, null without a peer); per unit its verdict (:func:`unit_verdicts`)."""
+    ratios = round_ratios(timings, unit, test)
+    per_test = (
+        timings.group_by(*unit, *test)
+        .agg(pl.col("seconds").mean().alias("mean_s"), pl.col("seconds").std().alias("std_s"),
+             pl.len().alias("rounds"))
+        .join(ratios.group_by(*unit, *test).agg(
+            pl.col("log_ratio").median().exp().alias("slowdown")),
+            on=[*unit, *test], how="left", nulls_equal=True)
+    )
+    return per_test, unit_verdicts(ratios, unit, threshold)
+
+
 def all_decided(frame: pl.DataFrame, unit: list[str], test: list[str],
                 threshold: float = SLOW_THRESHOLD) -> bool:
-    """Whether every unit with a peer has a verdict: the stopping rule of a measuring loop."""
+    """Whether every unit with a peer has a verdict."""
     ratios = round_ratios(frame, unit, test)
     if ratios.is_empty():
         return True
     return bool((unit_verdicts(ratios, unit, threshold)["verdict"] != "inconclusive").all())
+
+
+def rounds_done(frame: pl.DataFrame, rounds: int, deadline: float, unit: list[str],
+                test: list[str], threshold: float) -> bool:
+    """The stopping rule of a measuring loop: at least MIN_ROUNDS, then until every unit has
+    a verdict or the ``time.perf_counter()`` deadline has passed."""
+    return rounds >= MIN_ROUNDS and (time.perf_counter() > deadline
+                                     or all_decided(frame, unit, test, threshold))
 
 
 def with_verdicts(units: pl.DataFrame, verdicts: pl.DataFrame, unit: list[str]) -> pl.DataFrame:
