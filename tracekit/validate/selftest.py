@@ -35,7 +35,8 @@ class SelfTest:
     test: GemmReport | P2PReport
     named_in_control: list[str]
     named_in_test: list[str]
-    undecided: int
+    undecided: tuple[int, int]
+    """Units left inconclusive in the control run and in the slowed one."""
 
     @property
     def passed(self) -> bool:
@@ -47,8 +48,9 @@ class SelfTest:
 
         outcome = "passed" if self.passed else "FAILED"
         return (f"{self.check} self-test {outcome}: with nothing slowed it named "
-                f"{named(self.named_in_control)}; with {self.slowed} slowed it named "
-                f"{named(self.named_in_test)} ({self.undecided} unit(s) left inconclusive)")
+                f"{named(self.named_in_control)} ({self.undecided[0]} inconclusive); with "
+                f"{self.slowed} slowed it named {named(self.named_in_test)} "
+                f"({self.undecided[1]} inconclusive)")
 
 
 def self_test_devices() -> list[GemmDevice]:
@@ -76,7 +78,7 @@ def gemm_self_test(*, budget_s: float = SELF_TEST_BUDGET_S, threshold: float = S
                                 seed=int(rng.integers(2**31)))
         runs.append(report)
     named = [r.devices.filter("slow")["device"].to_list() for r in runs]
-    undecided = int((runs[1].devices["verdict"] == "inconclusive").sum())
+    undecided = tuple(int((r.devices["verdict"] == "inconclusive").sum()) for r in runs)
     return SelfTest("gemm", slowed, *runs, *named, undecided)
 
 
@@ -101,6 +103,6 @@ def p2p_self_test(*, budget_s: float = SELF_TEST_BUDGET_S, threshold: float = SL
         runs.append(run_p2p_check(plan, backend=backend, timeout_s=timeout_s))
     named = [[f"{s}->{d}" for s, d in r.links.filter("slow").select("src_rank", "dst_rank").rows()]
              for r in runs]
-    undecided = int((runs[1].links["verdict"] == "inconclusive").sum())
+    undecided = tuple(int((r.links["verdict"] == "inconclusive").sum()) for r in runs)
     return SelfTest("p2p", f"{slowed[0]}->{slowed[1]}", *runs, *named, undecided)
 
