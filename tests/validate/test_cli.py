@@ -1,4 +1,5 @@
-"""``tracekit validate``: the missing-torch message, and a P2P run recorded in a dataset."""
+"""``tracekit validate``: the missing-torch message, a P2P run recorded in a dataset, the
+self-test and flag errors."""
 
 from __future__ import annotations
 
@@ -46,11 +47,33 @@ def test_p2p_from_dataset_records_verdicts_for_the_episode(tmp_path):
                              "target": ["link:n1-n2"]}, schema_overrides={"episode": pl.Int32})
     dataset.write_table("episodes", schema.conform("episodes", episodes))
     result = runner.invoke(app, ["validate", "p2p", "--from", str(dataset.path), "--episode",
-                                 "1", "--size-mb", "1", "--backend", "gloo",
+                                 "1", "--size-mb", "4", "--backend", "gloo", "--budget-s", "5",
                                  "--inject-delay", "1-2=0.05", "--threshold", "1.0"])
     assert result.exit_code == 0, result.output
-    assert "recorded 3 verdicts" in result.output
+    assert "recorded 6 verdicts" in result.output
     verdicts = pl.read_parquet(dataset.path / "validations" / "data.parquet")
-    assert verdicts.select("target", "verdict").rows() == [  # 0->1 has no intra-host peer
-        ("link:1->2", "confirmed"), ("link:2->0", "refuted"), ("link:0->1", "not-testable")]
-    assert verdicts["episode"].to_list() == [1, 1, 1]
+    # the n1 - n2 links are the suspects; 0->1 and 1->0 are each other's intra-host peers
+    assert verdicts.select("target", "verdict").rows() == [
+        ("link:0->2", "refuted"), ("link:1->2", "confirmed"), ("link:2->0", "refuted"),
+        ("link:2->1", "refuted"), ("link:0->1", "healthy"), ("link:1->0", "healthy")]
+    assert verdicts["episode"].to_list() == [1] * 6
+
+
+def test_gemm_self_test_needs_no_other_flag():
+    pytest.importorskip("torch")
+    result = runner.invoke(app, ["validate", "gemm", "--self-test", "--budget-s", "2"])
+    assert result.exit_code == 0, result.output
+    summary = " ".join(result.output.split())
+    assert "gemm self-test passed: with nothing slowed it named nothing (" in summary
+    assert "GEMM check" in summary and ": nothing slowed" in summary
+
+
+def test_flags_name_what_to_test():
+    pytest.importorskip("torch")
+    result = runner.invoke(app, ["validate", "gemm", "--slow-device", "cpu:9=2"])
+    assert result.exit_code == 2
+    assert ("--slow-device names cpu:9; the devices tested are cpu:0, cpu:1, cpu:2, cpu:3"
+            in " ".join(result.output.split()))
+    result = runner.invoke(app, ["validate", "p2p"])
+    assert result.exit_code == 2
+    assert "--self-test needs neither" in " ".join(result.output.split())

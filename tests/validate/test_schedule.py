@@ -1,4 +1,5 @@
-"""Pass schedules: every link once per pass set, no rank twice in a pass, O(1) passes."""
+"""Pass schedules: every link once per pass set, no rank twice in a pass, O(1) passes; both
+directions, and companions that give every pass the same contention."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from tracekit.errors import TracekitError
 from tracekit.validate.schedule import (
     TOPOLOGIES,
     Link,
+    both_directions,
+    companions,
     passes,
     ring_links,
     tree_links,
@@ -70,3 +73,26 @@ def test_small_groups():
 def test_unknown_topology_is_a_clear_error():
     with pytest.raises(TracekitError, match="unknown topology 'mesh'"):
         passes("mesh", 4)
+
+
+@given(n=group_sizes, topology=st.sampled_from(TOPOLOGIES))
+def test_both_directions_and_equal_contention(n, topology):
+    schedule = both_directions(passes(topology, n))
+    links = ring_links(n) if topology == "ring" else tree_links(n)
+    expected = {*links, *(Link(link.dst, link.src) for link in links)}
+    scheduled = [link for one_pass in schedule for link in one_pass]
+    assert sorted(scheduled) == sorted(expected)  # each direction once
+    width = max(len(p) for p in schedule)
+    for one_pass in schedule:
+        filled = one_pass + companions(one_pass, n, width)
+        assert len(filled) == width
+        ranks = [r for link in filled for r in (link.src, link.dst)]
+        assert len(ranks) == len(set(ranks))
+
+
+def test_two_rank_ring_and_odd_ring_companions():
+    assert both_directions(passes("ring", 2)) == [[Link(0, 1)], [Link(1, 0)]]
+    # 5 ranks: the closing link 4 -> 0 would run alone; 1 -> 2 keeps it company
+    closing = [Link(4, 0)]
+    assert companions(closing, 5, 2) == [Link(1, 2)]
+    assert companions([Link(0, 1), Link(2, 3)], 5, 2) == []

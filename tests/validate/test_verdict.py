@@ -16,8 +16,9 @@ def gemm_report() -> GemmReport:
     devices = pl.DataFrame(
         {"host": ["b07"] * 3, "device": ["cuda:0", "cuda:1", "cuda:2"], "gpu": [0, 1, 2],
          "bus_id": ["0000:18:00.0", "0000:19:00.0", "0000:1a:00.0"],
-         "slowdown": [1.01, 1.42, 0.97], "mean_tflops": [610.0, 430.0, 640.0], "tests": [3] * 3,
-         "slow": [False, True, False]},
+         "slowdown": [1.01, 1.42, 0.97], "low": [0.98, 1.31, 0.95], "high": [1.04, 1.5, 0.99],
+         "samples": [24] * 3, "mean_tflops": [610.0, 430.0, 640.0], "tests": [3] * 3,
+         "verdict": ["healthy", "slow", "healthy"], "slow": [False, True, False]},
         schema_overrides={"gpu": pl.Int32, "tests": pl.UInt32})
     return GemmReport(pl.DataFrame(), devices, 0.10, ["b07 cuda:0: NVIDIA H200"])
 
@@ -28,8 +29,10 @@ def p2p_report() -> P2PReport:
          "src_rank": [0, 2, 1, 3], "dst_rank": [1, 3, 2, 0],
          "src_host": ["b03", "b07", "b03", "b07"], "dst_host": ["b03", "b07", "b07", "b03"],
          "reach": ["intra-host", "intra-host", "inter-host", "inter-host"],
-         "bandwidth_gb_s": [300.0, 310.0, 11.0, 24.0], "slowdown": [1.0, 0.97, 2.2, 0.45],
-         "peers": [1, 1, 1, 1], "slow": [False, False, True, False]},
+         "bandwidth_gb_s": [300.0, 310.0, 11.0, 24.0], "slowdown": [1.0, 1.08, 2.2, 0.45],
+         "low": [0.97, 0.9, 2.0, 0.41], "high": [1.03, 1.3, 2.4, 0.5], "samples": [18] * 4,
+         "peers": [1, 1, 1, 1], "verdict": ["healthy", "inconclusive", "slow", "healthy"],
+         "slow": [False, None, True, False]},
         schema_overrides={"pass": pl.Int32, "src_rank": pl.Int32, "dst_rank": pl.Int32,
                           "peers": pl.Int32})
     return P2PReport(pl.DataFrame(), links, 0.10, "nccl", ["nccl: NVIDIA H200"])
@@ -48,8 +51,9 @@ def test_gemm_verdicts_for_suspects_and_others():
     confirmed = frame.row(0, named=True)
     assert confirmed["episode"] == 5 and confirmed["job"] == "job-a"
     assert confirmed["rate"] == 430.0 and confirmed["rate_unit"] == "TFLOP/s"
-    assert confirmed["evidence"] == ("cuda:1 on b07: 430.0 TFLOP/s mean over 3 tests, 1.42x "
-                                     "the median of its peers (threshold 1.1x)")
+    assert confirmed["evidence"] == ("cuda:1 on b07: 430.0 TFLOP/s mean over 3 tests; slow: "
+                                     "1.42x the peers, interval 1.31x-1.5x over 24 samples "
+                                     "(threshold 1.10x)")
     assert frame.row(1, named=True)["evidence"].endswith("run the check on b11")
 
 
@@ -68,11 +72,26 @@ def test_p2p_verdicts_for_a_suspect_host_link():
         ("link:1->2", True, "confirmed"),
         ("link:3->0", True, "refuted"),
         ("link:0->1", False, "healthy"),
-        ("link:2->3", False, "healthy"),
+        ("link:2->3", False, "inconclusive"),
     ]
     assert frame.row(0, named=True)["evidence"] == (
-        "ring link 1->2 (inter-host, b03 -> b07), pass 1 of group w: 11.0 GB/s, 2.2x the "
-        "median of 1 peer links (threshold 1.1x)")
+        "ring link 1->2 (inter-host, b03 -> b07), pass 1 of group w: 11.0 GB/s, 1 peer "
+        "links; slow: 2.2x the peers, interval 2.0x-2.4x over 18 samples (threshold 1.10x)")
+    assert frame.row(3, named=True)["evidence"].endswith(
+        "inconclusive: too noisy (spread 1.08x the peers, interval 0.9x-1.3x over 18 samples, "
+        "straddles 1.10x); a longer --budget-s, a larger workload or a quieter machine would "
+        "help")
+
+
+def test_an_undecided_suspect_is_inconclusive_and_one_without_peers_not_testable():
+    report = p2p_report()
+    report.links = report.links.with_columns(
+        pl.Series("verdict", ["no peers", "inconclusive", "slow", "healthy"]))
+    suspects = Suspects(episode=3, ranks=frozenset({0, 2}))
+    frame = p2p_validations(report, "j", suspects)
+    assert dict(frame.select("target", "verdict").rows()) == {
+        "link:0->1": "not-testable", "link:2->3": "inconclusive", "link:3->0": "refuted",
+        "link:1->2": "confirmed"}
 
 
 def test_record_replaces_the_same_check_and_keeps_the_rest(tmp_path):

@@ -43,6 +43,8 @@ class DeviceInfo:
     name: str
     driver: str
     runtime: str
+    model_class: str
+    """Devices of one class may be compared: same model, SM count and maximum SM clock."""
 
     def describe(self) -> str:
         return f"{self.name} ({self.kind}; driver {self.driver}; {self.runtime})"
@@ -53,11 +55,27 @@ def device_info(device: str) -> DeviceInfo:
     torch = require_torch()
     if device.startswith("cuda"):
         properties = torch.cuda.get_device_properties(device)
+        model_class = (f"{properties.name}, {properties.multi_processor_count} SMs, "
+                       f"max {_max_sm_clock_mhz(torch.device(device).index or 0)} MHz")
         return DeviceInfo("cuda", properties.name, _nvidia_driver(),
                           f"torch {torch.__version__}, CUDA {torch.version.cuda}, "
-                          f"compute capability {properties.major}.{properties.minor}")
-    return DeviceInfo("cpu", platform.processor() or platform.machine(), "-",
-                      f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+                          f"compute capability {properties.major}.{properties.minor}",
+                          model_class)
+    name = platform.processor() or platform.machine()
+    return DeviceInfo("cpu", name, "-",
+                      f"torch {torch.__version__}, {torch.get_num_threads()} threads", name)
+
+
+def _max_sm_clock_mhz(index: int) -> str:
+    """The GPU's maximum SM clock through NVML (a static property of the SKU and its
+    configuration, unlike the current clock, which a throttled GPU lowers), else 'unknown'."""
+    try:
+        pynvml = importlib.import_module("pynvml")
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        return str(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))
+    except Exception:  # NVML is optional: the model and SM count still separate classes
+        return "unknown"
 
 
 def _nvidia_driver() -> str:

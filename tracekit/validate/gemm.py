@@ -6,33 +6,40 @@ products that saturate the tensor cores) and, when the job's model is known, lik
 transformer-layer products, in each data type the device supports, then compares each device
 with the median of its peers (:mod:`tracekit.validate.peers`).
 
-Timing follows the usual micro-benchmark discipline: warm-up products first (cuBLAS heuristics,
-clocks ramping up), then a calibrated number of back-to-back products per repetition timed with
-CUDA events (wall clock on the CPU), repetitions interleaved across devices so a transient
-disturbance hits all of them, and the mean and spread of the repetitions reported.
+Timing follows the usual micro-benchmark discipline: untimed warm-up products first (cuBLAS
+heuristics, clocks ramping up), then a calibrated number of back-to-back products per repetition
+(tens of milliseconds) timed with CUDA events (wall clock on the CPU). Each round times every
+test once, in a shuffled order, so a disturbance lands on any device; rounds go on until every
+device's interval clears the threshold or the time budget is spent.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import numpy as np
 import polars as pl
 
 from tracekit.errors import TracekitError
 from tracekit.validate.backend import device_info, local_host, require_torch
-from tracekit.validate.peers import SLOW_THRESHOLD, compare_with_peers
-
-REPETITIONS = 3
-"""Greyhound (ATC 2025, section 4.3) repeats each validation 3 times and takes the mean."""
+from tracekit.validate.peers import (
+    BUDGET_S,
+    SLOW_THRESHOLD,
+    compare,
+    rounds_done,
+    with_verdicts,
+)
 
 WARMUP_PRODUCTS = 3
-TARGET_REPETITION_S = 0.05
-"""Each repetition runs enough back-to-back products to last about this long, so launch and
-event overheads stay a small share of the measured time."""
+"""Untimed products first: cuBLAS picks its kernel, clocks ramp up, caches fill."""
+TARGET_REPETITION_S = 0.025
+"""Each timed repetition runs enough back-to-back products to last at least this long: tens of
+milliseconds, so launch and event overheads and a scheduler tick (4 ms) are a small share."""
 MAX_PRODUCTS_PER_REPETITION = 200
 
 DTYPES = ("fp8", "bf16", "fp16", "fp32")
@@ -62,8 +69,9 @@ class GemmShape:
 
 WHOLE_GPU_SHAPES = (GemmShape("square-8192", 8192, 8192, 8192),)
 """Large enough to fill every SM of a Hopper or Ampere GPU for milliseconds."""
-CPU_SHAPES = (GemmShape("square-256", 256, 256, 256),)
-"""Small products for CPU runs: they exercise the logic in well under a second."""
+CPU_SHAPES = (GemmShape("square-512", 512, 512, 512),)
+"""CPU runs check the logic: a product of a few milliseconds on one thread, batched to tens of
+milliseconds per repetition."""
 
 
 @dataclass(frozen=True)
@@ -95,16 +103,17 @@ class ModelShape:
 
 @dataclass(frozen=True)
 class GemmDevice:
-    """A device to test: ``label`` names it in the results (``cuda:3``, or ``cpu:0`` for one of
-    several logical CPU devices), ``slowdown`` repeats each product that many times (a self-test
-    of the check: the device really does that much more work)."""
+    """A device to test: ``label`` names it in the results (``cuda:3``; ``cpu:0`` for one of
+    several logical CPU devices, ``cuda:0/1`` for one of several on one GPU), ``slowdown``
+    repeats each product that many times (a self-test of the check: the device really does
+    that much more work)."""
 
     label: str
     slowdown: int = 1
 
     @property
     def torch_device(self) -> str:
-        return "cpu" if self.label.startswith("cpu") else self.label
+        return "cpu" if self.label.startswith("cpu") else self.label.partition("/")[0]
 
     def bus_id(self, torch) -> str | None:
         """The GPU's PCI bus id in the ``comms`` table's spelling (``0000:1b:00.0``)."""
@@ -118,19 +127,28 @@ class GemmDevice:
 
     @property
     def gpu(self) -> int | None:
-        kind, _, index = self.label.partition(":")
+        kind, _, index = self.torch_device.partition(":")
         return int(index or 0) if kind == "cuda" else None
+
+
+def peer_class(device: str) -> str:
+    """Which devices may be compared: the same model with the same number of SMs and the same
+    maximum SM clock (a power-capped or different SKU is not a slow peer), from
+    :func:`~tracekit.validate.backend.device_info`."""
+    return device_info(device).model_class
 
 
 @dataclass
 class GemmReport:
-    """Per device, data type and shape: timings, TFLOP/s and the peer comparison; per device:
-    the verdict."""
+    """Per device, data type and shape: timings, TFLOP/s and the median ratio to its peers; per
+    device: the verdict with its confidence interval."""
 
     results: pl.DataFrame
     devices: pl.DataFrame
     threshold: float
     environment: list[str] = field(default_factory=list)
+    rounds: int = 0
+    elapsed_s: float = 0.0
 
 
 def default_devices(cpu_devices: int = 4) -> list[GemmDevice]:
@@ -201,15 +219,17 @@ def run_gemm_check(
     *,
     dtypes: list[str] | None = None,
     shapes: list[GemmShape] | None = None,
-    repetitions: int = REPETITIONS,
+    budget_s: float = BUDGET_S,
     threshold: float = SLOW_THRESHOLD,
     host: str | None = None,
+    seed: int = 0,
 ) -> GemmReport:
-    """Time every (device, data type, shape) and compare each device with its peers.
+    """Time every (device, data type, shape) in rounds until every device has a verdict or
+    ``budget_s`` is spent, and compare each device with its peers of the same class.
 
     ``dtypes`` defaults to what each device supports; ``shapes`` to the whole-GPU shapes on a
-    GPU and small square products on the CPU. A device is slow when the median of its slowdowns
-    over all its tests exceeds ``1 + threshold``.
+    GPU and a square product on the CPU. ``seed`` fixes the order of the tests in each round
+    (shuffled, so no device is always timed first or right after another).
     """
     torch = require_torch()
     devices = devices or default_devices()
@@ -228,22 +248,40 @@ def run_gemm_check(
             for shape in shapes or (WHOLE_GPU_SHAPES if on_gpu else CPU_SHAPES):
                 shape = shape.aligned(FP8_ALIGNMENT) if dtype == "fp8" else shape
                 tests.append((device, dtype, shape))
-    results = _measure(torch, tests, repetitions).with_columns(pl.lit(host).alias("host"))
-    results = compare_with_peers(results, ["device"], ["dtype", "shape"], "mean_s", threshold)
-    results = results.with_columns(
-        (pl.col("flop") / pl.col("mean_s") / 1e12).alias("tflops"),
-    ).select("host", "device", "gpu", "bus_id", pl.exclude("host", "device", "gpu", "bus_id"))
-    results = results.sort("device", "dtype", "shape")
-    verdicts = (
-        results.group_by("host", "device", "gpu", "bus_id", maintain_order=True)
-        .agg(pl.col("slowdown").median().alias("slowdown"),
-             pl.col("tflops").mean().alias("mean_tflops"),
-             pl.len().alias("tests"))
-        .with_columns((pl.col("slowdown") > 1 + threshold).alias("slow"))
+    classes = {d.torch_device: peer_class(d.torch_device) for d in devices}
+    start = time.perf_counter()
+    with _cpu_threads(torch, 1 if any(d.gpu is None for d in devices) else None):
+        timed = [_Timed(torch, device, dtype, shape) for device, dtype, shape in tests]
+        timings = _measure(timed, classes, budget_s, threshold, np.random.default_rng(seed))
+    return gemm_report(timings, _describe(torch, timed, host), threshold,
+                       time.perf_counter() - start,
+                       [f"{host} {label}: {device_info(label).describe()}"
+                        for label in sorted(classes)])
+
+
+UNIT = ["device"]
+TEST = ["peer_class", "dtype", "shape"]
+
+
+def gemm_report(timings: pl.DataFrame, tests: pl.DataFrame, threshold: float,
+                elapsed_s: float = 0.0, environment: list[str] | None = None) -> GemmReport:
+    """Summarise per-round ``timings`` (device, peer_class, dtype, shape, round, seconds per
+    product) of the ``tests`` (one row per device, dtype and shape: host, gpu, bus_id, m, n,
+    k, flop, products): per test the mean, spread and TFLOP/s, per device the verdict."""
+    per_test, verdicts = compare(timings, UNIT, TEST, threshold)
+    results = (
+        per_test.join(tests, on=[*UNIT, "dtype", "shape"])
+        .with_columns((pl.col("flop") / pl.col("mean_s") / 1e12).alias("tflops"))
+        .select("host", "device", "gpu", "bus_id", "peer_class", "dtype", "shape", "m", "n",
+                "k", "flop", "products", "rounds", "mean_s", "std_s", "tflops", "slowdown")
+        .sort("device", "dtype", "shape")
     )
-    environment = [f"{host} {label}: {device_info(label).describe()}"
-                   for label in sorted({d.torch_device for d in devices})]
-    return GemmReport(results, verdicts, threshold, environment)
+    units = results.group_by("host", "device", "gpu", "bus_id", "peer_class",
+                             maintain_order=True).agg(
+        pl.col("tflops").mean().alias("mean_tflops"), pl.len().alias("tests"))
+    devices = with_verdicts(units, verdicts, UNIT)
+    rounds = int(timings["round"].max() + 1) if timings.height else 0
+    return GemmReport(results, devices, threshold, environment or [], rounds, elapsed_s)
 
 
 class _Timed:
@@ -254,7 +292,6 @@ class _Timed:
         self.torch, self.device, self.dtype, self.shape = torch, device, dtype, shape
         self.product = _product(torch, device.torch_device, dtype, shape)
         self.clock = _Clock(torch, device.torch_device)
-        self.seconds: list[float] = []
         with _strict_fp32(torch, dtype):
             self.clock.seconds(self.work, WARMUP_PRODUCTS)
             one = max(self.clock.seconds(self.work, 1), 1e-9)
@@ -265,29 +302,53 @@ class _Timed:
         for _ in range(self.device.slowdown):
             self.product()
 
-    def repeat(self) -> None:
+    def repeat(self) -> float:
         with _strict_fp32(self.torch, self.dtype):
-            self.seconds.append(self.clock.seconds(self.work, self.count) / self.count)
+            return self.clock.seconds(self.work, self.count) / self.count
 
 
-def _measure(torch, tests: list[tuple[GemmDevice, str, GemmShape]],
-             repetitions: int) -> pl.DataFrame:
-    """Run the tests: warm up and calibrate each, then interleave the timed repetitions."""
-    timed = [_Timed(torch, device, dtype, shape) for device, dtype, shape in tests]
-    for _ in range(repetitions):
-        for test in timed:
-            test.repeat()
-    rows = [
-        {"device": t.device.label, "gpu": t.device.gpu, "bus_id": t.device.bus_id(torch),
-         "dtype": t.dtype, "shape": t.shape.name, "m": t.shape.m, "n": t.shape.n,
-         "k": t.shape.k, "flop": t.shape.flop, "products": t.count, "repetition_s": t.seconds}
-        for t in timed
-    ]
-    frame = pl.DataFrame(rows, schema_overrides={"gpu": pl.Int32, "bus_id": pl.String})
-    return frame.with_columns(
-        pl.col("repetition_s").list.mean().alias("mean_s"),
-        pl.col("repetition_s").list.std().alias("std_s"),
-    )
+def _measure(timed: list[_Timed], classes: dict[str, str], budget_s: float, threshold: float,
+             rng: np.random.Generator) -> pl.DataFrame:
+    """Rounds of one timed repetition per test, in a shuffled order, until every device has a
+    verdict or the budget is spent (:func:`~tracekit.validate.peers.rounds_done`)."""
+    rows: list[tuple] = []
+    deadline = time.perf_counter() + budget_s
+    for round_ in itertools.count():
+        for index in rng.permutation(len(timed)):
+            t = timed[index]
+            rows.append((t.device.label, classes[t.device.torch_device], t.dtype, t.shape.name,
+                         round_, t.repeat()))
+        frame = pl.DataFrame(rows, schema=TIMINGS_SCHEMA, orient="row")
+        if rounds_done(frame, round_ + 1, deadline, UNIT, TEST, threshold):
+            return frame
+    return frame  # not reached: itertools.count() does not end
+
+
+TIMINGS_SCHEMA = {"device": pl.String, "peer_class": pl.String, "dtype": pl.String,
+                  "shape": pl.String, "round": pl.Int32, "seconds": pl.Float64}
+
+
+def _describe(torch, timed: list[_Timed], host: str) -> pl.DataFrame:
+    """One row per test: where it ran and what it computes."""
+    return pl.DataFrame(
+        [{"host": host, "device": t.device.label, "gpu": t.device.gpu,
+          "bus_id": t.device.bus_id(torch), "dtype": t.dtype, "shape": t.shape.name,
+          "m": t.shape.m, "n": t.shape.n, "k": t.shape.k, "flop": t.shape.flop,
+          "products": t.count} for t in timed],
+        schema_overrides={"gpu": pl.Int32, "bus_id": pl.String})
+
+
+@contextmanager
+def _cpu_threads(torch, threads: int | None) -> Iterator[None]:
+    """Time logical CPU devices on one thread: with several, one thread descheduled by other
+    work on a shared machine stalls the whole product, and the noise swamps the signal."""
+    saved = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
 
 
 @contextmanager

@@ -2,10 +2,12 @@
 
 Each group (the global ranks of one communicator, in communicator order) is split into passes
 (:mod:`tracekit.validate.schedule`); in each pass all of its links transfer at once, each rank in
-at most one transfer, so a group of any size costs 2 to 4 rounds per message size. The receiver
-times each transfer (CUDA events with NCCL, the wall clock with gloo); each link's time is then
-compared with the median of its peers (:mod:`tracekit.validate.peers`): the other links of the
-same group, of the same reach (inside a host or between hosts) and message size.
+at most one transfer, so a group of any size costs 4 to 8 passes (both directions) per message
+size and round. The receiver times each transfer (CUDA events with NCCL, the wall clock with
+gloo); each round, each link's time is compared with the median of its peers
+(:mod:`tracekit.validate.peers`): the other links of the same group, of the same reach (inside a
+host or between hosts) and message size. Rounds go on until every link's interval clears the
+threshold or the time budget is spent.
 
 The same code runs one process per rank under ``torchrun`` (NCCL on GPUs) or spawns local
 processes itself (gloo on CPUs, or NCCL on the GPUs of one machine).
@@ -13,6 +15,7 @@ processes itself (gloo on CPUs, or NCCL on the GPUs of one machine).
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 import queue
@@ -20,20 +23,27 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+import numpy as np
 import polars as pl
 
 from tracekit.errors import TracekitError
 from tracekit.validate.backend import device_info, require_torch
-from tracekit.validate.peers import SLOW_THRESHOLD, compare_with_peers
-from tracekit.validate.schedule import Topology, passes
+from tracekit.validate.peers import (
+    BUDGET_S,
+    SLOW_THRESHOLD,
+    compare,
+    rounds_done,
+    with_verdicts,
+)
+from tracekit.validate.schedule import Topology, both_directions, companions, passes
 
 MiB = 1 << 20
 MESSAGE_SIZES_BYTES = (16 * MiB, 32 * MiB, 64 * MiB)
-"""Greyhound (ATC 2025, section 4.3) sends 16, 32 and 64 MB per link."""
-CPU_MESSAGE_SIZES_BYTES = (1 * MiB, 2 * MiB, 4 * MiB)
-"""Gloo on CPUs: 16 x smaller, still long enough that a transfer outlasts scheduling noise."""
-REPETITIONS = 3
-"""Greyhound repeats each transfer 3 times and takes the mean."""
+"""Greyhound (ATC 2025, section 4.3) sends 16, 32 and 64 MB per link: at NVLink or NIC speeds
+tens of microseconds or more, far above the few-microsecond latency."""
+CPU_MESSAGE_SIZES_BYTES = (4 * MiB, 8 * MiB, 16 * MiB)
+"""Gloo on CPUs moves a few GB/s on loopback, so these take milliseconds, far above its ~0.1 ms
+latency: bandwidth, not latency, is timed."""
 TIMEOUT_S = 60.0
 
 
@@ -45,10 +55,17 @@ class P2PGroup:
     ranks: tuple[int, ...]
     topology: Topology = "ring"
 
-    def scheduled_passes(self) -> list[list[tuple[int, int]]]:
-        """The group's passes as (sender, receiver) global-rank pairs."""
-        return [[(self.ranks[link.src], self.ranks[link.dst]) for link in one_pass]
-                for one_pass in passes(self.topology, len(self.ranks))]
+    def scheduled_passes(self) -> list[tuple[list[tuple[int, int]], list[tuple[int, int]]]]:
+        """The group's passes, both directions, as (timed links, companion transfers) of
+        (sender, receiver) global-rank pairs; every pass has as many transfers as the widest."""
+        schedule = both_directions(passes(self.topology, len(self.ranks)))
+        width = max((len(p) for p in schedule), default=0)
+
+        def global_pairs(links):
+            return [(self.ranks[link.src], self.ranks[link.dst]) for link in links]
+
+        return [(global_pairs(p), global_pairs(companions(p, len(self.ranks), width)))
+                for p in schedule]
 
 
 @dataclass
@@ -59,10 +76,13 @@ class P2PPlan:
 
     groups: list[P2PGroup]
     sizes_bytes: tuple[int, ...] | None = None
-    repetitions: int = REPETITIONS
+    budget_s: float = BUDGET_S
     threshold: float = SLOW_THRESHOLD
     hosts: dict[int, str] = field(default_factory=dict)
     delays_s: dict[tuple[int, int], float] = field(default_factory=dict)
+    seed: int = 0
+    """Seeds the order of the passes and sizes, shuffled in each round so that no link is
+    always timed right after another (on a busy host the position in a round shows)."""
 
     @property
     def world_size(self) -> int:
@@ -83,37 +103,66 @@ class P2PPlan:
 
 @dataclass
 class P2PReport:
-    """Per link and message size: timings, bandwidth and the peer comparison; per link: the
-    verdict."""
+    """Per link and message size: timings, bandwidth and the median ratio to its peers; per
+    link: the verdict with its confidence interval."""
 
     results: pl.DataFrame
     links: pl.DataFrame
     threshold: float
     backend: str
     environment: list[str] = field(default_factory=list)
+    rounds: int = 0
 
 
 class _Transport:
-    """Blocking send / receive over torch.distributed, with the self-test delays applied by
-    the sender (so the receiver sees the data late, as over a slow link)."""
+    """Timed blocking transfers over torch.distributed. A one-byte handshake goes first and the
+    receiver starts its clock when it arrives, so the time is the message's alone, not the
+    skew of the ranks leaving the barrier before it. The self-test delays are slept by the
+    sender between handshake and message, so the receiver sees the data late, as over a slow
+    link."""
 
-    def __init__(self, dist, delays_s: dict[tuple[int, int], float], rank: int):
-        self.dist, self.delays_s, self.rank = dist, delays_s, rank
+    def __init__(self, torch, delays_s: dict[tuple[int, int], float], device):
+        self.torch, self.dist, self.delays_s = torch, torch.distributed, delays_s
+        self.rank, self.cuda = self.dist.get_rank(), device.type == "cuda"
+        self.handshake = torch.zeros(1, dtype=torch.uint8, device=device)
 
-    def send(self, tensor, dst: int) -> None:
-        delay = self.delays_s.get((self.rank, dst), 0.0)
-        if delay:
-            time.sleep(delay)
-        self.dist.send(tensor, dst)
-
-    def recv(self, tensor, src: int) -> None:
+    def transfer(self, tensor, pair: tuple[int, int]) -> float:
+        """Send or receive ``tensor`` over ``pair``; the receiver returns the seconds it took."""
+        src, dst = pair
+        if self.rank == src:
+            self.dist.send(self.handshake, dst)
+            delay = self.delays_s.get(pair, 0.0)
+            if delay:
+                time.sleep(delay)
+            self.dist.send(tensor, dst)
+            if self.cuda:
+                self.torch.cuda.synchronize()
+            return 0.0
+        self.dist.recv(self.handshake, src)
+        if not self.cuda:
+            start = time.perf_counter()
+            self.dist.recv(tensor, src)
+            return time.perf_counter() - start
+        start, end = (self.torch.cuda.Event(enable_timing=True) for _ in range(2))
+        start.record()
         self.dist.recv(tensor, src)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+
+TIMINGS_SCHEMA = {"group": pl.String, "topology": pl.String, "pass": pl.Int32,
+                  "src_rank": pl.Int32, "dst_rank": pl.Int32, "size_bytes": pl.Int64,
+                  "round": pl.Int32, "seconds": pl.Float64}
+UNIT = ["src_rank", "dst_rank"]
+TEST = ["group", "topology", "reach", "size_bytes"]
 
 
 def measure_links(plan: P2PPlan) -> pl.DataFrame | None:
     """Run the plan on this rank of an initialised process group; rank 0 gets every link's
     timings, the other ranks None. Every rank walks the same schedule, with a barrier before
-    each round, so the transfers of a pass start together."""
+    each transfer, so the transfers of a pass start together; after each round rank 0 decides,
+    for all, whether every link has a verdict or the budget is spent."""
     torch = require_torch()
     dist = torch.distributed
     rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -122,90 +171,85 @@ def measure_links(plan: P2PPlan) -> pl.DataFrame | None:
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     sizes = plan.sizes_bytes or (MESSAGE_SIZES_BYTES if cuda else CPU_MESSAGE_SIZES_BYTES)
     buffer = torch.zeros(max(sizes), dtype=torch.uint8, device=device)
-    transport = _Transport(dist, plan.delays_s, rank)
-    rows = []
-    for group in plan.groups:
-        for pass_index, pairs in enumerate(group.scheduled_passes()):
-            mine = next(((src, dst) for src, dst in pairs if rank in (src, dst)), None)
+    transport = _Transport(torch, plan.delays_s, device)
+    schedule = [(group, index, measured, next(((s, d) for s, d in measured + load
+                                               if rank in (s, d)), None))
+                for group in plan.groups
+                for index, (measured, load) in enumerate(group.scheduled_passes())]
+    for *_, mine in schedule:  # untimed: connections are set up on the first transfer
+        dist.barrier()
+        if mine is not None:
+            transport.transfer(buffer[: sizes[0]], mine)
+    steps = [(*entry, size) for entry in schedule for size in sizes]
+    order = np.random.default_rng(plan.seed)  # the same on every rank: they walk one schedule
+    rows: list[tuple] = []
+    deadline = time.perf_counter() + plan.budget_s
+    for round_ in itertools.count():
+        mine_now = []
+        for step in order.permutation(len(steps)):
+            group, index, measured, mine, size = steps[step]
             dist.barrier()
-            if mine is not None:  # untimed: connections are set up on the first transfer
-                _transfer(torch, transport, buffer[: sizes[0]], mine, rank, cuda)
-            for size in sizes:
-                seconds = []
-                for _ in range(plan.repetitions):
-                    dist.barrier()
-                    if mine is not None:
-                        seconds.append(_transfer(torch, transport, buffer[:size], mine, rank,
-                                                 cuda))
-                if mine is not None and mine[1] == rank:
-                    rows.append((group.name, group.topology, pass_index, *mine, size, seconds))
-    gathered = [None] * world_size if rank == 0 else None
-    dist.gather_object(rows, gathered, dst=0)
-    if rank != 0:
-        return None
-    return pl.DataFrame(
-        [row for part in gathered for row in part],
-        schema={"group": pl.String, "topology": pl.String, "pass": pl.Int32,
-                "src_rank": pl.Int32, "dst_rank": pl.Int32, "size_bytes": pl.Int64,
-                "repetition_s": pl.List(pl.Float64)},
-        orient="row",
-    )
+            if mine is None:
+                continue
+            seconds = transport.transfer(buffer[:size], mine)
+            if mine[1] == rank and mine in measured:
+                mine_now.append((group.name, group.topology, index, *mine, size, round_,
+                                 seconds))
+        gathered = [None] * world_size if rank == 0 else None
+        dist.gather_object(mine_now, gathered, dst=0)
+        stop = [False]
+        if rank == 0:
+            rows += [row for part in gathered for row in part]
+            stop = [rounds_done(_with_reach(_frame(rows), plan.hosts), round_ + 1, deadline,
+                                UNIT, TEST, plan.threshold)]
+        dist.broadcast_object_list(stop, src=0)
+        if stop[0]:
+            return _frame(rows) if rank == 0 else None
+    return None  # not reached: itertools.count() does not end
 
 
-def _transfer(torch, transport: _Transport, tensor, pair: tuple[int, int], rank: int,
-              cuda: bool) -> float:
-    """Send or receive ``tensor`` over ``pair``; the receiver returns the seconds it took."""
-    src, dst = pair
-    if rank == src:
-        transport.send(tensor, dst)
-        if cuda:
-            torch.cuda.synchronize()
-        return 0.0
-    if not cuda:
-        start = time.perf_counter()
-        transport.recv(tensor, src)
-        return time.perf_counter() - start
-    start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-    start.record()
-    transport.recv(tensor, src)
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / 1e3
+def _frame(rows: list[tuple]) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema=TIMINGS_SCHEMA, orient="row")
 
 
-def summarise(timings: pl.DataFrame, plan: P2PPlan, backend: str,
-              environment: list[str] | None = None) -> P2PReport:
-    """Bandwidth per link and size, each link against its peers, and one verdict per link
-    (the median of its slowdowns over the message sizes)."""
-    hosts = pl.DataFrame({"rank": list(plan.hosts), "host": list(plan.hosts.values())},
+def _with_reach(timings: pl.DataFrame, hosts: dict[int, str]) -> pl.DataFrame:
+    """Add each link's hosts and its reach: intra-host (NVLink, shared memory) or inter-host
+    (the NIC), the link classes whose members are peers; unknown without hosts."""
+    table = pl.DataFrame({"rank": list(hosts), "host": list(hosts.values())},
                          schema={"rank": pl.Int32, "host": pl.String})
-    results = (
-        timings.join(hosts.rename({"rank": "src_rank", "host": "src_host"}), on="src_rank",
+    return (
+        timings.join(table.rename({"rank": "src_rank", "host": "src_host"}), on="src_rank",
                      how="left")
-        .join(hosts.rename({"rank": "dst_rank", "host": "dst_host"}), on="dst_rank", how="left")
+        .join(table.rename({"rank": "dst_rank", "host": "dst_host"}), on="dst_rank", how="left")
         .with_columns(
             pl.when(pl.col("src_host").is_null() | pl.col("dst_host").is_null())
             .then(pl.lit("unknown"))
             .when(pl.col("src_host") == pl.col("dst_host"))
             .then(pl.lit("intra-host"))
             .otherwise(pl.lit("inter-host"))
-            .alias("reach"),
-            pl.col("repetition_s").list.mean().alias("mean_s"),
-            pl.col("repetition_s").list.std().alias("std_s"),
-        )
+            .alias("reach"))
+    )
+
+
+def summarise(timings: pl.DataFrame, plan: P2PPlan, backend: str,
+              environment: list[str] | None = None) -> P2PReport:
+    """Bandwidth per link and size, each link against its peers round by round, and one
+    verdict per link over all its sizes and rounds."""
+    timings = _with_reach(timings, plan.hosts)
+    per_test, verdicts = compare(timings, UNIT, TEST, plan.threshold)
+    link_columns = ["group", "topology", "pass", *UNIT, "src_host", "dst_host", "reach"]
+    results = (
+        timings.select(link_columns).unique()
+        .join(per_test, on=[*UNIT, "group", "topology", "reach"])
+        .select(*link_columns, "size_bytes", "mean_s", "std_s", "rounds", "slowdown")
         .with_columns((pl.col("size_bytes") / pl.col("mean_s") / 1e9).alias("bandwidth_gb_s"))
+        .sort("group", "topology", "pass", "src_rank", "size_bytes")
     )
-    results = compare_with_peers(results, ["src_rank", "dst_rank"],
-                                 ["group", "reach", "size_bytes"], "mean_s", plan.threshold)
-    results = results.sort("group", "pass", "src_rank", "size_bytes")
-    links = (
-        results.group_by("group", "topology", "pass", "src_rank", "dst_rank", "src_host",
-                         "dst_host", "reach", maintain_order=True)
-        .agg(pl.col("bandwidth_gb_s").mean(), pl.col("slowdown").median(),
-             pl.col("peers").min())
-        .with_columns((pl.col("slowdown") > 1 + plan.threshold).alias("slow"))
-    )
-    return P2PReport(results, links, plan.threshold, backend, environment or [])
+    units = results.group_by(*link_columns, maintain_order=True).agg(
+        pl.col("bandwidth_gb_s").mean())
+    links = with_verdicts(units, verdicts, UNIT)
+    rounds = int(timings["round"].max() + 1) if timings.height else 0
+    return P2PReport(results, links, plan.threshold, backend, environment or [], rounds)
 
 
 def default_backend() -> str:
@@ -268,7 +312,7 @@ def _run_spawned(plan: P2PPlan, nprocs: int, backend: str, timeout_s: float) -> 
     for process in processes:
         process.start()
     try:
-        return _wait_for_rank_zero(processes, messages, timeout_s)
+        return _wait_for_rank_zero(processes, messages, timeout_s + plan.budget_s)
     finally:
         for process in processes:
             process.join(timeout=5)

@@ -13,7 +13,6 @@ from tracekit.errors import TracekitError
 from tracekit.validate import job as job_facts
 from tracekit.validate.gemm import (
     CPU_SHAPES,
-    REPETITIONS,
     WHOLE_GPU_SHAPES,
     GemmDevice,
     GemmReport,
@@ -21,7 +20,7 @@ from tracekit.validate.gemm import (
     run_gemm_check,
 )
 from tracekit.validate.p2p import TIMEOUT_S, P2PGroup, P2PPlan, P2PReport, run_p2p_check
-from tracekit.validate.peers import SLOW_THRESHOLD
+from tracekit.validate.peers import BUDGET_S, SLOW_THRESHOLD
 from tracekit.validate.schedule import Topology
 from tracekit.validate.verdict import (
     NO_SUSPECTS,
@@ -48,7 +47,7 @@ def validate_gemm(
     devices: list[GemmDevice] | None = None,
     dtypes: list[str] | None = None,
     model: dict[str, int | None] | None = None,
-    repetitions: int = REPETITIONS,
+    budget_s: float = BUDGET_S,
     threshold: float = SLOW_THRESHOLD,
     host: str | None = None,
 ) -> Outcome:
@@ -63,7 +62,7 @@ def validate_gemm(
         shapes += job_facts.model_shape(opened, **(model or {})).products()
     elif opened:
         notes.append("CPU run: the job's layer products need a GPU; small square products only")
-    report = run_gemm_check(devices, dtypes=dtypes, shapes=shapes, repetitions=repetitions,
+    report = run_gemm_check(devices, dtypes=dtypes, shapes=shapes, budget_s=budget_s,
                             threshold=threshold, host=host)
     return _record(opened, report, gemm_validations, notes, suspects)
 
@@ -75,7 +74,7 @@ def validate_p2p(
     groups: list[tuple[int, ...]] | None = None,
     topologies: list[Topology] | None = None,
     sizes_bytes: tuple[int, ...] | None = None,
-    repetitions: int = REPETITIONS,
+    budget_s: float = BUDGET_S,
     threshold: float = SLOW_THRESHOLD,
     nprocs: int | None = None,
     backend: str | None = None,
@@ -95,8 +94,9 @@ def validate_p2p(
         p2p_groups = [g for t in topologies
                       for g in job_facts.communicator_groups(opened, t, blamed)]
     else:
-        raise TracekitError("say which ranks to test: --group 0,1,2,3 or --from DATASET")
-    plan = P2PPlan(p2p_groups, sizes_bytes=sizes_bytes, repetitions=repetitions,
+        raise TracekitError("say which ranks to test: --group 0,1,2,3, --nprocs 4 (one ring) or "
+                             "--from DATASET; --self-test needs neither")
+    plan = P2PPlan(p2p_groups, sizes_bytes=sizes_bytes, budget_s=budget_s,
                    threshold=threshold, hosts=job_facts.rank_hosts(opened) if opened else {},
                    delays_s=delays_s or {})
     report = run_p2p_check(plan, nprocs=nprocs, backend=backend, timeout_s=timeout_s)

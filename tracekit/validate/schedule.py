@@ -7,6 +7,11 @@ of *passes*: inside a pass no rank appears twice, so all of a pass's transfers r
 each measures one link alone. An even ring needs 2 passes, an odd ring 3 and a binary tree 4,
 whatever the group size.
 
+Each link is measured in both directions (a link's two directions are separate lanes and fail
+separately), and every pass is filled up to the same number of concurrent transfers with
+*companion* transfers between ranks the pass leaves idle, so every measured link shares the
+machine with as many others and links of different passes compare fairly.
+
 Ranks here are positions inside the group (0 .. n-1, the communicator rank); callers map them to
 global ranks.
 """
@@ -90,3 +95,26 @@ def passes(topology: Topology, n: int) -> list[list[Link]]:
     if topology == "tree":
         return tree_passes(n)
     raise TracekitError(f"unknown topology {topology!r}; use one of {', '.join(TOPOLOGIES)}")
+
+
+def both_directions(schedule: list[list[Link]]) -> list[list[Link]]:
+    """The passes, then each pass reversed (still no rank twice in a pass); a reversed link
+    already measured (the two links of a 2-rank ring) is not measured twice."""
+    seen = {link for one_pass in schedule for link in one_pass}
+    reversed_passes = []
+    for one_pass in schedule:
+        back = [Link(link.dst, link.src) for link in one_pass]
+        back = [link for link in back if link not in seen]
+        seen.update(back)
+        reversed_passes.append(back)
+    return [p for p in [*schedule, *reversed_passes] if p]
+
+
+def companions(one_pass: list[Link], n: int, width: int) -> list[Link]:
+    """Untimed transfers between ranks ``one_pass`` leaves idle (paired in rank order) that
+    bring it to ``width`` concurrent transfers, so its links see the contention of the widest
+    pass."""
+    busy = {r for link in one_pass for r in (link.src, link.dst)}
+    idle = [r for r in range(n) if r not in busy]
+    extra = max(0, width - len(one_pass))
+    return [Link(idle[2 * i], idle[2 * i + 1]) for i in range(min(extra, len(idle) // 2))]

@@ -1,9 +1,10 @@
 """Join a check's measurements to an episode's suspects and keep the verdicts in the dataset.
 
-A suspect found slow is *confirmed*, a suspect measured healthy is *refuted*, and a suspect the
-run could not measure (not on this machine, or no peer to compare with) is *not-testable*. Units
-the episode did not name are recorded as *slow* or *healthy*, so a hardware fault the trace
-missed still shows.
+A suspect found slow is *confirmed*, a suspect measured healthy is *refuted*, one whose interval
+straddles the threshold is *inconclusive*, and a suspect the run could not measure (not on this
+machine, or no peer of its class to compare with) is *not-testable*. Units the episode did not
+name are recorded as *slow*, *healthy* or *inconclusive*, so a hardware fault the trace missed
+still shows.
 """
 
 from __future__ import annotations
@@ -17,18 +18,18 @@ from tracekit.dataset import Dataset
 from tracekit.validate.gemm import GemmReport
 from tracekit.validate.job import Suspects
 from tracekit.validate.p2p import P2PReport
+from tracekit.validate.peers import interval_evidence
 
 NO_SUSPECTS = Suspects()
 
 
 def _verdict(suspect: pl.Expr) -> pl.Expr:
+    measured = pl.col("verdict")
     return (
-        pl.when(suspect & pl.col("slow")).then(pl.lit("confirmed"))
-        .when(suspect & ~pl.col("slow")).then(pl.lit("refuted"))
-        .when(suspect).then(pl.lit("not-testable"))
-        .when(pl.col("slow")).then(pl.lit("slow"))
-        .when(~pl.col("slow")).then(pl.lit("healthy"))
-        .otherwise(pl.lit("not-testable"))
+        pl.when(suspect & (measured == "slow")).then(pl.lit("confirmed"))
+        .when(suspect & (measured == "healthy")).then(pl.lit("refuted"))
+        .when(measured == "no peers").then(pl.lit("not-testable"))
+        .otherwise(measured)
     )
 
 
@@ -61,10 +62,9 @@ def gemm_validations(report: GemmReport, job: str,
         "slowdown",
         pl.col("mean_tflops").alias("rate"),
         pl.lit("TFLOP/s").alias("rate_unit"),
-        pl.format("{} on {}: {} TFLOP/s mean over {} tests, {}x the median of its peers "
-                  "(threshold {}x)", "device", "host", pl.col("mean_tflops").round(3),
-                  "tests", pl.col("slowdown").round(3).fill_null("n/a"),
-                  pl.lit(round(1 + report.threshold, 3))).alias("evidence"),
+        pl.format("{} on {}: {} TFLOP/s mean over {} tests; {}", "device", "host",
+                  pl.col("mean_tflops").round(3), "tests",
+                  interval_evidence(report.threshold)).alias("evidence"),
     )
     seen = set(devices.select("host", "gpu").rows())
     missing = [(h, g) for h, g in sorted(suspects.gpus) if (h, g) not in seen]
@@ -103,12 +103,11 @@ def p2p_validations(report: P2PReport, job: str,
         "slowdown",
         pl.col("bandwidth_gb_s").alias("rate"),
         pl.lit("GB/s").alias("rate_unit"),
-        pl.format("{} link {}->{} ({}, {} -> {}), pass {} of group {}: {} GB/s, {}x the median "
-                  "of {} peer links (threshold {}x)", "topology", "src_rank", "dst_rank",
-                  "reach", pl.col("src_host").fill_null("?"), pl.col("dst_host").fill_null("?"),
-                  "pass", "group", pl.col("bandwidth_gb_s").round(3),
-                  pl.col("slowdown").round(3).fill_null("n/a"), "peers",
-                  pl.lit(round(1 + report.threshold, 3))).alias("evidence"),
+        pl.format("{} link {}->{} ({}, {} -> {}), pass {} of group {}: {} GB/s, {} peer "
+                  "links; {}", "topology", "src_rank", "dst_rank", "reach",
+                  pl.col("src_host").fill_null("?"), pl.col("dst_host").fill_null("?"),
+                  "pass", "group", pl.col("bandwidth_gb_s").round(3), "peers",
+                  interval_evidence(report.threshold)).alias("evidence"),
     )
     return _finish(frame, job, suspects, report.threshold, "; ".join(report.environment))
 
