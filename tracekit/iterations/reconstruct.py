@@ -12,20 +12,23 @@ followed instead of drifting.
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
 
 from tracekit import schema
+from tracekit.errors import TracekitError
 from tracekit.iterations.period import (
     ACF_THRESHOLD,
     Period,
     find_period,
     interval_counts,
     interval_ratio,
+    mark_anchor,
 )
-from tracekit.parallel import Executor, LocalExecutor, partition_size
+from tracekit.parallel import Executor, LocalExecutor, map_all, partition_size
 
 SOURCE = "acf"
 """Value of ``iterations.source`` for reconstructed rows."""
@@ -65,6 +68,8 @@ class RankSummary:
     acf: float | None = None
     baseline_lag: int | None = None
     segments: int = 1
+    anchor_nranks: int | None = None
+    """Communicator size of the boundary call (the job's largest: a job-wide synchronisation)."""
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -78,10 +83,45 @@ class Reconstruction:
 
     iterations: pl.DataFrame
     ranks: list[RankSummary]
+    threshold: float = ACF_THRESHOLD
+    """M of the published baseline the ranks' ``baseline_lag`` was taken with."""
 
     @property
     def warnings(self) -> list[str]:
         return [w for r in self.ranks for w in r.warnings]
+
+    @property
+    def periods(self) -> dict[int, int]:
+        """Calls per iteration -> how many ranks have that period (ranks without one left out);
+        PP stages and first / last stages issue different calls, so a job has several."""
+        return dict(sorted(Counter(r.period_calls for r in self.ranks if r.period_calls).items()))
+
+    @property
+    def baseline_note(self) -> str | None:
+        """One line naming the ranks where the published baseline (the smallest lag whose ACF
+        exceeds M) is not the period, or None when it agrees everywhere."""
+        off: dict[tuple[str, int], list[int]] = {}
+        for r in self.ranks:
+            if r.period_calls and r.baseline_lag != r.period_calls:
+                lag = f"lag {r.baseline_lag}" if r.baseline_lag else "no lag"
+                off.setdefault((lag, r.period_calls), []).append(r.rank)
+        if not off:
+            return None
+        parts = [f"{lag} where the period is {calls} calls on {_rank_list(ranks)}"
+                 for (lag, calls), ranks in sorted(off.items(), key=lambda item: item[1][0])]
+        return (f"the baseline (smallest lag with ACF > {self.threshold}) disagrees on "
+                f"{sum(map(len, off.values()))} of {len(self.ranks)} ranks: " + "; ".join(parts))
+
+
+RANKS_LISTED = 8
+"""A note lists this many ranks by number, then how many more."""
+
+
+def _rank_list(ranks: list[int]) -> str:
+    listed = ", ".join(map(str, ranks[:RANKS_LISTED]))
+    more = len(ranks) - RANKS_LISTED
+    return f"rank{'s' if len(ranks) > 1 else ''} {listed}" + (f" and {more} more" if more > 0
+                                                              else "")
 
 
 def symbol_expr() -> pl.Expr:
@@ -107,7 +147,9 @@ def reconstruct(
 ) -> Reconstruction:
     """Iteration rows (``source = "acf"``) and per-rank summaries for every rank in
     ``collectives`` (canonical schema). ``executor`` (default: a local loop) runs the batches of
-    ranks; a batch that fails twice leaves its ranks without rows and says why in a warning.
+    ranks; a batch that still fails after its retries fails the whole reconstruction with an
+    error naming the rank and the cause (rows of some ranks only would be compared as if the
+    others had none).
     ``ranks``: the ranks in ``collectives`` when known without reading it (a dataset's
     :meth:`~tracekit.dataset.Dataset.ranks`)."""
     frame = collectives.lazy() if isinstance(collectives, pl.DataFrame) else collectives
@@ -117,21 +159,18 @@ def reconstruct(
     executor = executor or LocalExecutor()
     size = partition_size(len(ranks), executor, RANKS_PER_BATCH)
     batches = [ranks[first:first + size] for first in range(0, len(ranks), size)]
-    outcomes = executor.map_partitions(
-        functools.partial(_reconstruct_batch, threshold=threshold),
+    batches_done = map_all(
+        executor, functools.partial(_reconstruct_batch, threshold=threshold),
         [(batch, frame.filter(pl.col("rank").is_in(batch))) for batch in batches],
         key=lambda partition: f"ranks {partition[0][0]}-{partition[0][-1]}")
-    rows, summaries = [], []
-    for batch, outcome in zip(batches, outcomes, strict=True):
-        if not outcome.ok:
-            summaries.extend(RankSummary(rank=rank, calls=0, warnings=[
-                f"rank {rank}: no iteration rows, {outcome.failure}"]) for rank in batch)
-            continue
-        for frame_rows, summary in outcome.value:
-            rows.append(frame_rows)
-            summaries.append(summary)
+    done = [rank for batch in batches_done for rank in batch]
+    rows = [frame_rows for frame_rows, _ in done]
+    summaries = [summary for _, summary in done]
     iterations = (pl.concat(rows) if rows else schema.table("iterations").empty())
-    return Reconstruction(_align_numbering(iterations), summaries)
+    widest = max((s.anchor_nranks or 0 for s in summaries), default=0)
+    synchronised = [s.rank for s in summaries if widest and s.anchor_nranks == widest]
+    return Reconstruction(_job_wide_boundaries(_align_numbering(iterations), synchronised),
+                          summaries, threshold)
 
 
 def _reconstruct_batch(
@@ -140,9 +179,16 @@ def _reconstruct_batch(
     """One batch of ranks (their calls as a lazy scan): a partition of the work, run in this
     process or on a Dask worker."""
     _, frame = partition
-    calls = _calls(frame)
-    return [_reconstruct_rank(int(rank), part, threshold) for (rank,), part in
-            calls.partition_by("rank", as_dict=True, maintain_order=True).items()]
+    done = []
+    for (rank,), part in _calls(frame).partition_by("rank", as_dict=True,
+                                                    maintain_order=True).items():
+        try:
+            done.append(_reconstruct_rank(int(rank), part, threshold))
+        except TracekitError:
+            raise
+        except Exception as error:  # noqa: BLE001 (named by rank so the user knows where)
+            raise TracekitError(f"rank {rank}: {type(error).__name__}: {error}") from error
+    return done
 
 
 def _calls(frame: pl.LazyFrame) -> pl.DataFrame:
@@ -184,11 +230,12 @@ def _reconstruct_rank(
     times_all = calls["_mark_ns"].to_numpy() if has_clock else None
     # boundaries go on the job-wide synchronisation: the largest communicator, and on it the
     # smallest payload (Megatron's grad-norm / found-inf all-reduce)
-    preference = np.zeros(int(symbols_all.max()) + 1)
-    preference[symbols_all] = (calls["nranks"].fill_null(0).to_numpy()
-                               + 1 / (2 + calls["bytes"].fill_null(0).to_numpy()))
+    nranks = np.zeros(int(symbols_all.max()) + 1, dtype=np.int64)
+    nranks[symbols_all] = calls["nranks"].fill_null(0).to_numpy()
+    preference = nranks.astype(np.float64)
+    preference[symbols_all] += 1 / (2 + calls["bytes"].fill_null(0).to_numpy())
     frames, next_iteration, durations = [], 0, []
-    periods: list[Period] = []
+    periods: list[tuple[Period, int]] = []
     for start, end in zip(bounds[:-1], bounds[1:], strict=True):
         local, symbols = _dense(symbols_all[start:end])
         period = find_period(symbols, threshold, preference=preference[local])
@@ -197,7 +244,9 @@ def _reconstruct_rank(
                 f"rank {rank}: no periodic structure in calls {start}..{end - 1} "
                 f"({end - start} calls): no iteration rows for them")
             continue
-        periods.append(period)
+        periods.append((period, int(nranks[local[period.anchor_symbol]])))
+        symbols, _ = mark_anchor(symbols, period.anchor_symbol, period.multiplicity)
+        local = np.r_[local, local[period.anchor_symbol]]
         split = _split_intervals(symbols, period)
         if times_all is None:
             summary.iterations += split.iterations
@@ -215,13 +264,9 @@ def _reconstruct_rank(
         if not summary.pattern:
             summary.pattern = _describe(period, local, _symbol_names(calls))
     if periods:
-        main = max(periods, key=lambda p: p.calls)
+        main, summary.anchor_nranks = max(periods, key=lambda entry: entry[0].calls)
         summary.period_calls, summary.acf = main.calls, main.acf
         summary.baseline_lag = main.baseline_lag
-        if summary.baseline_lag is not None and summary.baseline_lag != main.calls:
-            summary.warnings.append(
-                f"rank {rank}: the baseline ACF > {threshold} lag is {summary.baseline_lag} calls, "
-                f"not the anchored period of {main.calls} calls")
     if durations and (joined := np.concatenate(durations)).size:
         summary.mean_s = float(joined.mean())
     frame = (pl.concat(frames) if frames else schema.table("iterations").empty())
@@ -269,11 +314,13 @@ def _split_intervals(symbols: np.ndarray, period: Period) -> _Split:
     for _ in range(MAX_MERGE_PASSES):
         ratio = interval_ratio(counts, others)
         empty = np.flatnonzero(np.rint(ratio) == 0)
-        if not len(empty):
+        if not len(empty) or len(counts) < 2:
             break
-        positions = np.delete(positions, empty + 1)
-        counts = np.add.reduceat(counts, np.r_[0, np.setdiff1d(np.arange(1, len(counts)),
-                                                               empty + 1)], axis=0)
+        # an interval that holds no iteration loses its closing anchor and joins the next
+        # interval; the last one loses its opening anchor and joins the one before
+        dropped = np.unique(np.where(empty + 1 < len(counts), empty + 1, empty))
+        positions = np.delete(positions, dropped)
+        counts = np.add.reduceat(counts, np.setdiff1d(np.arange(len(counts)), dropped), axis=0)
     ratio = interval_ratio(counts, others)
     per_interval = np.maximum(np.rint(ratio), 1).astype(np.int64)
     uncertain = np.abs(ratio - np.rint(ratio)) > AMBIGUOUS_RATIO
@@ -413,3 +460,21 @@ def _align_numbering(iterations: pl.DataFrame) -> pl.DataFrame:
         pl.col("iteration") + pl.col("_shift").fill_null(0))
     return (aligned.with_columns(pl.col("iteration") - pl.col("iteration").min())
             .drop("_shift").sort("rank", "iteration"))
+
+
+def _job_wide_boundaries(iterations: pl.DataFrame, synchronised: list[int]) -> pl.DataFrame:
+    """Boundaries of the ranks whose boundary call is the job-wide synchronisation moved to
+    the latest of those ranks' times for the same iteration: the collective completes when
+    the last rank reaches it, so that is where the iteration ends on every rank (a rank's own
+    arrival, all a log of enqueue times shows, is early by its skew)."""
+    if iterations.height == 0 or not synchronised:
+        return iterations
+    on = pl.col("rank").is_in(synchronised)
+    latest = (iterations.filter(on).group_by("iteration")
+              .agg(pl.max("t_start_ns").alias("_start"), pl.max("t_end_ns").alias("_end")))
+    moved = iterations.join(latest, on="iteration", how="left").with_columns(
+        pl.when(on).then(pl.col("_start")).otherwise(pl.col("t_start_ns")).alias("t_start_ns"),
+        pl.when(on).then(pl.col("_end")).otherwise(pl.col("t_end_ns")).alias("t_end_ns"))
+    return (moved.with_columns(((pl.col("t_end_ns") - pl.col("t_start_ns")) / 1e9)
+                               .alias("duration_s"))
+            .drop("_start", "_end").sort("rank", "iteration"))
