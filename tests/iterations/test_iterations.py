@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import polars as pl
 import pytest
@@ -19,7 +17,7 @@ from tests.iterations.megatron_calls import (
 )
 from tracekit import schema
 from tracekit.cli import app
-from tracekit.dataset import create_dataset
+from tracekit.dataset import create_dataset, open_dataset
 from tracekit.iterations import (
     QUALITY_DISTURBED,
     QUALITY_OK,
@@ -210,12 +208,38 @@ def test_dataset_round_trip_keeps_framework_rows_and_compares(tmp_path):
     stored = dataset.table("iterations").collect()
     assert stored.group_by("source").len().sort("source").rows() == [("acf", 79),
                                                                       ("framework", 80)]
-    result = CliRunner().invoke(app, ["iterations", str(tmp_path / "job"),
-                                      "--compare", "framework"])
+    result = CliRunner().invoke(app, ["iterations", str(tmp_path / "job")])
     assert result.exit_code == 0, result.output
-    assert "79 matched, 0 missed, 0 extra" in result.output
-    assert re.search(r"│\s+0 │\s+40 │", result.output)
-    assert "39xallreduc" in result.output
+    assert result.output.splitlines() == [
+        "job test: 1 rank; period 40 calls on 1 rank",
+        "iterations per rank 79, 100.0% with times, mean 1.0024 s",
+        "pattern (rank 0): 39xallreduce[2] 1xallreduce[4]",
+        "vs framework: 79 matched, 0 missed, 0 extra; median relative error 0.0000%, p99 0.0000%",
+    ]
+
+
+def test_failing_rank_fails_the_stage_naming_rank_and_cause_and_keeps_the_table(tmp_path,
+                                                                               monkeypatch):
+    import importlib
+
+    module = importlib.import_module("tracekit.iterations.reconstruct")
+    calls, _ = rank_frame(Layout(), 0, iterations=30, rank=3)
+    dataset = create_dataset(tmp_path / "job", job="test")
+    dataset.write_part("collectives", calls, "calls")
+    assert CliRunner().invoke(app, ["iterations", str(tmp_path / "job")]).exit_code == 0
+
+    def out_of_bounds(symbols, period):
+        raise IndexError("index 300 is out of bounds for axis 0 with size 300")
+
+    monkeypatch.setattr(module, "_split_intervals", out_of_bounds)
+    result = CliRunner().invoke(app, ["iterations", str(tmp_path / "job")])
+    assert result.exit_code == 2
+    assert result.output == (
+        "error: 1 of 1 partitions failed, nothing was written: ranks 3-3: rank 3: IndexError: "
+        "index 300 is out of bounds for axis 0 with size 300 (failed 2 times; the other "
+        "partitions completed)\n")
+    kept = open_dataset(tmp_path / "job").table("iterations").collect()
+    assert kept.height == 29 and set(kept["rank"]) == {3}
 
 
 def test_cli_errors_are_one_line(tmp_path):

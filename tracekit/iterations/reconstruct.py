@@ -103,7 +103,7 @@ class Reconstruction:
         off: dict[tuple[str, int], list[int]] = {}
         for r in self.ranks:
             if r.period_calls and r.baseline_lag != r.period_calls:
-                lag = f"lag {r.baseline_lag}" if r.baseline_lag else "no lag"
+                lag = f"lag {r.baseline_lag}" if r.baseline_lag else "no such lag"
                 off.setdefault((lag, r.period_calls), []).append(r.rank)
         if not off:
             return None
@@ -169,8 +169,7 @@ def reconstruct(
     iterations = (pl.concat(rows) if rows else schema.table("iterations").empty())
     widest = max((s.anchor_nranks or 0 for s in summaries), default=0)
     synchronised = [s.rank for s in summaries if widest and s.anchor_nranks == widest]
-    return Reconstruction(_job_wide_boundaries(_align_numbering(iterations), synchronised),
-                          summaries, threshold)
+    return Reconstruction(_number_job_wide(iterations, synchronised), summaries, threshold)
 
 
 def _reconstruct_batch(
@@ -439,42 +438,102 @@ def _describe(period: Period, local: np.ndarray, symbol_names: dict[int, str]) -
                     sorted(totals.items(), key=lambda item: (-item[1], item[0])))
 
 
-def _align_numbering(iterations: pl.DataFrame) -> pl.DataFrame:
-    """Shift each rank's iteration numbers so that iterations ending together across ranks
-    share a number (the rank with the most rows is the reference): a dropped first anchor or
-    a different anchor phase on one rank does not misnumber it."""
+BOUNDARY_MERGE = 0.5
+"""Boundaries of different ranks closer than this share of the median iteration are the same
+job-wide boundary (clock offsets and arrival skew are far smaller than an iteration)."""
+
+
+def _number_job_wide(iterations: pl.DataFrame, synchronised: list[int]) -> pl.DataFrame:
+    """One numbering for the whole job: the same number is the same iteration on every rank.
+
+    The boundaries of the ``synchronised`` ranks (anchored on the job-wide synchronisation)
+    are clustered in time into job-wide boundaries, numbered in order; each such row takes the
+    number of its closing boundary and the boundaries' latest times (the collective completes
+    when the last rank reaches it; a log of enqueue times shows each rank's arrival, early by
+    its skew). A boundary seen on one rank only (a split the others did not make) still gets a
+    number, so numbers can skip but never disagree. Other ranks are shifted as a whole onto
+    that numbering by their nearest ends (onto the rank with most rows when none is
+    synchronised)."""
     if iterations.height == 0:
         return iterations
-    reference_rank = (iterations.group_by("rank").len()
-                      .sort(["len", "rank"], descending=[True, False])["rank"][0])
-    reference = (iterations.filter(pl.col("rank") == reference_rank)
-                 .select(pl.col("t_end_ns"), pl.col("iteration").alias("_reference"))
-                 .sort("t_end_ns"))
+    on = pl.col("rank").is_in(synchronised)
+    if synchronised:
+        numbered = _cluster_boundaries(iterations.filter(on))
+        reference = numbered.select("t_end_ns", pl.col("iteration").alias("_reference"))
+        others = iterations.filter(~on)
+    else:
+        biggest = (iterations.group_by("rank").len()
+                   .sort(["len", "rank"], descending=[True, False])["rank"][0])
+        numbered = iterations.head(0)
+        reference = (iterations.filter(pl.col("rank") == biggest)
+                     .select("t_end_ns", pl.col("iteration").alias("_reference")))
+        others = iterations
     shifts = (
-        iterations.sort("t_end_ns")
-        .join_asof(reference, on="t_end_ns", strategy="nearest")
+        others.sort("t_end_ns")
+        .join_asof(reference.sort("t_end_ns"), on="t_end_ns", strategy="nearest")
         .group_by("rank")
         .agg((pl.col("_reference") - pl.col("iteration")).mode().min().alias("_shift"))
     )
-    aligned = iterations.join(shifts, on="rank", how="left").with_columns(
-        pl.col("iteration") + pl.col("_shift").fill_null(0))
+    shifted = others.join(shifts, on="rank", how="left").with_columns(
+        pl.col("iteration") + pl.col("_shift").fill_null(0)).drop("_shift")
+    aligned = pl.concat([numbered, shifted])
     return (aligned.with_columns(pl.col("iteration") - pl.col("iteration").min())
-            .drop("_shift").sort("rank", "iteration"))
+            .sort("rank", "iteration"))
 
 
-def _job_wide_boundaries(iterations: pl.DataFrame, synchronised: list[int]) -> pl.DataFrame:
-    """Boundaries of the ranks whose boundary call is the job-wide synchronisation moved to
-    the latest of those ranks' times for the same iteration: the collective completes when
-    the last rank reaches it, so that is where the iteration ends on every rank (a rank's own
-    arrival, all a log of enqueue times shows, is early by its skew)."""
-    if iterations.height == 0 or not synchronised:
-        return iterations
-    on = pl.col("rank").is_in(synchronised)
-    latest = (iterations.filter(on).group_by("iteration")
-              .agg(pl.max("t_start_ns").alias("_start"), pl.max("t_end_ns").alias("_end")))
-    moved = iterations.join(latest, on="iteration", how="left").with_columns(
-        pl.when(on).then(pl.col("_start")).otherwise(pl.col("t_start_ns")).alias("t_start_ns"),
-        pl.when(on).then(pl.col("_end")).otherwise(pl.col("t_end_ns")).alias("t_end_ns"))
-    return (moved.with_columns(((pl.col("t_end_ns") - pl.col("t_start_ns")) / 1e9)
-                               .alias("duration_s"))
-            .drop("_start", "_end").sort("rank", "iteration"))
+def _cluster_boundaries(rows: pl.DataFrame) -> pl.DataFrame:
+    """``rows`` renumbered by job-wide boundary and moved to its latest time.
+
+    Boundaries closer than :data:`BOUNDARY_MERGE` iterations are one; so are neighbouring
+    groups that each miss some ranks and share none (every rank reaches a collective once:
+    after a checkpoint the ranks reach the next barrier seconds apart). Between two
+    neighbouring boundaries lie as many iterations as the ranks that see both count at the
+    least (a gap holds two; an evaluation window that one stage counts as two is one; a
+    restart, between the last boundary of one run and the first of the next, holds none)."""
+    gap_ns = BOUNDARY_MERGE * float(rows["duration_s"].median()) * 1e9
+    everyone = rows["rank"].n_unique()
+    points = (
+        pl.concat([rows.select("rank", pl.col("t_start_ns").alias("_ns"),
+                               pl.col("iteration").alias("_index")),
+                   rows.select("rank", pl.col("t_end_ns").alias("_ns"),
+                               (pl.col("iteration") + 1).alias("_index"))])
+        .unique(["rank", "_ns"], keep="first").sort("_ns")
+        .with_columns((pl.col("_ns").diff() > gap_ns).fill_null(False).cum_sum().alias("_near"))
+    )
+    groups = points.group_by("_near", maintain_order=True).agg(pl.col("rank").unique())
+    boundary, reached, numbers = -1, set(), []
+    for ranks in map(set, groups["rank"].to_list()):
+        if not (boundary >= 0 and len(reached) < everyone and len(ranks) < everyone
+                and not reached & ranks):
+            boundary, reached = boundary + 1, set()
+        reached |= ranks
+        numbers.append(boundary)
+    points = (points.join(groups.select("_near", pl.Series("_boundary", numbers, pl.Int64)),
+                          on="_near")
+              .with_columns(pl.col("_ns").max().over("_boundary").alias("_at"))
+              .sort("rank", "_ns"))
+    steps = (
+        points.with_columns(
+            (pl.col("_boundary").shift(-1).over("rank") - pl.col("_boundary")).alias("_apart"),
+            (pl.col("_index").shift(-1).over("rank") - pl.col("_index")).alias("_step"))
+        .filter(pl.col("_apart") == 1)
+        .group_by("_boundary").agg(pl.col("_step").min())
+    )
+    numbering = (
+        points.select("_boundary").unique().join(steps, on="_boundary", how="left")
+        .sort("_boundary")
+        .with_columns(pl.col("_step").fill_null(1).clip(0).cum_sum().shift(1).fill_null(0)
+                      .alias("_number"))
+    )
+    points = points.join(numbering.select("_boundary", "_number"), on="_boundary")
+    start = points.select("rank", pl.col("_ns").alias("t_start_ns"), pl.col("_at").alias("_start"))
+    end = points.select("rank", pl.col("_ns").alias("t_end_ns"), pl.col("_at").alias("_end"),
+                        pl.col("_number").alias("_closing"))
+    return (
+        rows.join(start, on=["rank", "t_start_ns"]).join(end, on=["rank", "t_end_ns"])
+        .with_columns((pl.col("_closing") - 1).alias("iteration"),
+                      pl.col("_start").alias("t_start_ns"), pl.col("_end").alias("t_end_ns"),
+                      ((pl.col("_end") - pl.col("_start")) / 1e9).alias("duration_s"))
+        .select(rows.columns)
+        .unique(["rank", "iteration"], keep="first", maintain_order=True)
+    )
