@@ -37,6 +37,15 @@ LAYOUTS = [
     pytest.param(Layout(tp=8, pp=2, dp=4, micro=16, layers=8, distributed_optimizer=True), 1,
                  id="tp8-pp2-dp4-distopt-last"),
     pytest.param(Layout(tp=2, pp=2, dp=1, micro=4), 0, id="tp2-pp2"),
+    # 512 TP all-reduces and one grad-norm all-reduce per iteration: the once-per-iteration
+    # call is 0.2 % of the calls, under any coverage slack
+    pytest.param(Layout(tp=8, pp=1, dp=1, micro=16, layers=8), 0, id="tp8-only"),
+    pytest.param(Layout(tp=1, pp=4, dp=1, micro=8), 1, id="pp4-only-middle"),
+    pytest.param(Layout(tp=2, pp=4, dp=2, micro=32, layers=2), 3, id="tp2-pp4-dp2-32-micro-last"),
+    # the sync all-reduce twice per iteration (found-inf, grad norm), no call once per iteration
+    pytest.param(Layout(tp=4, pp=1, dp=1, micro=2, layers=1, found_inf=True), 0,
+                 id="tp4-only-found-inf"),
+    pytest.param(Layout(tp=4, pp=1, dp=2, experts=True, found_inf=True), 0, id="tp4-dp2-moe"),
 ]
 
 
@@ -77,13 +86,18 @@ def test_anchored_period_beats_the_baseline_sub_period():
     assert not result.warnings
 
 
-@pytest.mark.parametrize(("layout", "stage"), LAYOUTS[:5])
+@pytest.mark.parametrize(("layout", "stage"), LAYOUTS)
 def test_one_percent_dropped_records_invent_nothing(layout, stage):
     calls, truth = rank_frame(layout, stage, iterations=300, seed=5)
-    result = reconstruct(drop_records(calls, 0.01, seed=11))
+    kept = drop_records(calls, 0.01, seed=11)
+    result = reconstruct(kept)
     comparison = compare(result.iterations, truth, "truth")
     assert comparison.extra == 0
-    assert comparison.missed <= 2
+    # an iteration is missed only next to a lost grad-norm record that no other
+    # once-per-iteration call could stand in for (a gap, never a guess)
+    sync = (pl.col("op") == "allreduce") & (pl.col("bytes") == 4)
+    lost = calls.filter(sync).height - kept.filter(sync).height
+    assert comparison.missed <= 2 * lost
     assert comparison.rel_error_quantile(0.5) < 1e-3
     assert comparison.rel_error_quantile(0.99) < 0.005
     assert set(result.iterations["quality"]) <= {QUALITY_OK, QUALITY_RESYNC}
@@ -191,6 +205,22 @@ def test_ranks_are_numbered_alike_even_when_one_loses_its_first_anchor():
     by_rank = rows.pivot(on="rank", index="iteration", values="t_end_ns").drop_nulls()
     assert by_rank.height >= 28
     assert (by_rank["0"] == by_rank["1"]).all()
+
+
+def test_ranks_of_every_stage_share_numbers_and_the_last_arrival():
+    """Stages issue different calls; the job-wide boundary is where the last rank completes
+    the grad-norm all-reduce (here rank 1, 3 ms late throughout)."""
+    layout = Layout(tp=2, pp=2, dp=1, micro=4)
+    stage0, truth = rank_frame(layout, 0, rank=0, iterations=40, seed=2)
+    stage1, _ = rank_frame(layout, 1, rank=1, iterations=40, seed=2)
+    late = stage1.with_columns(pl.col("t_start_ns") + 3_000_000, pl.col("t_end_ns") + 3_000_000)
+    result = reconstruct(collectives(pl.concat([stage0, late])))
+    assert [r.period_calls for r in result.ranks] == [len(iteration_calls(layout, 0)),
+                                                      len(iteration_calls(layout, 1))]
+    by_rank = result.iterations.pivot(on="rank", index="iteration", values="t_end_ns")
+    assert by_rank["iteration"].to_list() == list(range(39))
+    assert by_rank["0"].to_list() == by_rank["1"].to_list()
+    assert by_rank["1"].to_list() == (truth["t_end_ns"][1:] + 3_000_000).to_list()
 
 
 def test_find_period_rejects_sequences_without_anchor():
