@@ -223,6 +223,20 @@ def test_ranks_of_every_stage_share_numbers_and_the_last_arrival():
     assert by_rank["1"].to_list() == (truth["t_end_ns"][1:] + 3_000_000).to_list()
 
 
+@pytest.mark.parametrize(("jitter", "clock_offset_ns"), [(0.2, 0), (0.02, 500_000_000)],
+                         ids=["independent-iteration-times", "clocks-half-an-iteration-apart"])
+def test_ranks_whose_boundaries_do_not_line_up_keep_their_own_times(jitter, clock_offset_ns):
+    """Ranks that do not wait for each other, or whose clocks are half an
+    iteration apart: no job-wide boundary shows in time, so nothing is moved."""
+    rank0, truth0 = rank_frame(Layout(), 0, iterations=60, rank=0, seed=1)
+    rank1, truth1 = rank_frame(Layout(), 0, iterations=60, rank=1, seed=2, jitter=jitter,
+                               t0_ns=1_700_000_000_000_000_000 + clock_offset_ns)
+    rows = reconstruct(collectives(pl.concat([rank0, rank1]))).iterations
+    for rank, truth in ((0, truth0), (1, truth1)):
+        mine = rows.filter(pl.col("rank") == rank)
+        assert mine["t_end_ns"].to_list() == truth["t_end_ns"][1:].to_list()
+
+
 def test_find_period_rejects_sequences_without_anchor():
     assert find_period(np.random.default_rng(1).integers(0, 50, 2000)) is None
 

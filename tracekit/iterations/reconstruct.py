@@ -442,6 +442,11 @@ BOUNDARY_MERGE = 0.5
 """Boundaries of different ranks closer than this share of the median iteration are the same
 job-wide boundary (clock offsets and arrival skew are far smaller than an iteration)."""
 
+MAX_SCATTERED_SHARE = 0.05
+"""Ranks may reach a boundary further apart only after an interlude (a checkpoint, an
+evaluation: a few in a hundred iterations); when more boundaries are scattered than this
+share, the ranks' clocks do not line up and each rank keeps its own times."""
+
 
 def _number_job_wide(iterations: pl.DataFrame, synchronised: list[int]) -> pl.DataFrame:
     """One numbering for the whole job: the same number is the same iteration on every rank.
@@ -453,12 +458,12 @@ def _number_job_wide(iterations: pl.DataFrame, synchronised: list[int]) -> pl.Da
     its skew). A boundary seen on one rank only (a split the others did not make) still gets a
     number, so numbers can skip but never disagree. Other ranks are shifted as a whole onto
     that numbering by their nearest ends (onto the rank with most rows when none is
-    synchronised)."""
+    synchronised, or when their boundaries do not line up: see :func:`_cluster_boundaries`)."""
     if iterations.height == 0:
         return iterations
     on = pl.col("rank").is_in(synchronised)
-    if synchronised:
-        numbered = _cluster_boundaries(iterations.filter(on))
+    numbered = _cluster_boundaries(iterations.filter(on)) if synchronised else None
+    if numbered is not None:
         reference = numbered.select("t_end_ns", pl.col("iteration").alias("_reference"))
         others = iterations.filter(~on)
     else:
@@ -481,8 +486,11 @@ def _number_job_wide(iterations: pl.DataFrame, synchronised: list[int]) -> pl.Da
             .sort("rank", "iteration"))
 
 
-def _cluster_boundaries(rows: pl.DataFrame) -> pl.DataFrame:
-    """``rows`` renumbered by job-wide boundary and moved to its latest time.
+def _cluster_boundaries(rows: pl.DataFrame) -> pl.DataFrame | None:
+    """``rows`` renumbered by job-wide boundary and moved to its latest time; None when the
+    ranks' boundaries do not line up (some rank has two in one, or more than
+    :data:`MAX_SCATTERED_SHARE` are scattered), so time says nothing about which iterations
+    are the same.
 
     Boundaries closer than :data:`BOUNDARY_MERGE` iterations are one; so are neighbouring
     groups that each miss some ranks and share none (every rank reaches a collective once:
@@ -508,10 +516,14 @@ def _cluster_boundaries(rows: pl.DataFrame) -> pl.DataFrame:
             boundary, reached = boundary + 1, set()
         reached |= ranks
         numbers.append(boundary)
-    points = (points.join(groups.select("_near", pl.Series("_boundary", numbers, pl.Int64)),
-                          on="_near")
-              .with_columns(pl.col("_ns").max().over("_boundary").alias("_at"))
-              .sort("rank", "_ns"))
+    scattered = sum(count > 1 for count in Counter(numbers).values())
+    points = points.join(groups.select("_near", pl.Series("_boundary", numbers, pl.Int64)),
+                         on="_near")
+    if (scattered > MAX_SCATTERED_SHARE * (boundary + 1)
+            or points.select("rank", "_boundary").is_duplicated().any()):
+        return None
+    points = points.with_columns(pl.col("_ns").max().over("_boundary").alias("_at")).sort(
+        "rank", "_ns")
     steps = (
         points.with_columns(
             (pl.col("_boundary").shift(-1).over("rank") - pl.col("_boundary")).alias("_apart"),
@@ -535,5 +547,4 @@ def _cluster_boundaries(rows: pl.DataFrame) -> pl.DataFrame:
                       pl.col("_start").alias("t_start_ns"), pl.col("_end").alias("t_end_ns"),
                       ((pl.col("_end") - pl.col("_start")) / 1e9).alias("duration_s"))
         .select(rows.columns)
-        .unique(["rank", "iteration"], keep="first", maintain_order=True)
     )
