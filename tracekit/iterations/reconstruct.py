@@ -442,11 +442,6 @@ BOUNDARY_MERGE = 0.5
 """Boundaries of different ranks closer than this share of the median iteration are the same
 job-wide boundary (clock offsets and arrival skew are far smaller than an iteration)."""
 
-MAX_SCATTERED_SHARE = 0.05
-"""Ranks may reach a boundary further apart only after an interlude (a checkpoint, an
-evaluation: a few in a hundred iterations); when more boundaries are scattered than this
-share, the ranks' clocks do not line up and each rank keeps its own times."""
-
 
 def _number_job_wide(iterations: pl.DataFrame, synchronised: list[int]) -> pl.DataFrame:
     """One numbering for the whole job: the same number is the same iteration on every rank.
@@ -488,9 +483,9 @@ def _number_job_wide(iterations: pl.DataFrame, synchronised: list[int]) -> pl.Da
 
 def _cluster_boundaries(rows: pl.DataFrame) -> pl.DataFrame | None:
     """``rows`` renumbered by job-wide boundary and moved to its latest time; None when the
-    ranks' boundaries do not line up (some rank has two in one, or more than
-    :data:`MAX_SCATTERED_SHARE` are scattered), so time says nothing about which iterations
-    are the same.
+    ranks' boundaries do not line up (some rank has two in one: the ranks do not wait for each
+    other, or their clocks are half an iteration apart), so time says nothing about which
+    iterations are the same.
 
     Boundaries closer than :data:`BOUNDARY_MERGE` iterations are one; so are neighbouring
     groups that each miss some ranks and share none (every rank reaches a collective once:
@@ -516,11 +511,9 @@ def _cluster_boundaries(rows: pl.DataFrame) -> pl.DataFrame | None:
             boundary, reached = boundary + 1, set()
         reached |= ranks
         numbers.append(boundary)
-    scattered = sum(count > 1 for count in Counter(numbers).values())
     points = points.join(groups.select("_near", pl.Series("_boundary", numbers, pl.Int64)),
                          on="_near")
-    if (scattered > MAX_SCATTERED_SHARE * (boundary + 1)
-            or points.select("rank", "_boundary").is_duplicated().any()):
+    if points.select("rank", "_boundary").is_duplicated().any():
         return None
     points = points.with_columns(pl.col("_ns").max().over("_boundary").alias("_at")).sort(
         "rank", "_ns")
