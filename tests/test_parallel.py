@@ -284,7 +284,7 @@ def test_dataset_is_identical_with_and_without_a_cluster(synth_job, tmp_path, da
     assert built["ingest"]["engine"] == built["iterations"]["engine"] == "local"
 
 
-def test_failed_rank_batch_is_a_warning_and_other_batches_keep_their_rows(monkeypatch):
+def test_failed_rank_batch_fails_the_reconstruction_naming_the_rank(monkeypatch):
     import importlib
 
     from tracekit.iterations import reconstruct
@@ -307,10 +307,11 @@ def test_failed_rank_batch_is_a_warning_and_other_batches_keep_their_rows(monkey
         return rank_function(rank, part, threshold)
 
     monkeypatch.setattr(module, "_reconstruct_rank", broken_rank_16)
-    result = reconstruct(calls)
-    assert result.warnings == ["rank 16: no iteration rows, ranks 16-16: MemoryError: worker ran "
-                               "out of memory (failed 2 times; the other partitions completed)"]
-    assert result.iterations["rank"].unique().sort().to_list() == list(range(16))
+    with pytest.raises(TracekitError) as failure:
+        reconstruct(calls)
+    assert str(failure.value) == (
+        "1 of 2 partitions failed, nothing was written: ranks 16-16: rank 16: MemoryError: "
+        "worker ran out of memory (failed 2 times; the other partitions completed)")
 
 
 def test_partition_size_gives_several_partitions_per_worker(dask_executor):

@@ -180,14 +180,16 @@ def formats() -> None:
 @command()
 def iterations(
     dataset: Annotated[Path, typer.Argument(help="Dataset folder with a collectives table.")],
-    compare: Annotated[str | None, typer.Option(
-        "--compare", help="Also report the error against this iterations source "
-        "(e.g. framework).")] = None,
+    compare: Annotated[str, typer.Option(
+        "--compare", help="Iterations source to measure against; the framework's own times "
+        "are compared whenever the dataset has them.")] = "framework",
     threshold: Annotated[float, typer.Option(help="ACF threshold M of the published baseline "
-                                             "(reported beside the anchored period).")] = 0.95,
+                                             "(reported when it disagrees with the period).")]
+    = 0.95,
     cluster: ClusterOption = None,
 ) -> None:
-    """Reconstruct per-rank iteration times from collective calls (source acf)."""
+    """Reconstruct per-rank iteration times from collective calls (source acf) and print a
+    summary of the job."""
     from tracekit.dataset import open_dataset
     from tracekit.iterations import compare_dataset, reconstruct_dataset
     from tracekit.parallel import open_executor
@@ -195,34 +197,33 @@ def iterations(
     opened = open_dataset(dataset)
     with open_executor(cluster) as executor:
         result = reconstruct_dataset(opened, threshold, executor)
-    table = Table(title=f"iterations from collectives — job {opened.job}")
-    for column in ("rank", "period (calls)", "pattern", "iterations", "recovered", "mean (s)",
-                   "ACF"):
-        table.add_column(column, justify="left" if column == "pattern" else "right",
-                         overflow="fold")
-    for r in result.ranks:
-        table.add_row(str(r.rank), str(r.period_calls or "-"), r.pattern or "-",
-                      f"{r.iterations:,}", f"{r.recovered_share:.1%}",
-                      f"{r.mean_s:.4f}" if r.mean_s is not None else "-",
-                      f"{r.acf:.3f}" if r.acf is not None else "-")
-    console.print(table)
+    ranks = result.ranks
+    timed = [r for r in ranks if r.iterations]
+    periods = ", ".join(f"{calls:,} calls on {count} rank{'s' if count > 1 else ''}"
+                        for calls, count in result.periods.items()) or "none found"
+    say = functools.partial(console.print, highlight=False, soft_wrap=True)
+    say(f"job {opened.job}: {len(ranks)} rank{'s' if len(ranks) > 1 else ''}; period {periods}")
+    if timed:
+        counts = sorted(r.iterations for r in timed)
+        recovered = sum(r.recovered for r in timed) / sum(counts)
+        means = [r.mean_s for r in timed if r.mean_s is not None]
+        say(
+            f"iterations per rank {counts[0]:,}" + (f"..{counts[-1]:,}" if counts[-1] != counts[0]
+                                                   else "")
+            + f", {recovered:.1%} with times"
+            + (f", mean {sum(means) / len(means):.4f} s" if means else ""))
+        say(f"pattern (rank {timed[0].rank}): {timed[0].pattern}")
+    if result.baseline_note:
+        say(f"note: {result.baseline_note}")
     for warning in result.warnings:
-        console.print(f"[yellow]warning:[/] {warning}", highlight=False)
-    if compare:
-        comparison = compare_dataset(opened, compare)
-        table = Table(title=f"acf vs {compare}")
-        for column in ("rank", "matched", "missed", "extra", "median rel. error", "p99 rel. error"):
-            table.add_column(column, justify="right")
-        for r in comparison.ranks:
-            table.add_row(str(r.rank), f"{r.matched:,}", f"{r.missed:,}", f"{r.extra:,}",
-                          f"{r.median_rel_error:.4%}" if r.median_rel_error is not None else "-",
-                          f"{r.p99_rel_error:.4%}" if r.p99_rel_error is not None else "-")
-        console.print(table)
-        median, p99 = comparison.rel_error_quantile(0.5), comparison.rel_error_quantile(0.99)
-        console.print(f"all ranks: {comparison.matched:,} matched, {comparison.missed:,} missed, "
-                      f"{comparison.extra:,} extra; median relative error "
-                      f"{median:.4%}, p99 {p99:.4%}" if median is not None else
-                      "no iterations could be paired", highlight=False)
+        say(f"[yellow]warning:[/] {warning}")
+    comparison = compare_dataset(opened, compare, missing_ok=compare == "framework")
+    if comparison is None:
+        return
+    median, p99 = comparison.rel_error_quantile(0.5), comparison.rel_error_quantile(0.99)
+    say(f"vs {compare}: {comparison.matched:,} matched, {comparison.missed:,} missed, "
+        f"{comparison.extra:,} extra; median relative error {median:.4%}, p99 {p99:.4%}"
+        if median is not None else f"vs {compare}: no iterations could be paired")
 
 
 @command("export-whatif")

@@ -3,7 +3,9 @@
 One iteration of one rank: 1F1B micro-batches (PP recv/send around each forward and backward),
 two TP all-reduces per layer each way, the last stage's DP loss all-reduce, embedding-grad
 all-reduce on first/last stages, DP buckets (reduce-scatter + all-gather with the distributed
-optimizer, else all-reduce) and the world grad-norm all-reduce that ends the iteration. An
+optimizer, else all-reduce) and the world grad-norm all-reduce that ends the iteration (after a
+found-inf all-reduce of the same size with fp16). With experts, every layer adds a dispatch and
+a combine all-to-all whose sizes change from iteration to iteration (MoE token routing). An
 iteration ``i`` runs from ``T_i`` to ``T_i + d_i``; each call sits at a fixed fraction of it,
 and the grad-norm all-reduce completes exactly at ``T_i + d_i``.
 """
@@ -30,6 +32,8 @@ class Layout:
     layers: int = 2
     buckets: int = 3
     distributed_optimizer: bool = False
+    found_inf: bool = False
+    experts: bool = False
 
     @property
     def world(self) -> int:
@@ -40,6 +44,8 @@ def iteration_calls(layout: Layout, stage: int) -> list[tuple[str, int, int, int
     """(op, nranks, bytes, peer) of one iteration on a rank of ``stage``, in issue order."""
     calls: list[tuple[str, int, int, int | None]] = []
     tp = [("allreduce", layout.tp, ACT, None)] * (2 * layout.layers) if layout.tp > 1 else []
+    if layout.experts:
+        tp += [("alltoall", layout.dp, ACT, None)] * (2 * layout.layers)
     first, last = stage == 0, stage == layout.pp - 1
 
     def forward() -> None:
@@ -72,7 +78,7 @@ def iteration_calls(layout: Layout, stage: int) -> list[tuple[str, int, int, int
         sizes = [160_000_000] * (layout.buckets - 1) + [37_000_000]
         op = "reducescatter" if layout.distributed_optimizer else "allreduce"
         calls.extend((op, layout.dp, size, None) for size in sizes)
-    calls.append(("allreduce", layout.world, 4, None))
+    calls.extend([("allreduce", layout.world, 4, None)] * (2 if layout.found_inf else 1))
     if layout.dp > 1 and layout.distributed_optimizer:
         calls[:0] = [("allgather", layout.dp, size // 2, None)
                      for size in [160_000_000] * (layout.buckets - 1) + [37_000_000]]
@@ -100,13 +106,16 @@ def rank_frame(
     t_end = starts_s[:, None] + fraction[None, :] * durations_s[:, None]
     t_start = t_end - 0.2 * durations_s[:, None] / calls
     ops, nranks, nbytes, peers = zip(*pattern, strict=True)
+    sizes = np.tile(np.array(nbytes, dtype=np.int64), iterations)
+    routed = np.tile(np.array(ops) == "alltoall", iterations)
+    sizes[routed] = (sizes[routed] * rng.uniform(0.5, 1.5, routed.sum())).astype(np.int64)
     frame = pl.DataFrame({
         "job": "test",
         "rank": np.full(iterations * calls, rank, dtype=np.int32),
         "pid": np.full(iterations * calls, pid, dtype=np.int64),
         "op": np.tile(np.array(ops), iterations),
         "nranks": np.tile(np.array(nranks, dtype=np.int32), iterations),
-        "bytes": np.tile(np.array(nbytes, dtype=np.int64), iterations),
+        "bytes": sizes,
         "peer": pl.Series(list(peers) * iterations, dtype=pl.Int32),
         "t_start_ns": (t0_ns + t_start.ravel() * 1e9).astype(np.int64),
         "t_end_ns": (t0_ns + t_end.ravel() * 1e9).astype(np.int64),

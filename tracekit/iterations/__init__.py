@@ -52,8 +52,11 @@ def reconstruct_dataset(dataset: Dataset, threshold: float = ACF_THRESHOLD,
     return result
 
 
-def compare_dataset(dataset: Dataset, reference: str = "framework") -> Comparison:
-    """Error of the dataset's ``acf`` iterations against those of source ``reference``."""
+def compare_dataset(dataset: Dataset, reference: str = "framework",
+                    missing_ok: bool = False) -> Comparison | None:
+    """Error of the dataset's ``acf`` iterations against those of source ``reference``; None
+    when the dataset has no rows of that source and ``missing_ok`` (the framework log is
+    optional), else an error naming the sources present."""
     iterations = dataset.table("iterations").collect()
     mine = iterations.filter(pl.col("source") == SOURCE)
     theirs = iterations.filter(pl.col("source") == reference)
@@ -61,6 +64,8 @@ def compare_dataset(dataset: Dataset, reference: str = "framework") -> Compariso
         raise InputError("no reconstructed iterations: run `tracekit iterations DATASET` first",
                          str(dataset.path))
     if theirs.height == 0:
+        if missing_ok:
+            return None
         known = ", ".join(sorted(set(iterations["source"].drop_nulls().to_list()))) or "none"
         raise InputError(f"no iterations with source {reference!r} (sources present: {known}); "
                          "ingest the framework log (Megatron, MLPerf) first", str(dataset.path))

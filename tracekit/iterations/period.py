@@ -6,13 +6,16 @@ share of calls that equal the call ``k`` places later (the sum of per-symbol ind
 autocorrelations, computed with FFTs).
 
 That share collapses when records are dropped (every dropped call shifts the alignment of all
-pairs that straddle it) and is high at sub-periods (a layer's all-reduces repeat every few calls).
-:func:`find_period` therefore decides on *anchored* candidates: a symbol that occurs once per
-period at regular spacing cuts the sequence into intervals, and the candidate is scored by the
-share of calls that fit the per-interval pattern (its *coverage*), which drops and insertions
-only dent locally. The smallest candidate whose coverage is within :data:`COVERAGE_SLACK` of the
-best wins, so sub-periods lose (the once-per-iteration calls do not fit them) and multiples of
-the period (logging every N iterations) do not win over the period itself.
+pairs that straddle it) and is high at sub-periods: when the TP all-reduces of a micro-batch
+dominate, the few once-per-iteration calls (grad norm, loss, the timing barrier) cannot pull it
+under 0.95 at the micro-batch lag. :func:`find_period` therefore works per signature: every
+symbol that repeats regularly has its own period (``k`` occurrences every ``p`` calls, found
+from the spacing of occurrences ``k`` apart), each own period is a candidate, and a candidate
+is scored by its *coverage*: the sequence cut at one symbol of that period, the share of calls
+that fit the per-interval pattern, which drops and insertions only dent locally. The period is
+the smallest well-covering candidate at which the job-wide synchronisation (the steady symbol
+on the largest communicator with the smallest payload) repeats, so the rare once-per-iteration
+calls decide against sub-periods however few they are.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 ACF_THRESHOLD = 0.95
 """M: the autocorrelation a lag must exceed to be a period (Greyhound, USENIX ATC 2025, §4.1)."""
@@ -35,18 +39,25 @@ lags up to two periods then rest on at least six periods of pairs, and the FFT c
 stays bounded."""
 
 GAP_TOLERANCE = 0.05
-"""A gap between two occurrences of a symbol is regular when it is within this share (or 2
-calls) of the symbol's median gap: room for a few dropped records per period."""
+"""Two spacings of a signature agree when within this share (or one call) of each other: room
+for a few dropped records per period, and no room for the micro-batch structure (a TP call
+every call but one in four is not spaced regularly)."""
 
 GAP_SAMPLE = 8192
 """Median and regularity of a symbol's gaps are estimated from at most this many gaps, evenly
 spread (the most frequent symbol of a long trace has millions)."""
 
 MIN_REGULAR_SHARE = 0.8
-"""A symbol is an anchor candidate when at least this share of its gaps are regular."""
+"""A symbol is spaced regularly when at least this share of its gaps agree with their median."""
 
 MIN_ANCHORS = 4
-"""Fewest occurrences of an anchor (so at least three whole intervals) to call a rank periodic."""
+"""Fewest periods (so at least three whole intervals) a symbol must span to call it steady."""
+
+MAX_MULTIPLICITY = 32
+"""A symbol may occur up to this many times per period with irregular gaps in between (the
+found-inf and grad-norm all-reduces back to back, the TP all-reduces of a few micro-batches):
+its occurrences ``k`` apart are then spaced regularly. Symbols that occur more often are
+per-layer calls, regular on their own or not needed: the period is found from rarer ones."""
 
 COVERAGE_SLACK = 0.01
 """A smaller candidate period wins when its coverage is within this of the best coverage."""
@@ -56,15 +67,30 @@ MIN_COVERAGE = 0.5
 
 
 @dataclass(frozen=True)
+class Spacing:
+    """How a steady symbol repeats: ``multiplicity`` occurrences every ``calls`` calls."""
+
+    calls: int
+    multiplicity: int
+    regular_share: float
+
+
+@dataclass(frozen=True)
 class Period:
     """A rank's period: the anchor symbol, calls per iteration and the per-iteration pattern."""
 
     anchor: int
-    """Symbol code that occurs once per iteration and marks the boundaries."""
+    """Code that occurs once per iteration and marks the boundaries: a symbol, or (when the
+    boundary symbol occurs several times per iteration) the extra code :func:`mark_anchor`
+    gives its closing occurrence."""
+    anchor_symbol: int
+    """The symbol the boundary calls are."""
+    multiplicity: int
+    """Occurrences of ``anchor_symbol`` per iteration."""
     calls: int
     """Calls per iteration (sum of the pattern)."""
     pattern: dict[int, int]
-    """Symbol code -> calls of that symbol in one iteration."""
+    """Code -> calls of that code in one iteration."""
     coverage: float
     """Share of calls (between the first and last anchor) that fit the pattern."""
     acf: float
@@ -100,25 +126,59 @@ def baseline_lag(acf: np.ndarray, threshold: float = ACF_THRESHOLD) -> int | Non
     return int(above[0]) + 1 if len(above) else None
 
 
-def anchor_candidates(symbols: np.ndarray) -> dict[int, tuple[int, float]]:
-    """Symbols whose occurrences are regularly spaced: symbol -> (median gap in calls, share
-    of regular gaps)."""
+def _tolerance(calls: float) -> float:
+    return max(1.0, GAP_TOLERANCE * calls)
+
+
+def steady_symbols(symbols: np.ndarray) -> dict[int, Spacing]:
+    """Symbols that repeat regularly through the sequence, each with its own period: the
+    smallest ``k`` at which occurrences ``k`` apart are regularly spaced, and that spacing.
+    Bursts (evaluation, checkpoint, setup calls) are not regular at any ``k``."""
     order = np.argsort(symbols, kind="stable")
     sorted_symbols = symbols[order]
     starts = np.flatnonzero(np.r_[True, sorted_symbols[1:] != sorted_symbols[:-1]])
     ends = np.r_[starts[1:], len(symbols)]
-    found: dict[int, tuple[int, float]] = {}
+    found: dict[int, Spacing] = {}
     for start, end in zip(starts, ends, strict=True):
-        if end - start < MIN_ANCHORS:
-            continue
-        gaps = np.diff(order[start:end])
-        gaps = gaps[:: -(-len(gaps) // GAP_SAMPLE)]
-        median_gap = int(np.median(gaps))
-        regular = np.abs(gaps - median_gap) <= max(2, GAP_TOLERANCE * median_gap)
-        share = float(regular.mean())
-        if share >= MIN_REGULAR_SHARE and median_gap >= 1:
-            found[int(sorted_symbols[start])] = (median_gap, share)
+        positions = order[start:end]
+        for k in range(1, MAX_MULTIPLICITY + 1):
+            if len(positions) < MIN_ANCHORS * k:
+                break
+            gaps = positions[k:] - positions[:-k]
+            gaps = gaps[:: -(-len(gaps) // GAP_SAMPLE)]
+            median_gap = int(np.median(gaps))
+            share = float((np.abs(gaps - median_gap) <= _tolerance(median_gap)).mean())
+            if share >= MIN_REGULAR_SHARE:
+                found[int(sorted_symbols[start])] = Spacing(median_gap, k, share)
+                break
     return found
+
+
+def repeats_at(spacing: Spacing, calls: int) -> bool:
+    """Whether a symbol of this spacing repeats every ``calls`` calls (its period divides it)."""
+    times = round(calls / spacing.calls)
+    return times >= 1 and abs(calls - times * spacing.calls) <= _tolerance(calls)
+
+
+def mark_anchor(symbols: np.ndarray, symbol: int, multiplicity: int) -> tuple[np.ndarray, int]:
+    """The sequence with one occurrence of ``symbol`` per period as its own code, and that
+    code. With several occurrences per period the marked one is the *closing* one: the
+    occurrence followed by the longest stretch without the symbol (the last all-reduce of the
+    optimizer step), so the boundary sits where the iteration ends."""
+    if multiplicity == 1:
+        return symbols, symbol
+    positions = np.flatnonzero(symbols == symbol)
+    following = np.r_[np.diff(positions), len(symbols) - positions[-1]]
+    # the longest stretch among the occurrences of one period either side; a tie (two
+    # equally long stretches per period) marks both, and the split merges the intervals
+    # that then hold no iteration
+    reach = multiplicity - 1
+    padded = np.pad(following, reach, constant_values=-1)
+    closing = sliding_window_view(padded, 2 * reach + 1).max(axis=1) == following
+    marked = symbols.copy()
+    code = int(symbols.max()) + 1
+    marked[positions[closing]] = code
+    return marked, code
 
 
 def interval_counts(symbols: np.ndarray, anchor: int) -> tuple[np.ndarray, np.ndarray]:
@@ -173,41 +233,57 @@ def find_period(
     preference: np.ndarray | None = None,
 ) -> Period | None:
     """The period of ``symbols`` (one rank's call codes ``0 .. S-1`` in issue order), or None
-    when no anchored candidate explains at least :data:`MIN_COVERAGE` of the calls.
+    when no candidate explains at least :data:`MIN_COVERAGE` of the calls.
 
-    Candidates are scored with their most regular symbol; the anchor of the winner is then the
-    symbol of that spacing with the highest ``preference`` (per symbol code; e.g. communicator
-    size, so boundaries sit on the job-wide synchronisation), then the most regular.
+    Every steady symbol's own period is a candidate, scored by its coverage with the most
+    preferred symbol of that period as anchor (``preference`` per symbol code, e.g. the
+    communicator size: boundaries go on the job-wide synchronisation). Among candidates within
+    :data:`COVERAGE_SLACK` of the best, the period is the smallest at which the most preferred
+    steady symbol repeats: a sub-period (a micro-batch) fails it even when the once-per-
+    iteration calls are too few to dent the coverage, and a multiple (timers logged every N
+    iterations) is not the smallest.
     """
     symbols = np.asarray(symbols, dtype=np.int64)
-    candidates = anchor_candidates(symbols)
-    by_gap: dict[int, list[int]] = {}
-    for symbol, (gap, _) in candidates.items():
-        by_gap.setdefault(gap, []).append(symbol)
-    scored = []
-    for gap in sorted(by_gap):
-        probe = max(by_gap[gap], key=lambda s: (candidates[s][1], -s))
-        _, counts = interval_counts(symbols, probe)
-        pattern = modal_pattern(counts)
-        scored.append((gap, coverage(counts, pattern), pattern))
-    if not scored:
+    rank = preference if preference is not None else np.zeros(int(symbols.max()) + 1)
+    steady = steady_symbols(symbols)
+    if not steady:
         return None
-    best = max(score for _, score, _ in scored)
+    scored = []
+    for calls in _candidate_periods(steady):
+        anchor = max((s for s, spacing in steady.items() if abs(spacing.calls - calls)
+                      <= _tolerance(calls)),
+                     key=lambda s: (rank[s], steady[s].regular_share, -s))
+        marked, code = mark_anchor(symbols, anchor, steady[anchor].multiplicity)
+        _, counts = interval_counts(marked, code)
+        pattern = modal_pattern(counts)
+        scored.append((calls, coverage(counts, pattern), pattern, anchor, code))
+    best = max(score for _, score, *_ in scored)
     if best < MIN_COVERAGE:
         return None
-    gap, score, pattern = next(s for s in scored if s[1] >= best - COVERAGE_SLACK)
-    same = [s for s, (g, _) in candidates.items()
-            if abs(g - gap) <= GAP_TOLERANCE * gap and pattern[s] == 1]
-    rank = preference if preference is not None else np.zeros(int(symbols.max()) + 1)
-    anchor = max(same or by_gap[gap], key=lambda s: (rank[s], candidates[s][1], -s))
+    passing = [entry for entry in scored if entry[1] >= best - COVERAGE_SLACK]
+    sync = steady[max(steady, key=lambda s: (rank[s], steady[s].regular_share, -s))]
+    _, score, pattern, anchor, code = next(
+        (entry for entry in passing if repeats_at(sync, entry[0])), passing[0])
     calls = int(pattern.sum())
     window = symbols[:min(ACF_WINDOW_CALLS, ACF_WINDOW_PERIODS * max(calls, 1))]
     acf = match_acf(window, min(len(window) - 1, max(calls, 1) * 2))
     return Period(
-        anchor=anchor,
+        anchor=code,
+        anchor_symbol=anchor,
+        multiplicity=steady[anchor].multiplicity,
         calls=calls,
         pattern={int(s): int(c) for s, c in enumerate(pattern) if c},
         coverage=score,
         acf=float(acf[calls]) if calls < len(acf) else float("nan"),
         baseline_lag=baseline_lag(acf, threshold),
     )
+
+
+def _candidate_periods(steady: dict[int, Spacing]) -> list[int]:
+    """The distinct own periods of the steady symbols, smallest first (periods within the
+    tolerance of a smaller one are the same candidate)."""
+    candidates: list[int] = []
+    for calls in sorted({spacing.calls for spacing in steady.values()}):
+        if not candidates or calls - candidates[-1] > _tolerance(candidates[-1]):
+            candidates.append(calls)
+    return candidates

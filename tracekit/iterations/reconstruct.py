@@ -12,20 +12,23 @@ followed instead of drifting.
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
 
 from tracekit import schema
+from tracekit.errors import TracekitError
 from tracekit.iterations.period import (
     ACF_THRESHOLD,
     Period,
     find_period,
     interval_counts,
     interval_ratio,
+    mark_anchor,
 )
-from tracekit.parallel import Executor, LocalExecutor, partition_size
+from tracekit.parallel import Executor, LocalExecutor, map_all, partition_size
 
 SOURCE = "acf"
 """Value of ``iterations.source`` for reconstructed rows."""
@@ -65,6 +68,8 @@ class RankSummary:
     acf: float | None = None
     baseline_lag: int | None = None
     segments: int = 1
+    anchor_nranks: int | None = None
+    """Communicator size of the boundary call (the job's largest: a job-wide synchronisation)."""
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -78,10 +83,45 @@ class Reconstruction:
 
     iterations: pl.DataFrame
     ranks: list[RankSummary]
+    threshold: float = ACF_THRESHOLD
+    """M of the published baseline the ranks' ``baseline_lag`` was taken with."""
 
     @property
     def warnings(self) -> list[str]:
         return [w for r in self.ranks for w in r.warnings]
+
+    @property
+    def periods(self) -> dict[int, int]:
+        """Calls per iteration -> how many ranks have that period (ranks without one left out);
+        PP stages and first / last stages issue different calls, so a job has several."""
+        return dict(sorted(Counter(r.period_calls for r in self.ranks if r.period_calls).items()))
+
+    @property
+    def baseline_note(self) -> str | None:
+        """One line naming the ranks where the published baseline (the smallest lag whose ACF
+        exceeds M) is not the period, or None when it agrees everywhere."""
+        off: dict[tuple[str, int], list[int]] = {}
+        for r in self.ranks:
+            if r.period_calls and r.baseline_lag != r.period_calls:
+                lag = f"lag {r.baseline_lag}" if r.baseline_lag else "no such lag"
+                off.setdefault((lag, r.period_calls), []).append(r.rank)
+        if not off:
+            return None
+        parts = [f"{lag} where the period is {calls} calls on {_rank_list(ranks)}"
+                 for (lag, calls), ranks in sorted(off.items(), key=lambda item: item[1][0])]
+        return (f"the baseline (smallest lag with ACF > {self.threshold}) disagrees on "
+                f"{sum(map(len, off.values()))} of {len(self.ranks)} ranks: " + "; ".join(parts))
+
+
+RANKS_LISTED = 8
+"""A note lists this many ranks by number, then how many more."""
+
+
+def _rank_list(ranks: list[int]) -> str:
+    listed = ", ".join(map(str, ranks[:RANKS_LISTED]))
+    more = len(ranks) - RANKS_LISTED
+    return f"rank{'s' if len(ranks) > 1 else ''} {listed}" + (f" and {more} more" if more > 0
+                                                              else "")
 
 
 def symbol_expr() -> pl.Expr:
@@ -107,7 +147,9 @@ def reconstruct(
 ) -> Reconstruction:
     """Iteration rows (``source = "acf"``) and per-rank summaries for every rank in
     ``collectives`` (canonical schema). ``executor`` (default: a local loop) runs the batches of
-    ranks; a batch that fails twice leaves its ranks without rows and says why in a warning.
+    ranks; a batch that still fails after its retries fails the whole reconstruction with an
+    error naming the rank and the cause (rows of some ranks only would be compared as if the
+    others had none).
     ``ranks``: the ranks in ``collectives`` when known without reading it (a dataset's
     :meth:`~tracekit.dataset.Dataset.ranks`)."""
     frame = collectives.lazy() if isinstance(collectives, pl.DataFrame) else collectives
@@ -117,21 +159,17 @@ def reconstruct(
     executor = executor or LocalExecutor()
     size = partition_size(len(ranks), executor, RANKS_PER_BATCH)
     batches = [ranks[first:first + size] for first in range(0, len(ranks), size)]
-    outcomes = executor.map_partitions(
-        functools.partial(_reconstruct_batch, threshold=threshold),
+    batches_done = map_all(
+        executor, functools.partial(_reconstruct_batch, threshold=threshold),
         [(batch, frame.filter(pl.col("rank").is_in(batch))) for batch in batches],
         key=lambda partition: f"ranks {partition[0][0]}-{partition[0][-1]}")
-    rows, summaries = [], []
-    for batch, outcome in zip(batches, outcomes, strict=True):
-        if not outcome.ok:
-            summaries.extend(RankSummary(rank=rank, calls=0, warnings=[
-                f"rank {rank}: no iteration rows, {outcome.failure}"]) for rank in batch)
-            continue
-        for frame_rows, summary in outcome.value:
-            rows.append(frame_rows)
-            summaries.append(summary)
+    done = [rank for batch in batches_done for rank in batch]
+    rows = [frame_rows for frame_rows, _ in done]
+    summaries = [summary for _, summary in done]
     iterations = (pl.concat(rows) if rows else schema.table("iterations").empty())
-    return Reconstruction(_align_numbering(iterations), summaries)
+    widest = max((s.anchor_nranks or 0 for s in summaries), default=0)
+    synchronised = [s.rank for s in summaries if widest and s.anchor_nranks == widest]
+    return Reconstruction(_number_job_wide(iterations, synchronised), summaries, threshold)
 
 
 def _reconstruct_batch(
@@ -140,9 +178,16 @@ def _reconstruct_batch(
     """One batch of ranks (their calls as a lazy scan): a partition of the work, run in this
     process or on a Dask worker."""
     _, frame = partition
-    calls = _calls(frame)
-    return [_reconstruct_rank(int(rank), part, threshold) for (rank,), part in
-            calls.partition_by("rank", as_dict=True, maintain_order=True).items()]
+    done = []
+    for (rank,), part in _calls(frame).partition_by("rank", as_dict=True,
+                                                    maintain_order=True).items():
+        try:
+            done.append(_reconstruct_rank(int(rank), part, threshold))
+        except TracekitError:
+            raise
+        except Exception as error:  # noqa: BLE001 (named by rank so the user knows where)
+            raise TracekitError(f"rank {rank}: {type(error).__name__}: {error}") from error
+    return done
 
 
 def _calls(frame: pl.LazyFrame) -> pl.DataFrame:
@@ -184,11 +229,12 @@ def _reconstruct_rank(
     times_all = calls["_mark_ns"].to_numpy() if has_clock else None
     # boundaries go on the job-wide synchronisation: the largest communicator, and on it the
     # smallest payload (Megatron's grad-norm / found-inf all-reduce)
-    preference = np.zeros(int(symbols_all.max()) + 1)
-    preference[symbols_all] = (calls["nranks"].fill_null(0).to_numpy()
-                               + 1 / (2 + calls["bytes"].fill_null(0).to_numpy()))
+    nranks = np.zeros(int(symbols_all.max()) + 1, dtype=np.int64)
+    nranks[symbols_all] = calls["nranks"].fill_null(0).to_numpy()
+    preference = nranks.astype(np.float64)
+    preference[symbols_all] += 1 / (2 + calls["bytes"].fill_null(0).to_numpy())
     frames, next_iteration, durations = [], 0, []
-    periods: list[Period] = []
+    periods: list[tuple[Period, int]] = []
     for start, end in zip(bounds[:-1], bounds[1:], strict=True):
         local, symbols = _dense(symbols_all[start:end])
         period = find_period(symbols, threshold, preference=preference[local])
@@ -197,7 +243,9 @@ def _reconstruct_rank(
                 f"rank {rank}: no periodic structure in calls {start}..{end - 1} "
                 f"({end - start} calls): no iteration rows for them")
             continue
-        periods.append(period)
+        periods.append((period, int(nranks[local[period.anchor_symbol]])))
+        symbols, _ = mark_anchor(symbols, period.anchor_symbol, period.multiplicity)
+        local = np.r_[local, local[period.anchor_symbol]]
         split = _split_intervals(symbols, period)
         if times_all is None:
             summary.iterations += split.iterations
@@ -215,13 +263,9 @@ def _reconstruct_rank(
         if not summary.pattern:
             summary.pattern = _describe(period, local, _symbol_names(calls))
     if periods:
-        main = max(periods, key=lambda p: p.calls)
+        main, summary.anchor_nranks = max(periods, key=lambda entry: entry[0].calls)
         summary.period_calls, summary.acf = main.calls, main.acf
         summary.baseline_lag = main.baseline_lag
-        if summary.baseline_lag is not None and summary.baseline_lag != main.calls:
-            summary.warnings.append(
-                f"rank {rank}: the baseline ACF > {threshold} lag is {summary.baseline_lag} calls, "
-                f"not the anchored period of {main.calls} calls")
     if durations and (joined := np.concatenate(durations)).size:
         summary.mean_s = float(joined.mean())
     frame = (pl.concat(frames) if frames else schema.table("iterations").empty())
@@ -269,11 +313,13 @@ def _split_intervals(symbols: np.ndarray, period: Period) -> _Split:
     for _ in range(MAX_MERGE_PASSES):
         ratio = interval_ratio(counts, others)
         empty = np.flatnonzero(np.rint(ratio) == 0)
-        if not len(empty):
+        if not len(empty) or len(counts) < 2:
             break
-        positions = np.delete(positions, empty + 1)
-        counts = np.add.reduceat(counts, np.r_[0, np.setdiff1d(np.arange(1, len(counts)),
-                                                               empty + 1)], axis=0)
+        # an interval that holds no iteration loses its closing anchor and joins the next
+        # interval; the last one loses its opening anchor and joins the one before
+        dropped = np.unique(np.where(empty + 1 < len(counts), empty + 1, empty))
+        positions = np.delete(positions, dropped)
+        counts = np.add.reduceat(counts, np.setdiff1d(np.arange(len(counts)), dropped), axis=0)
     ratio = interval_ratio(counts, others)
     per_interval = np.maximum(np.rint(ratio), 1).astype(np.int64)
     uncertain = np.abs(ratio - np.rint(ratio)) > AMBIGUOUS_RATIO
@@ -392,24 +438,106 @@ def _describe(period: Period, local: np.ndarray, symbol_names: dict[int, str]) -
                     sorted(totals.items(), key=lambda item: (-item[1], item[0])))
 
 
-def _align_numbering(iterations: pl.DataFrame) -> pl.DataFrame:
-    """Shift each rank's iteration numbers so that iterations ending together across ranks
-    share a number (the rank with the most rows is the reference): a dropped first anchor or
-    a different anchor phase on one rank does not misnumber it."""
+BOUNDARY_MERGE = 0.5
+"""Boundaries of different ranks closer than this share of the median iteration are the same
+job-wide boundary (clock offsets and arrival skew are far smaller than an iteration)."""
+
+
+def _number_job_wide(iterations: pl.DataFrame, synchronised: list[int]) -> pl.DataFrame:
+    """One numbering for the whole job: the same number is the same iteration on every rank.
+
+    The boundaries of the ``synchronised`` ranks (anchored on the job-wide synchronisation)
+    are clustered in time into job-wide boundaries, numbered in order; each such row takes the
+    number of its closing boundary and the boundaries' latest times (the collective completes
+    when the last rank reaches it; a log of enqueue times shows each rank's arrival, early by
+    its skew). A boundary seen on one rank only (a split the others did not make) still gets a
+    number, so numbers can skip but never disagree. Other ranks are shifted as a whole onto
+    that numbering by their nearest ends (onto the rank with most rows when none is
+    synchronised, or when their boundaries do not line up: see :func:`_cluster_boundaries`)."""
     if iterations.height == 0:
         return iterations
-    reference_rank = (iterations.group_by("rank").len()
-                      .sort(["len", "rank"], descending=[True, False])["rank"][0])
-    reference = (iterations.filter(pl.col("rank") == reference_rank)
-                 .select(pl.col("t_end_ns"), pl.col("iteration").alias("_reference"))
-                 .sort("t_end_ns"))
+    on = pl.col("rank").is_in(synchronised)
+    numbered = _cluster_boundaries(iterations.filter(on)) if synchronised else None
+    if numbered is not None:
+        reference = numbered.select("t_end_ns", pl.col("iteration").alias("_reference"))
+        others = iterations.filter(~on)
+    else:
+        biggest = (iterations.group_by("rank").len()
+                   .sort(["len", "rank"], descending=[True, False])["rank"][0])
+        numbered = iterations.head(0)
+        reference = (iterations.filter(pl.col("rank") == biggest)
+                     .select("t_end_ns", pl.col("iteration").alias("_reference")))
+        others = iterations
     shifts = (
-        iterations.sort("t_end_ns")
-        .join_asof(reference, on="t_end_ns", strategy="nearest")
+        others.sort("t_end_ns")
+        .join_asof(reference.sort("t_end_ns"), on="t_end_ns", strategy="nearest")
         .group_by("rank")
         .agg((pl.col("_reference") - pl.col("iteration")).mode().min().alias("_shift"))
     )
-    aligned = iterations.join(shifts, on="rank", how="left").with_columns(
-        pl.col("iteration") + pl.col("_shift").fill_null(0))
+    shifted = others.join(shifts, on="rank", how="left").with_columns(
+        pl.col("iteration") + pl.col("_shift").fill_null(0)).drop("_shift")
+    aligned = pl.concat([numbered, shifted])
     return (aligned.with_columns(pl.col("iteration") - pl.col("iteration").min())
-            .drop("_shift").sort("rank", "iteration"))
+            .sort("rank", "iteration"))
+
+
+def _cluster_boundaries(rows: pl.DataFrame) -> pl.DataFrame | None:
+    """``rows`` renumbered by job-wide boundary and moved to its latest time; None when the
+    ranks' boundaries do not line up (some rank has two in one: the ranks do not wait for each
+    other, or their clocks are half an iteration apart), so time says nothing about which
+    iterations are the same.
+
+    Boundaries closer than :data:`BOUNDARY_MERGE` iterations are one; so are neighbouring
+    groups that each miss some ranks and share none (every rank reaches a collective once:
+    after a checkpoint the ranks reach the next barrier seconds apart). Between two
+    neighbouring boundaries lie as many iterations as the ranks that see both count at the
+    least (a gap holds two; an evaluation window that one stage counts as two is one; a
+    restart, between the last boundary of one run and the first of the next, holds none)."""
+    gap_ns = BOUNDARY_MERGE * float(rows["duration_s"].median()) * 1e9
+    everyone = rows["rank"].n_unique()
+    points = (
+        pl.concat([rows.select("rank", pl.col("t_start_ns").alias("_ns"),
+                               pl.col("iteration").alias("_index")),
+                   rows.select("rank", pl.col("t_end_ns").alias("_ns"),
+                               (pl.col("iteration") + 1).alias("_index"))])
+        .unique(["rank", "_ns"], keep="first").sort("_ns")
+        .with_columns((pl.col("_ns").diff() > gap_ns).fill_null(False).cum_sum().alias("_near"))
+    )
+    groups = points.group_by("_near", maintain_order=True).agg(pl.col("rank").unique())
+    boundary, reached, numbers = -1, set(), []
+    for ranks in map(set, groups["rank"].to_list()):
+        if not (boundary >= 0 and len(reached) < everyone and len(ranks) < everyone
+                and not reached & ranks):
+            boundary, reached = boundary + 1, set()
+        reached |= ranks
+        numbers.append(boundary)
+    points = points.join(groups.select("_near", pl.Series("_boundary", numbers, pl.Int64)),
+                         on="_near")
+    if points.select("rank", "_boundary").is_duplicated().any():
+        return None
+    points = points.with_columns(pl.col("_ns").max().over("_boundary").alias("_at")).sort(
+        "rank", "_ns")
+    steps = (
+        points.with_columns(
+            (pl.col("_boundary").shift(-1).over("rank") - pl.col("_boundary")).alias("_apart"),
+            (pl.col("_index").shift(-1).over("rank") - pl.col("_index")).alias("_step"))
+        .filter(pl.col("_apart") == 1)
+        .group_by("_boundary").agg(pl.col("_step").min())
+    )
+    numbering = (
+        points.select("_boundary").unique().join(steps, on="_boundary", how="left")
+        .sort("_boundary")
+        .with_columns(pl.col("_step").fill_null(1).clip(0).cum_sum().shift(1).fill_null(0)
+                      .alias("_number"))
+    )
+    points = points.join(numbering.select("_boundary", "_number"), on="_boundary")
+    start = points.select("rank", pl.col("_ns").alias("t_start_ns"), pl.col("_at").alias("_start"))
+    end = points.select("rank", pl.col("_ns").alias("t_end_ns"), pl.col("_at").alias("_end"),
+                        pl.col("_number").alias("_closing"))
+    return (
+        rows.join(start, on=["rank", "t_start_ns"]).join(end, on=["rank", "t_end_ns"])
+        .with_columns((pl.col("_closing") - 1).alias("iteration"),
+                      pl.col("_start").alias("t_start_ns"), pl.col("_end").alias("t_end_ns"),
+                      ((pl.col("_end") - pl.col("_start")) / 1e9).alias("duration_s"))
+        .select(rows.columns)
+    )
