@@ -13,6 +13,9 @@ from tracekit.detect.peers import peer_medians, straggler_episodes
 from tracekit.detect.verdict import VERDICT_DETECTOR, shown_episodes
 from tracekit.ingest.pipeline import ingest
 from tracekit.ingest.whatif import TRACE_COLUMNS
+from tracekit.iterations import reconstruct_dataset
+from tracekit.synth.corpus import job_spec
+from tracekit.synth.job import generate_job
 
 WORKERS = 8
 STEPS = 200
@@ -151,3 +154,36 @@ def test_no_straggler_on_real_jobs(real_dir, tmp_path):
         found = straggler_episodes(name, dataset.table("iterations").collect(),
                                    dataset.table("op_traces").collect())
         assert found.is_empty(), name
+
+
+def synthesized(tmp_path, layout: str, inject: list[str]) -> tuple[pl.DataFrame, float]:
+    """Peer episodes of a synthesized job in the raw formats (hook CSV collectives, Megatron
+    log), after ingest and ACF iterations, and the injected slowdown (truth: actual over
+    healthy job time)."""
+    spec = job_spec(layout=layout, iterations=200, inject=inject, scenario=None,
+                    model="gpt-tiny", hardware="a100", gpus_per_host=4,
+                    sequence_parallel=False, distributed_optimizer=True, collectives="hook",
+                    nccl_timestamps=True, monitoring=False, seed=5, job="j")
+    generate_job(tmp_path / "raw", spec)
+    ingest([tmp_path / "raw"], tmp_path / "ds")
+    reconstruct_dataset(open_dataset(tmp_path / "ds"))
+    truth = pl.read_parquet(tmp_path / "raw" / "truth.parquet")
+    episodes = detect_dataset(tmp_path / "ds", ["peers"]).episodes
+    return episodes, truth["duration_s"].sum() / truth["healthy_s"].sum()
+
+
+def test_thermal_gpu_from_the_first_step_in_raw_formats(tmp_path):
+    """tp2 x dp2 x pp2, rank 5's GPU x1.3 from the start: every rank's iteration time is the
+    same (they wait for it), its time outside collectives is not."""
+    episodes, injected = synthesized(tmp_path, "tp2-dp2-pp2", ["thermal:rank=5@0+200x1.3"])
+    (row,) = episodes.rows(named=True)
+    assert (row["ranks"], row["start_iteration"]) == ("5", 0)
+    assert row["slowdown"] == pytest.approx(injected, rel=0.10)
+    assert "time outside collectives" in row["evidence"]
+
+
+def test_healthy_pipeline_job_has_no_straggler(tmp_path):
+    """Pipeline stages differ in own time (the last holds the output head); peers are the ranks
+    of the same stage."""
+    episodes, _ = synthesized(tmp_path, "tp1-dp2-pp2", [])
+    assert episodes.is_empty()

@@ -17,7 +17,8 @@ def test_job_report_files_figures_and_numbers(job_dataset, tmp_path):
     assert all(p.stat().st_size > 10_000 for p in written.figures)
     page = written.html.read_text()
     markdown = written.markdown.read_text()
-    for text in ("120 iterations over 2.2 min on 4 ranks", "Verdict (bocd+b+peers): 1 fail-slow episode(s); 2 change",
+    for text in ("120 iterations over 2.2 min on 4 ranks",
+                 "Verdict (bocd+b+peers): 1 fail-slow episode(s); 2 change",
                  "Time lost to fail-slows: 14.0 s (JCT slowdown 11.67 %)", "gpu-thermal",
                  "rank:2", "x1.5", "SM clock of gpu h0/2"):
         assert text in page and text in markdown, text
@@ -33,7 +34,8 @@ def test_ground_truth_section_matches_label(job_dataset):
     report = job_report(job_dataset)
     truth = next(s for s in report.sections if s.title == "Ground truth").tables[0].frame
     row = truth.row(0, named=True)
-    assert (row["detected as"], row["delay (s)"], row["delay (iterations)"]) == (1, 3.0, 2)  # the verdict numbers from 1
+    # the verdict numbers its episodes from 1
+    assert (row["detected as"], row["delay (s)"], row["delay (iterations)"]) == (1, 3.0, 2)
     assert row["culprit right"] is True and row["cause right"] is True
 
 

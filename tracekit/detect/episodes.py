@@ -333,8 +333,9 @@ def detect_dataset(dataset: Dataset | str | Path, detectors: list[str] | None = 
         episodes.append(find_episodes(dataset.job, level.name, series.job, job_changes,
                                       min_slowdown, rank_events[level.name]))
     if PEER_DETECTOR in names:
-        episodes.append(straggler_episodes(dataset.job, _preferred_iterations(iterations),
-                                           dataset.table("op_traces").collect()))
+        episodes.append(straggler_episodes(
+            dataset.job, _preferred_iterations(iterations), dataset.table("op_traces").collect(),
+            dataset.table("collectives"), dataset.table("parallel_layout").collect()))
     detection = Detection(pl.concat([schema.table("events").empty(), *events]),
                           pl.concat([schema.table("episodes").empty(), *episodes]))
     dataset.write_table("events", detection.events)

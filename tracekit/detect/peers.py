@@ -16,9 +16,13 @@ Own time and peers come from what the dataset holds, best first:
   are the ranks of the same pipeline stage (the same layers: tensor-parallel partners and the
   same position in every data-parallel replica), so a stage that holds more layers is not a
   straggler (that is the pipeline imbalance attribution reports);
+- collective calls with end times (hook CSV, profiler plugins) and per-rank iterations: a
+  rank's time per iteration outside the calls (a rank waiting for a straggler waits inside
+  them); peers are the ranks of the same pipeline stage under Megatron's default rank order
+  when the layout is known, else all ranks;
 - per-rank iteration times (per-worker step tables): a worker's step time; peers are all
-  workers. Iterations reconstructed from collectives end together on every rank, so there no
-  rank stands out and no episode is found.
+  workers. Iterations reconstructed from enqueue-only NCCL logs end together on every rank, so
+  there no rank stands out and no episode is found.
 
 Blocking slowdown (the what-if of "Understanding Stragglers in Large Model Training Using
 What-if Analysis", actual over ideal step time): in synchronous training every rank waits for
@@ -72,16 +76,22 @@ class OwnTimes:
     own_s: np.ndarray
 
 
-def own_times(iterations: pl.DataFrame, op_traces: pl.DataFrame) -> OwnTimes | None:
+def own_times(iterations: pl.DataFrame, op_traces: pl.DataFrame,
+              collectives: pl.LazyFrame | None = None,
+              layout: pl.DataFrame | None = None) -> OwnTimes | None:
     """The best own-time matrix the dataset holds (module docstring), ``iterations`` being those
     of one source; None without per-rank times of at least two ranks."""
     per_rank = iterations.filter(pl.col("rank").is_not_null(), pl.col("duration_s").is_finite())
     compute = op_traces.filter(pl.col("op").is_in(COMPUTE_OPS), pl.col("pp_stage").is_not_null())
+    outside = None if collectives is None else outside_collectives(per_rank, collectives)
     if compute.height:
         own = (compute.group_by("rank", "step")
                .agg(pl.col("duration_s").sum(), pl.col("pp_stage").first().alias("group"))
                .rename({"step": "iteration"}))
         source = "op_traces compute"
+    elif outside is not None:
+        own = outside.with_columns(pipeline_stage(layout).alias("group"))
+        source = "time outside collectives"
     elif per_rank.height:
         own = per_rank.group_by("rank", "iteration").agg(pl.col("duration_s").median(),
                                                          pl.lit(0).alias("group"))
@@ -93,13 +103,61 @@ def own_times(iterations: pl.DataFrame, op_traces: pl.DataFrame) -> OwnTimes | N
     steps = (per_rank.group_by("iteration")
              .agg(pl.col("duration_s").max().alias("step_s"), pl.col("t_start_ns").min(),
                   pl.col("t_end_ns").max()))
-    wide = own.pivot("iteration", index=["rank", "group"], values="duration_s",
-                     sort_columns=True).sort("rank")
-    columns = [c for c in wide.columns if c not in ("rank", "group")]
-    timeline = (pl.DataFrame({"iteration": [int(c) for c in columns]})
+    ranks = own.group_by("rank").agg(pl.col("group").first()).sort("rank")
+    timeline = (own.select("iteration").unique().sort("iteration")
                 .join(steps, on="iteration", how="left", maintain_order="left"))
-    return OwnTimes(source, wide["rank"].to_numpy(), wide["group"].to_numpy(), timeline,
-                    wide.select(columns).to_numpy().astype(np.float64))
+    rows = ranks["rank"].search_sorted(own["rank"]).to_numpy()
+    columns = timeline["iteration"].search_sorted(own["iteration"]).to_numpy()
+    matrix = np.full((ranks.height, timeline.height), np.nan)
+    matrix[rows, columns] = own["duration_s"].to_numpy()
+    return OwnTimes(source, ranks["rank"].to_numpy(), ranks["group"].to_numpy(), timeline,
+                    matrix)
+
+
+def outside_collectives(iterations: pl.DataFrame, collectives: pl.LazyFrame
+                        ) -> pl.DataFrame | None:
+    """Each rank's time per iteration outside collective calls (its compute and host work: a
+    rank that waits for a straggler waits inside the calls), from calls with an end time;
+    overlapping calls count once. None when the calls have no end times (NCCL debug logs)."""
+    spans = (iterations.filter(pl.col("t_start_ns").is_not_null(),
+                               pl.col("t_end_ns").is_not_null())
+             .select("rank", "iteration", pl.col("t_start_ns").alias("iteration_ns"),
+                     pl.col("t_end_ns").alias("iteration_end_ns"), "duration_s")
+             .sort("iteration_ns"))
+    if spans.is_empty():
+        return None
+    calls = (collectives.filter(pl.col("rank").is_not_null(), pl.col("t_start_ns").is_not_null(),
+                                pl.col("t_end_ns").is_not_null())
+             .select(pl.col("rank").cast(pl.Int32), "t_start_ns", "t_end_ns")
+             .sort("rank", "t_start_ns")
+             .with_columns(pl.max_horizontal("t_start_ns", pl.col("t_end_ns").cum_max()
+                                             .shift(1).over("rank")).alias("from_ns"))
+             .with_columns((pl.col("t_end_ns") - pl.col("from_ns")).clip(0).alias("inside_ns"))
+             .sort("t_start_ns")
+             .join_asof(spans.lazy().select("rank", "iteration", "iteration_ns",
+                                            "iteration_end_ns"),
+                        left_on="t_start_ns", right_on="iteration_ns", by="rank",
+                        strategy="backward", check_sortedness=False)
+             .filter(pl.col("t_start_ns") < pl.col("iteration_end_ns"))
+             .group_by("rank", "iteration").agg(pl.col("inside_ns").sum())
+             .collect())
+    if calls.is_empty():
+        return None
+    return (spans.join(calls, on=["rank", "iteration"], how="left")
+            .select("rank", "iteration",
+                    (pl.col("duration_s") - pl.col("inside_ns").fill_null(0) / 1e9).clip(0)
+                    .alias("duration_s")))
+
+
+def pipeline_stage(layout: pl.DataFrame | None) -> pl.Expr:
+    """A rank's pipeline stage under Megatron's default rank order (pipeline outermost: ranks
+    ``[s * world / pp, (s + 1) * world / pp)`` are stage ``s``); 0 without a known layout."""
+    known = None if layout is None else layout.filter(pl.col("pp_size").is_not_null(),
+                                                      pl.col("world_size").is_not_null())
+    if known is None or known.is_empty():
+        return pl.lit(0)
+    row = known.row(0, named=True)
+    return pl.col("rank") // max(row["world_size"] // row["pp_size"], 1)
 
 
 def peer_medians(values: np.ndarray) -> np.ndarray:
@@ -152,11 +210,12 @@ def _merge(runs: list[tuple[int, int, int]]) -> list[tuple[int, int, list[int]]]
     return merged
 
 
-def straggler_episodes(job: str, iterations: pl.DataFrame, op_traces: pl.DataFrame
-                       ) -> pl.DataFrame:
+def straggler_episodes(job: str, iterations: pl.DataFrame, op_traces: pl.DataFrame,
+                       collectives: pl.LazyFrame | None = None,
+                       layout: pl.DataFrame | None = None) -> pl.DataFrame:
     """Peer-comparison episodes of one job, in the ``episodes`` schema (detector ``peers``);
     ``iterations`` are those of the source detection runs on."""
-    times = own_times(iterations, op_traces)
+    times = own_times(iterations, op_traces, collectives, layout)
     if times is None:
         return schema.table("episodes").empty()
     peers = np.full_like(times.own_s, np.nan)
