@@ -187,3 +187,13 @@ def test_healthy_pipeline_job_has_no_straggler(tmp_path):
     of the same stage."""
     episodes, _ = synthesized(tmp_path, "tp1-dp2-pp2", [])
     assert episodes.is_empty()
+
+
+def test_detecting_the_verdict_runs_its_sources(tmp_path):
+    step_table(tmp_path / "steps.csv", {4: (80, 140, 2.0)})
+    ingest([tmp_path / "steps.csv"], tmp_path / "ds")
+    found = detect_dataset(tmp_path / "ds", [VERDICT_DETECTOR])
+    assert set(found.events["detector"]) == {"bocd+b"}  # rank 4's own change points
+    assert found.episodes["detector"].to_list() == ["peers"]
+    weakened = detect_dataset(tmp_path / "ds", ["peers"], min_slowdown=1.5)
+    assert weakened.episodes.is_empty()  # its blocking slowdown, x2.0, is under x2.5

@@ -28,6 +28,7 @@ from tracekit.detect.bocd_verify import MIN_FAIL_SLOW_ITERATIONS
 from tracekit.detect.peers import NAME as PEER_DETECTOR
 from tracekit.detect.peers import straggler_episodes
 from tracekit.detect.registry import make_detector
+from tracekit.detect.verdict import VERDICT_DETECTOR, VERDICT_SOURCES
 from tracekit.errors import InputError
 from tracekit.parallel import Executor, LocalExecutor, map_all, record_build
 
@@ -318,6 +319,9 @@ def detect_dataset(dataset: Dataset | str | Path, detectors: list[str] | None = 
     if series.job.height == 0:
         raise InputError("the iterations table has no finite durations", str(dataset.path))
     names = detectors or [*JOB_DETECTORS, PEER_DETECTOR]
+    if VERDICT_DETECTOR in names:  # the verdict is made of its sources' episodes
+        names = list(dict.fromkeys(n for name in names for n in (
+            VERDICT_SOURCES if name == VERDICT_DETECTOR else (name,))))
     chosen = {name: make_detector(name, **(params or {})) for name in names
               if name != PEER_DETECTOR}
     executor = executor or LocalExecutor()
@@ -335,7 +339,8 @@ def detect_dataset(dataset: Dataset | str | Path, detectors: list[str] | None = 
     if PEER_DETECTOR in names:
         episodes.append(straggler_episodes(
             dataset.job, _preferred_iterations(iterations), dataset.table("op_traces").collect(),
-            dataset.table("collectives"), dataset.table("parallel_layout").collect()))
+            dataset.table("collectives"), dataset.table("parallel_layout").collect(),
+            min_slowdown))
     detection = Detection(pl.concat([schema.table("events").empty(), *events]),
                           pl.concat([schema.table("episodes").empty(), *episodes]))
     dataset.write_table("events", detection.events)

@@ -212,9 +212,12 @@ def _merge(runs: list[tuple[int, int, int]]) -> list[tuple[int, int, list[int]]]
 
 def straggler_episodes(job: str, iterations: pl.DataFrame, op_traces: pl.DataFrame,
                        collectives: pl.LazyFrame | None = None,
-                       layout: pl.DataFrame | None = None) -> pl.DataFrame:
+                       layout: pl.DataFrame | None = None,
+                       min_slowdown: float = 0.05) -> pl.DataFrame:
     """Peer-comparison episodes of one job, in the ``episodes`` schema (detector ``peers``);
-    ``iterations`` are those of the source detection runs on."""
+    ``iterations`` are those of the source detection runs on. As for the change-point
+    detectors, an episode slows the job by more than ``min_slowdown`` (its blocking slowdown):
+    a straggler the job does not wait for is no fail-slow of the job."""
     times = own_times(iterations, op_traces, collectives, layout)
     if times is None:
         return schema.table("episodes").empty()
@@ -236,6 +239,9 @@ def straggler_episodes(job: str, iterations: pl.DataFrame, op_traces: pl.DataFra
     step_s = np.where(np.isfinite(step_s), step_s, np.nanmax(times.own_s, axis=0))
     episodes = [_episode(times, ratio, excess, step_s, first, stop, rows)
                 for first, stop, rows in _merge(runs)]
+    episodes = [e for e in episodes if e["slowdown"] > 1.0 + min_slowdown]
+    if not episodes:
+        return schema.table("episodes").empty()
     ideal_job_s = float(step_s.sum() - sum(e["lost_s"] for e in episodes))
     frame = pl.DataFrame(episodes, schema_overrides={"t_start_ns": pl.Int64,
                                                      "t_end_ns": pl.Int64})
