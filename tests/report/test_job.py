@@ -85,3 +85,11 @@ def test_validation_verdicts_in_the_job_report(tmp_path):
 
 def test_no_validation_section_without_checks(job_dataset):
     assert "Hardware validation" not in [s.title for s in job_report(job_dataset).sections]
+
+
+def test_detector_comparison_lists_every_detector(job_dataset):
+    report = job_report(job_dataset)
+    table = next(s for s in report.sections if s.title == "Detector comparison").tables[0].frame
+    assert table["detector"].to_list() == ["bocd+b", "bocd+b+peers"]
+    assert table["episodes"].to_list() == [1, 1]
+    assert table["lost (s)"].to_list() == [14.0, 14.0]

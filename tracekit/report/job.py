@@ -9,7 +9,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracekit.dataset import Dataset
-from tracekit.detect.verdict import change_point_detector, shown_episodes
+from tracekit.detect.verdict import change_point_detector, shown_episodes, with_verdict
 from tracekit.evaluate import NOT_ATTRIBUTED, episode_matches
 from tracekit.report.document import Report, ReportFigure, ReportTable
 from tracekit.report.figures import EVIDENCE_PANELS, iteration_timeline
@@ -37,6 +37,15 @@ def episode_table(episodes: pl.DataFrame) -> pl.DataFrame:
         pl.col("confidence").round(2),
         pl.col("evidence").fill_null("-"),
     )
+
+
+def detector_comparison(episodes: pl.DataFrame) -> pl.DataFrame:
+    """Per detector: its episodes, the iterations they span and the time they lost."""
+    return (episodes.group_by("detector")
+            .agg(pl.len().alias("episodes"), pl.col("iterations").sum(),
+                 pl.col("lost_s").sum().round(1).alias("lost (s)"),
+                 pl.col("ranks").drop_nulls().unique().sort().str.join("; ").alias("ranks"))
+            .sort("detector"))
 
 
 VERDICT_ORDER = ("confirmed", "unsuspected-slow", "slow", "refuted", "not-testable",
@@ -158,6 +167,12 @@ def job_report(dataset: Dataset, detector: str | None = None) -> Report:
                               pl.col("target_correct").alias("culprit right"),
                               pl.col("cause_correct").alias("cause right")),
                on="label", how="left")))
+    if all_episodes.height:
+        comparison = report.section("Detector comparison")
+        comparison.paragraphs.append(
+            f"Episodes of every detector that ran; the verdict above is {detector}'s.")
+        comparison.tables.append(ReportTable("Episodes per detector",
+                                             detector_comparison(with_verdict(all_episodes))))
     validations = _collect(dataset, "validations")
     if validations.height:
         _validation_section(report, validations)
