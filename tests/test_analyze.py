@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import shutil
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from typer.testing import CliRunner
 from tracekit import analyze as pipeline
 from tracekit import schema
 from tracekit.cli import app
+from tracekit.detect.verdict import VERDICT_DETECTOR
 from tracekit.errors import InputError
 
 SAMPLE = Path(__file__).resolve().parents[1] / "datasets" / "sample"
@@ -34,11 +36,11 @@ def dataset_path(ingested, tmp_path) -> Path:
     return tmp_path / "ds"
 
 
-def _fake_detect(dataset, **_stage_options):
+def _fake_detect(dataset, detector="bocd+b", **_stage_options):
     """Stands in for a detector: one open episode at the first iteration."""
     first = dataset.table("collectives").select(pl.col("t_start_ns").min()).collect().item()
     dataset.write_table("episodes", schema.conform("episodes", pl.DataFrame({
-        "job": [dataset.job], "episode": [0], "detector": ["bocd+v"], "t_start_ns": [first],
+        "job": [dataset.job], "episode": [0], "detector": [detector], "t_start_ns": [first],
         "duration_s": [30.0], "slowdown": [1.25], "jct_slowdown": [0.05],
         "cause": ["network-congestion"], "target": ["link:b01-b02"]},
         schema_overrides={"episode": pl.Int32})))
@@ -65,7 +67,7 @@ def test_analyze_shows_detected_episodes(dataset_path, monkeypatch):
                         lambda stage: _fake_detect if stage == "detect" else None)
     monkeypatch.setattr(pipeline, "_skip_reason", lambda stage, dataset: None)
     result = pipeline.analyze([SAMPLE], dataset_path)
-    assert result.detector == "bocd+v"
+    assert result.detector == VERDICT_DETECTOR
     assert result.episodes["cause"].to_list() == ["network-congestion"]
     page = result.report_html.read_text()
     assert "network-congestion" in page and "link:b01-b02" in page and "x1.25" in page
@@ -78,9 +80,29 @@ def test_analyze_cli_prints_episodes_and_report(dataset_path, monkeypatch):
     out = CliRunner().invoke(app, ["analyze", str(SAMPLE), "-o", str(dataset_path)],
                              terminal_width=200)
     assert out.exit_code == 0, out.output
-    assert "fail-slow episodes (bocd+v)" in out.output
+    assert f"fail-slow episodes ({VERDICT_DETECTOR})" in out.output
     assert "x1.25" in out.output and "5.00%" in out.output and "link:b01-b02" in out.output
     assert f"report:  {dataset_path / 'report' / 'index.html'}" in out.output
+
+
+def test_verdict_is_none_when_only_other_detectors_found_episodes(dataset_path, monkeypatch):
+    """No fallback: the window's episode stays in the table, the verdict says none."""
+    monkeypatch.setattr(pipeline, "_stage_function", lambda stage: functools.partial(
+        _fake_detect, detector="window") if stage == "detect" else None)
+    monkeypatch.setattr(pipeline, "_skip_reason", lambda stage, dataset: None)
+    out = CliRunner().invoke(app, ["analyze", str(SAMPLE), "-o", str(dataset_path)],
+                             terminal_width=200)
+    assert out.exit_code == 0, out.output
+    assert f"verdict ({VERDICT_DETECTOR}): none" in out.output
+    assert "no detector ran" not in out.output
+    page = (dataset_path / "report" / "report.md").read_text()
+    assert f"Verdict ({VERDICT_DETECTOR}): none" in page
+
+
+def test_help_names_the_verdict_detector():
+    for verb in ("analyze", "report"):
+        out = CliRunner().invoke(app, [verb, "--help"], terminal_width=200)
+        assert VERDICT_DETECTOR in out.output, verb
 
 
 def test_missing_dump_is_a_clear_error(tmp_path):

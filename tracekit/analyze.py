@@ -53,6 +53,7 @@ class Analysis:
     dataset: Path
     stages: list[StageResult] = field(default_factory=list)
     episodes: pl.DataFrame | None = None
+    """The verdict's episodes (or those of the detector asked for)."""
     detector: str | None = None
     report_html: Path | None = None
     report_markdown: Path | None = None
@@ -115,9 +116,10 @@ def analyze(
     evaluation). Analysis stages named in ``skip`` are skipped ("not asked for").
     ``executor`` runs every stage's partitions (default: a local loop). Re-running is
     idempotent like ingest."""
+    from tracekit.detect.verdict import shown_episodes
     from tracekit.ingest.pipeline import ingest
     from tracekit.report.document import write_report
-    from tracekit.report.job import choose_detector, job_report
+    from tracekit.report.job import job_report
 
     def notify(stage: str, event: str, **info: Any) -> None:
         if progress is not None:
@@ -161,10 +163,8 @@ def analyze(
 
     started = time.perf_counter()
     notify("report", "start")
-    episodes = dataset.table("episodes").collect()
-    result.detector = choose_detector(episodes, detector)
-    result.episodes = episodes.filter(pl.col("detector").eq_missing(result.detector)).sort(
-        "t_start_ns")
+    result.detector, episodes = shown_episodes(dataset.table("episodes").collect(), detector)
+    result.episodes = episodes.sort("start_iteration")
     if not write_job_report:
         _finish(result, notify, "report", started, "skipped", "not asked for")
         return result

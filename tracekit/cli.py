@@ -274,7 +274,8 @@ def analyze(
     report: Annotated[Path | None, typer.Option(help="Report folder (default: OUTPUT/report).")]
     = None,
     detector: Annotated[str | None, typer.Option(help="Detector whose episodes to show "
-                                                 "(default: bocd+v when it ran).")] = None,
+                                                 "(default: the job verdict, bocd+b+peers).")]
+    = None,
     cluster: ClusterOption = None,
 ) -> None:
     """Ingest, reconstruct iterations, detect, attribute and report in one go."""
@@ -300,10 +301,10 @@ def analyze(
                              progress=advance, executor=executor)
     for failure in result.failed_sources:
         errors.print(f"[yellow]skipped source:[/] {failure}", highlight=False, soft_wrap=True)
-    if result.detector is None:
-        console.print("no detector ran: no episodes to show")
+    if not any(s.name == "detect" and s.status == "done" for s in result.stages):
+        console.print("detection did not run: no verdict")
     elif result.episodes.height == 0:
-        console.print(f"{result.detector}: no fail-slow episode found")
+        console.print(f"verdict ({result.detector}): none")
     else:
         console.print(_episode_summary(result.episodes, f"fail-slow episodes ({result.detector})"))
     console.print(f"dataset: {result.dataset}\nreport:  {result.report_html}", highlight=False,
@@ -314,7 +315,8 @@ def analyze(
 def report(
     source: Annotated[Path, typer.Argument(help="A dataset folder, or a corpus folder of jobs.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Report folder to write.")],
-    detector: Annotated[str | None, typer.Option(help="Detector whose episodes to show.")]
+    detector: Annotated[str | None, typer.Option(help="Detector whose episodes to show "
+                                                 "(default: the job verdict, bocd+b+peers).")]
     = None,
     work: Annotated[Path | None, typer.Option(help="Where raw corpus jobs are analysed "
                                               "(default: build/corpus/NAME).")] = None,
@@ -382,7 +384,8 @@ def eval_command(
 def detect(
     dataset: Annotated[Path, typer.Argument(help="Dataset folder with an iterations table.")],
     detector: Annotated[list[str] | None, typer.Option(
-        "--detector", help="Detector (repeatable; default: window, bocd, bocd+v, bocd+b).")]
+        "--detector", help="Detector (repeatable; default: window, bocd, bocd+v, bocd+b, "
+        "peers).")]
     = None,
     param: Annotated[list[str] | None, typer.Option(
         "--param", help="Detector parameter KEY=VALUE (repeatable).")] = None,
@@ -401,6 +404,12 @@ def detect(
                                        f"fail-slow episodes ({name})"))
     console.print(f"{found.events.height} change events, {found.episodes.height} episodes "
                   f"written to {dataset}", highlight=False)
+    if detector is None:
+        from tracekit.detect.verdict import shown_episodes
+
+        name, verdict = shown_episodes(found.episodes)
+        console.print(f"verdict ({name}): {verdict.height or 'none'} "
+                      f"{'episode(s)' if verdict.height else ''}".rstrip(), highlight=False)
 
 
 @command()

@@ -489,9 +489,11 @@ def episode_alarms(dataset) -> pl.DataFrame:
 
 
 def load_corpus(datasets: list[Path]) -> Corpus:
-    """Pool the labels, episodes and reconstruction errors of ``datasets``."""
+    """Pool the labels, episodes (with the job verdict's, :mod:`tracekit.detect.verdict`) and
+    reconstruction errors of ``datasets``."""
     from tracekit import schema
     from tracekit.dataset import open_dataset
+    from tracekit.detect.verdict import with_verdict
 
     jobs, labels, episodes, errors = [], [], [], []
     for path in datasets:
@@ -511,7 +513,8 @@ def load_corpus(datasets: list[Path]) -> Corpus:
         jobs=pl.DataFrame(jobs, schema={"job": pl.String, "category": pl.String,
                                         "layout": pl.String, "dataset": pl.String}),
         labels=pl.concat([schema.table("labels").empty(), *labels]),
-        episodes=pl.concat([with_alarm_columns(schema.table("episodes").empty()), *episodes]),
+        episodes=with_verdict(pl.concat([with_alarm_columns(schema.table("episodes").empty()),
+                                         *episodes])),
         iteration_errors=pl.DataFrame(errors, schema=error_schema),
     )
 

@@ -31,11 +31,11 @@ def build_job(path, job="j1", category="compute", fail_slow=True):
         "source": ["acf"] * 120, "quality": ["ok"] * 120}) for rank in range(4)])
     onset, recovery = int(starts[60]), int(starts[90])
     events = _frame("events", {
-        "job": ["j1", "j1"], "rank": [None, None], "detector": ["bocd+v", "bocd+v"],
+        "job": ["j1", "j1"], "rank": [None, None], "detector": ["bocd+b", "bocd+b"],
         "iteration": [62, 90], "ts_ns": [int(starts[62]), recovery], "before_s": [1.0, 1.5],
         "after_s": [1.5, 1.0], "ratio": [1.5, 0.667]})
     episodes = _frame("episodes", {
-        "job": ["j1"], "episode": [0], "detector": ["bocd+v"], "t_start_ns": [int(starts[62])],
+        "job": ["j1"], "episode": [0], "detector": ["bocd+b"], "t_start_ns": [int(starts[62])],
         "t_end_ns": [recovery], "start_iteration": [62], "end_iteration": [89],
         "iterations": [28], "duration_s": [42.0], "baseline_s": [1.0], "slowdown": [1.5],
         "lost_s": [14.0], "jct_slowdown": [0.1167], "ranks": ["0,1,2,3"], "kind": ["compute"],

@@ -33,9 +33,9 @@ def test_eval_baseline_update_and_regression(corpus_datasets, tmp_path):
     assert out.exit_code == 0, out.output
     assert "job level" in out.output and "episode level" in out.output
     stored = json.loads(baseline.read_text())
-    assert stored["metrics"]["job"]["bocd+v"]["all"]["tp"] == 1
-    assert stored["metrics"]["job"]["bocd+v"]["compute"]["accuracy"] == 100.0
-    assert stored["metrics"]["episode"]["bocd+v"]["all"]["correct_targets"] == 1
+    assert stored["metrics"]["job"]["bocd+b"]["all"]["tp"] == 1
+    assert stored["metrics"]["job"]["bocd+b"]["compute"]["accuracy"] == 100.0
+    assert stored["metrics"]["episode"]["bocd+b"]["all"]["correct_targets"] == 1
     out = runner.invoke(app, ["eval", str(corpus), "--baseline", str(baseline)])
     assert out.exit_code == 0 and "no regression" in out.output
     # weaken the detector: it no longer reports c1's episode
@@ -43,8 +43,8 @@ def test_eval_baseline_update_and_regression(corpus_datasets, tmp_path):
     weakened.write_table("episodes", weakened.table("episodes").collect().clear())
     out = runner.invoke(app, ["eval", str(corpus), "--baseline", str(baseline)])
     assert out.exit_code == 1
-    assert "regression: job bocd+v/compute accuracy: 50 vs baseline 100 (tolerance 2)" in out.output
-    assert "episode bocd+v/compute recall" in out.output
+    assert "regression: job bocd+b/compute accuracy: 50 vs baseline 100 (tolerance 2)" in out.output
+    assert "episode bocd+b/compute recall" in out.output
     assert "measured on another version of the corpus" in out.output
 
 

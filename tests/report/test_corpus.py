@@ -16,7 +16,7 @@ def test_corpus_report_tables_and_figures(corpus_datasets, tmp_path):
     assert rows == {"no fail-slow": ("1", "1"), "gpu-thermal": ("1", "0"), "jobs": ("2", "1"),
                     "mean JCT slowdown": ("5.83 %", "0.00 %")}
     accuracy = report.sections[2].tables[0].frame.row(0, named=True)
-    assert accuracy["detector"] == "bocd+v"
+    assert accuracy["detector"] == "bocd+b"
     assert accuracy["compute: accuracy"] == "100.0 (2/2)"
     assert accuracy["communication: FPR"] == "0.0 (0/1)"
     assert accuracy["all: FNR"] == "0.0 (0/1)"

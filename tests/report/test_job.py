@@ -5,7 +5,7 @@ import polars as pl
 from tracekit import schema
 from tracekit.dataset import create_dataset
 from tracekit.report.document import write_report
-from tracekit.report.job import choose_detector, episode_table, job_report
+from tracekit.report.job import episode_table, job_report
 
 from .conftest import T0, S, build_job
 
@@ -17,7 +17,8 @@ def test_job_report_files_figures_and_numbers(job_dataset, tmp_path):
     assert all(p.stat().st_size > 10_000 for p in written.figures)
     page = written.html.read_text()
     markdown = written.markdown.read_text()
-    for text in ("120 iterations over 2.2 min on 4 ranks", "1 fail-slow episode(s), 2 change",
+    for text in ("120 iterations over 2.2 min on 4 ranks",
+                 "Verdict (bocd+b+peers): 1 fail-slow episode(s); 2 change",
                  "Time lost to fail-slows: 14.0 s (JCT slowdown 11.67 %)", "gpu-thermal",
                  "rank:2", "x1.5", "SM clock of gpu h0/2"):
         assert text in page and text in markdown, text
@@ -33,7 +34,8 @@ def test_ground_truth_section_matches_label(job_dataset):
     report = job_report(job_dataset)
     truth = next(s for s in report.sections if s.title == "Ground truth").tables[0].frame
     row = truth.row(0, named=True)
-    assert (row["detected as"], row["delay (s)"], row["delay (iterations)"]) == (0, 3.0, 2)
+    # the verdict numbers its episodes from 1
+    assert (row["detected as"], row["delay (s)"], row["delay (iterations)"]) == (1, 3.0, 2)
     assert row["culprit right"] is True and row["cause right"] is True
 
 
@@ -43,15 +45,6 @@ def test_unattributed_episode_says_so(job_dataset):
     table = episode_table(episodes)
     assert table["cause"].to_list() == ["not attributed"]
     assert table["culprit"].to_list() == ["-"]
-
-
-def test_detector_choice_prefers_bocd_v():
-    frame = pl.DataFrame({"detector": ["window", "bocd", "bocd+v", "zz"]})
-    assert choose_detector(frame) == "bocd+v"
-    assert choose_detector(frame.filter(pl.col("detector") == "zz")) == "zz"
-    assert choose_detector(pl.DataFrame({"detector": ["bocd", "bocd+b"]})) == "bocd+b"
-    assert choose_detector(frame, "window") == "window"
-    assert choose_detector(frame.clear()) is None
 
 
 def test_empty_dataset_report_explains(tmp_path):
@@ -92,3 +85,11 @@ def test_validation_verdicts_in_the_job_report(tmp_path):
 
 def test_no_validation_section_without_checks(job_dataset):
     assert "Hardware validation" not in [s.title for s in job_report(job_dataset).sections]
+
+
+def test_detector_comparison_lists_every_detector(job_dataset):
+    report = job_report(job_dataset)
+    table = next(s for s in report.sections if s.title == "Detector comparison").tables[0].frame
+    assert table["detector"].to_list() == ["bocd+b", "bocd+b+peers"]
+    assert table["episodes"].to_list() == [1, 1]
+    assert table["lost (s)"].to_list() == [14.0, 14.0]

@@ -25,7 +25,10 @@ from tracekit import schema
 from tracekit.dataset import Dataset, open_dataset
 from tracekit.detect.base import Detector
 from tracekit.detect.bocd_verify import MIN_FAIL_SLOW_ITERATIONS
+from tracekit.detect.peers import NAME as PEER_DETECTOR
+from tracekit.detect.peers import straggler_episodes
 from tracekit.detect.registry import make_detector
+from tracekit.detect.verdict import VERDICT_DETECTOR, VERDICT_SOURCES
 from tracekit.errors import InputError
 from tracekit.parallel import Executor, LocalExecutor, map_all, record_build
 
@@ -36,7 +39,8 @@ MIN_BASELINE_POINTS = 5
 """Segments shorter than this cannot set the healthy baseline (a lucky fast burst)."""
 
 JOB_DETECTORS = ("window", "bocd", "bocd+v", "bocd+b")
-"""Detectors ``tracekit detect`` runs by default: the paper's three and ours, side by side."""
+"""Change-point detectors ``tracekit detect`` runs by default: the paper's three and ours, side
+by side; the peer comparison (``peers``) runs beside them."""
 
 WARMUP_ITERATIONS = 20
 """Slow segments ending before this iteration are the job's warm-up (compilation, NCCL connection
@@ -303,16 +307,23 @@ class Detection:
 def detect_dataset(dataset: Dataset | str | Path, detectors: list[str] | None = None,
                    params: dict | None = None, min_slowdown: float = 0.05,
                    executor: Executor | None = None) -> Detection:
-    """Run ``detectors`` (default :data:`JOB_DETECTORS`) on a dataset's iterations; write and
-    return ``events`` and ``episodes`` (replacing earlier ones). ``params`` go to every
-    detector, so pass them with a single detector. ``executor`` runs the job-level series and
-    the blocks of ranks (default: a local loop); the manifest records which ran them."""
+    """Run ``detectors`` (default :data:`JOB_DETECTORS` and the peer comparison, ``peers``) on a
+    dataset's iterations; write and return ``events`` and ``episodes`` (replacing earlier ones).
+    ``params`` go to every change-point detector, so pass them with a single detector.
+    ``executor`` runs the job-level series and the blocks of ranks (default: a local loop);
+    the manifest records which ran them."""
     if not isinstance(dataset, Dataset):
         dataset = open_dataset(dataset)
-    series = job_series(dataset.table("iterations").collect())
+    iterations = dataset.table("iterations").collect()
+    series = job_series(iterations)
     if series.job.height == 0:
         raise InputError("the iterations table has no finite durations", str(dataset.path))
-    chosen = {name: make_detector(name, **(params or {})) for name in detectors or JOB_DETECTORS}
+    names = detectors or [*JOB_DETECTORS, PEER_DETECTOR]
+    if VERDICT_DETECTOR in names:  # the verdict is made of its sources' episodes
+        names = list(dict.fromkeys(n for name in names for n in (
+            VERDICT_SOURCES if name == VERDICT_DETECTOR else (name,))))
+    chosen = {name: make_detector(name, **(params or {})) for name in names
+              if name != PEER_DETECTOR}
     executor = executor or LocalExecutor()
     # the job-level series first: each is one long partition (point by point), the blocks fill in
     levels = [_JobLevel(dataset.job, name, detector, series.job)
@@ -325,7 +336,13 @@ def detect_dataset(dataset: Dataset | str | Path, detectors: list[str] | None = 
         events.append(pl.concat([job_events, rank_events[level.name]]))
         episodes.append(find_episodes(dataset.job, level.name, series.job, job_changes,
                                       min_slowdown, rank_events[level.name]))
-    detection = Detection(pl.concat(events), pl.concat(episodes))
+    if PEER_DETECTOR in names:
+        episodes.append(straggler_episodes(
+            dataset.job, _preferred_iterations(iterations), dataset.table("op_traces").collect(),
+            dataset.table("collectives"), dataset.table("parallel_layout").collect(),
+            min_slowdown))
+    detection = Detection(pl.concat([schema.table("events").empty(), *events]),
+                          pl.concat([schema.table("episodes").empty(), *episodes]))
     dataset.write_table("events", detection.events)
     dataset.write_table("episodes", detection.episodes)
     record_build(dataset, "detect", executor, ranks_per_block=RANKS_PER_BLOCK)

@@ -12,10 +12,10 @@ from tracekit.characterise import (
     job_summary_from_episodes,
     job_summary_from_labels,
 )
+from tracekit.detect.verdict import VERDICT_DETECTOR
 from tracekit.evaluate import Corpus, Evaluation, evaluate
 from tracekit.report.document import Report, ReportFigure, ReportTable
 from tracekit.report.figures import cdf_figure
-from tracekit.report.job import choose_detector
 from tracekit.report.tables import accuracy_table, episode_accuracy_table, percent
 
 
@@ -35,7 +35,7 @@ def corpus_report(corpus: Corpus, title: str, detector: str | None = None,
     """Characterisation (from labels when the corpus has them, else from ``detector``'s
     attributed episodes), accuracy of every detector, and reconstruction error."""
     report = Report(title)
-    detector = choose_detector(corpus.episodes, detector)
+    detector = detector or VERDICT_DETECTOR
     labeled = corpus.labels.height > 0
     counts = corpus.jobs.group_by("category").len().sort("category")
     overview = report.section("Corpus")

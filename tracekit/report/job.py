@@ -9,25 +9,11 @@ from __future__ import annotations
 import polars as pl
 
 from tracekit.dataset import Dataset
+from tracekit.detect.verdict import change_point_detector, shown_episodes, with_verdict
 from tracekit.evaluate import NOT_ATTRIBUTED, episode_matches
 from tracekit.report.document import Report, ReportFigure, ReportTable
 from tracekit.report.figures import EVIDENCE_PANELS, iteration_timeline
 from tracekit.report.tables import percent
-
-PREFERRED_DETECTORS = ("bocd+b", "bocd+v", "bocd", "window")
-"""Detector whose episodes a job report shows when several ran: the baseline-verified variant
-first (measured best, docs/detectors.md), then the paper's best (BOCD with verification), then
-the plain ones."""
-
-
-def choose_detector(episodes: pl.DataFrame, detector: str | None = None) -> str | None:
-    """``detector`` when given, else the most trusted detector that has episodes."""
-    if detector is not None:
-        return detector
-    present = episodes["detector"].drop_nulls().unique().to_list()
-    ranked = [d for d in PREFERRED_DETECTORS if d in present] + sorted(
-        d for d in present if d not in PREFERRED_DETECTORS)
-    return ranked[0] if ranked else None
 
 
 def _utc(column: str) -> pl.Expr:
@@ -51,6 +37,15 @@ def episode_table(episodes: pl.DataFrame) -> pl.DataFrame:
         pl.col("confidence").round(2),
         pl.col("evidence").fill_null("-"),
     )
+
+
+def detector_comparison(episodes: pl.DataFrame) -> pl.DataFrame:
+    """Per detector: its episodes, the iterations they span and the time they lost."""
+    return (episodes.group_by("detector")
+            .agg(pl.len().alias("episodes"), pl.col("iterations").sum(),
+                 pl.col("lost_s").sum().round(1).alias("lost (s)"),
+                 pl.col("ranks").drop_nulls().unique().sort().str.join("; ").alias("ranks"))
+            .sort("detector"))
 
 
 VERDICT_ORDER = ("confirmed", "unsuspected-slow", "slow", "refuted", "not-testable",
@@ -111,9 +106,9 @@ def job_report(dataset: Dataset, detector: str | None = None) -> Report:
     when the dataset holds labels, how the detection compares with the ground truth."""
     iterations = _collect(dataset, "iterations")
     all_episodes = _collect(dataset, "episodes")
-    detector = choose_detector(all_episodes, detector)
-    episodes = all_episodes.filter(pl.col("detector").eq_missing(detector))
-    events = _collect(dataset, "events").filter(pl.col("detector").eq_missing(detector))
+    detector, episodes = shown_episodes(all_episodes, detector)
+    events = _collect(dataset, "events").filter(
+        pl.col("detector") == change_point_detector(detector))
     labels = _collect(dataset, "labels")
     report = Report(f"tracekit report: job {dataset.job}")
 
@@ -127,11 +122,12 @@ def job_report(dataset: Dataset, detector: str | None = None) -> Report:
             f"{iterations['iteration'].n_unique():,} iterations over {span_s / 60:.1f} min on "
             f"{iterations['rank'].drop_nulls().n_unique()} ranks; median iteration time "
             f"{iterations['duration_s'].median():.3f} s.")
-    if detector is None:
-        summary.paragraphs.append("No detector has run on this dataset.")
+    if "detect" not in dataset.manifest.get("build", {}) and all_episodes.is_empty():
+        summary.paragraphs.append("Detection has not run on this dataset: run `tracekit detect`.")
     else:
-        summary.paragraphs.append(f"Detector {detector}: {episodes.height} fail-slow episode(s), "
-                                  f"{events.height} change point(s).")
+        verdict = f"{episodes.height} fail-slow episode(s)" if episodes.height else "none"
+        summary.paragraphs.append(f"Verdict ({detector}): {verdict}; {events.height} change "
+                                  f"point(s) of {change_point_detector(detector)}.")
     if episodes.height:
         lost, jct = episodes["lost_s"].sum(), episodes["jct_slowdown"].sum()
         summary.paragraphs.append(f"Time lost to fail-slows: {lost:.1f} s "
@@ -145,12 +141,12 @@ def job_report(dataset: Dataset, detector: str | None = None) -> Report:
                                     title=f"Job {dataset.job}: iteration time and evidence")
         report.section("Timeline").figures.append(ReportFigure(
             "timeline", figure,
-            f"Iteration time per rank with {detector or 'no detector'} change points (dashed) "
-            "and fail-slow episodes (shaded, labeled with cause, culprit and slowdown), over "
-            "the evidence recorded at the time."))
+            f"Iteration time per rank with {change_point_detector(detector)} change points "
+            "(dashed) and fail-slow episodes (shaded, labeled with cause, culprit and "
+            "slowdown), over the evidence recorded at the time."))
     if labels.height:
         truth = report.section("Ground truth")
-        matches = episode_matches(labels, episodes, [detector] if detector else [])
+        matches = episode_matches(labels, episodes, [detector])
         benign = labels.filter(~pl.col("fail_slow"))
         labels = labels.filter(pl.col("fail_slow"))
         if benign.height:
@@ -171,6 +167,12 @@ def job_report(dataset: Dataset, detector: str | None = None) -> Report:
                               pl.col("target_correct").alias("culprit right"),
                               pl.col("cause_correct").alias("cause right")),
                on="label", how="left")))
+    if all_episodes.height:
+        comparison = report.section("Detector comparison")
+        comparison.paragraphs.append(
+            f"Episodes of every detector that ran; the verdict above is {detector}'s.")
+        comparison.tables.append(ReportTable("Episodes per detector",
+                                             detector_comparison(with_verdict(all_episodes))))
     validations = _collect(dataset, "validations")
     if validations.height:
         _validation_section(report, validations)

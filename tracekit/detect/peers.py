@@ -1,0 +1,274 @@
+"""Stragglers by peer comparison: each rank's own time per iteration against its comparable peers.
+
+A change-point detector sees a slowdown only as a change in a series: a worker slow from the
+first step has none, and one rank slowing down in a loosely synchronised job is hidden by the
+job-level median. Comparing, iteration by iteration, each rank's own time with the median of
+its peers (the other ranks of its group) shows both: a rank whose ratio to its peers stays above
+``1 + MIN_STRAGGLER_EXCESS`` for at least ``MIN_FAIL_SLOW_ITERATIONS`` iterations (a rolling
+median over that many) is a candidate, kept when the whole run's median ratio is above it with
+``CONFIDENCE_Z`` standard errors to spare (BOCD+V's judgement of a level): a worker that is
+x1.095 its peers on average and noisy drifts above x1.10 for a dozen iterations now and then
+(the real Alibaba PAI job), which is its noise, not a fail-slow.
+
+Own time and peers come from what the dataset holds, best first:
+
+- op traces (the what-if format): a rank's compute (forward and backward ops) per step; peers
+  are the ranks of the same pipeline stage (the same layers: tensor-parallel partners and the
+  same position in every data-parallel replica), so a stage that holds more layers is not a
+  straggler (that is the pipeline imbalance attribution reports);
+- collective calls with end times (hook CSV, profiler plugins) and per-rank iterations: a
+  rank's time per iteration outside the calls (a rank waiting for a straggler waits inside
+  them); peers are the ranks of the same pipeline stage under Megatron's default rank order
+  when the layout is known, else all ranks;
+- per-rank iteration times (per-worker step tables): a worker's step time; peers are all
+  workers. Iterations reconstructed from enqueue-only NCCL logs end together on every rank, so
+  there no rank stands out and no episode is found.
+
+Blocking slowdown (the what-if of "Understanding Stragglers in Large Model Training Using
+What-if Analysis", actual over ideal step time): in synchronous training every rank waits for
+the straggler, so its extra own time (own minus its peers' median) delays the job step. The
+ideal step is the actual one (slowest rank) minus the culprits' largest excess; an episode's
+``slowdown`` is its actual over ideal time, ``baseline_s`` the mean ideal step, ``lost_s`` the
+difference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+from scipy.ndimage import median_filter
+
+from tracekit import schema
+from tracekit.attribute.profiling import SUSPECT_RATIO
+from tracekit.attribute.stages import COMPUTE_OPS
+from tracekit.detect.base import MAD_TO_SIGMA
+from tracekit.detect.bocd_verify import (
+    CONFIDENCE_Z,
+    MEDIAN_STANDARD_ERROR,
+    MIN_FAIL_SLOW_ITERATIONS,
+)
+
+NAME = "peers"
+"""The detector name of peer-comparison episodes in the ``episodes`` table."""
+
+MIN_STRAGGLER_EXCESS = SUSPECT_RATIO - 1.0
+"""A straggler is more than 10 % slower than its peers' median: Greyhound's profiling
+threshold, the same 10 % the fail-slow labels use."""
+
+ROLLING_ITERATIONS = 2 * (MIN_FAIL_SLOW_ITERATIONS // 2) + 1
+"""Width of the rolling median a rank's ratio is smoothed with: a fail-slow's length, made odd so
+the window centres on its iteration and a step is dated where it happens."""
+
+MIN_PEERS = 1
+"""A rank needs at least one comparable peer to be compared with."""
+
+
+@dataclass
+class OwnTimes:
+    """Per-rank own time per iteration (ranks x iterations) with each rank's peer group."""
+
+    source: str
+    ranks: np.ndarray
+    groups: np.ndarray
+    iterations: pl.DataFrame  # iteration, t_start_ns, t_end_ns, step_s (the job's step time)
+    own_s: np.ndarray
+
+
+def own_times(iterations: pl.DataFrame, op_traces: pl.DataFrame,
+              collectives: pl.LazyFrame | None = None,
+              layout: pl.DataFrame | None = None) -> OwnTimes | None:
+    """The best own-time matrix the dataset holds (module docstring), ``iterations`` being those
+    of one source; None without per-rank times of at least two ranks."""
+    per_rank = iterations.filter(pl.col("rank").is_not_null(), pl.col("duration_s").is_finite())
+    compute = op_traces.filter(pl.col("op").is_in(COMPUTE_OPS), pl.col("pp_stage").is_not_null())
+    outside = None if collectives is None else outside_collectives(per_rank, collectives)
+    if compute.height:
+        own = (compute.group_by("rank", "step")
+               .agg(pl.col("duration_s").sum(), pl.col("pp_stage").first().alias("group"))
+               .rename({"step": "iteration"}))
+        source = "op_traces compute"
+    elif outside is not None:
+        own = outside.with_columns(pipeline_stage(layout).alias("group"))
+        source = "time outside collectives"
+    elif per_rank.height:
+        own = per_rank.group_by("rank", "iteration").agg(pl.col("duration_s").median(),
+                                                         pl.lit(0).alias("group"))
+        source = f"{per_rank['source'][0]} iterations"
+    else:
+        return None
+    if own["rank"].n_unique() < 2:
+        return None
+    steps = (per_rank.group_by("iteration")
+             .agg(pl.col("duration_s").max().alias("step_s"), pl.col("t_start_ns").min(),
+                  pl.col("t_end_ns").max()))
+    ranks = own.group_by("rank").agg(pl.col("group").first()).sort("rank")
+    timeline = (own.select("iteration").unique().sort("iteration")
+                .join(steps, on="iteration", how="left", maintain_order="left"))
+    rows = ranks["rank"].search_sorted(own["rank"]).to_numpy()
+    columns = timeline["iteration"].search_sorted(own["iteration"]).to_numpy()
+    matrix = np.full((ranks.height, timeline.height), np.nan)
+    matrix[rows, columns] = own["duration_s"].to_numpy()
+    return OwnTimes(source, ranks["rank"].to_numpy(), ranks["group"].to_numpy(), timeline,
+                    matrix)
+
+
+def outside_collectives(iterations: pl.DataFrame, collectives: pl.LazyFrame
+                        ) -> pl.DataFrame | None:
+    """Each rank's time per iteration outside collective calls (its compute and host work: a
+    rank that waits for a straggler waits inside the calls), from calls with an end time;
+    overlapping calls count once. None when the calls have no end times (NCCL debug logs)."""
+    spans = (iterations.filter(pl.col("t_start_ns").is_not_null(),
+                               pl.col("t_end_ns").is_not_null())
+             .select("rank", "iteration", pl.col("t_start_ns").alias("iteration_ns"),
+                     pl.col("t_end_ns").alias("iteration_end_ns"), "duration_s")
+             .sort("iteration_ns"))
+    if spans.is_empty():
+        return None
+    calls = (collectives.filter(pl.col("rank").is_not_null(), pl.col("t_start_ns").is_not_null(),
+                                pl.col("t_end_ns").is_not_null())
+             .select(pl.col("rank").cast(pl.Int32), "t_start_ns", "t_end_ns")
+             .sort("rank", "t_start_ns")
+             .with_columns(pl.max_horizontal("t_start_ns", pl.col("t_end_ns").cum_max()
+                                             .shift(1).over("rank")).alias("from_ns"))
+             .with_columns((pl.col("t_end_ns") - pl.col("from_ns")).clip(0).alias("inside_ns"))
+             .sort("t_start_ns")
+             .join_asof(spans.lazy().select("rank", "iteration", "iteration_ns",
+                                            "iteration_end_ns"),
+                        left_on="t_start_ns", right_on="iteration_ns", by="rank",
+                        strategy="backward", check_sortedness=False)
+             .filter(pl.col("t_start_ns") < pl.col("iteration_end_ns"))
+             .group_by("rank", "iteration").agg(pl.col("inside_ns").sum())
+             .collect())
+    if calls.is_empty():
+        return None
+    return (spans.join(calls, on=["rank", "iteration"], how="left")
+            .select("rank", "iteration",
+                    (pl.col("duration_s") - pl.col("inside_ns").fill_null(0) / 1e9).clip(0)
+                    .alias("duration_s")))
+
+
+def pipeline_stage(layout: pl.DataFrame | None) -> pl.Expr:
+    """A rank's pipeline stage under Megatron's default rank order (pipeline outermost: ranks
+    ``[s * world / pp, (s + 1) * world / pp)`` are stage ``s``); 0 without a known layout."""
+    known = None if layout is None else layout.filter(pl.col("pp_size").is_not_null(),
+                                                      pl.col("world_size").is_not_null())
+    if known is None or known.is_empty():
+        return pl.lit(0)
+    row = known.row(0, named=True)
+    return pl.col("rank") // max(row["world_size"] // row["pp_size"], 1)
+
+
+def peer_medians(values: np.ndarray) -> np.ndarray:
+    """For every row, the per-column median of the *other* rows (leave-one-out), from one sort:
+    removing the row at sorted position k shifts the order statistics above k down by one.
+    Missing values (NaN) sort last and are not counted."""
+    count = np.sum(np.isfinite(values), axis=0) - 1  # peers of each column
+    order = np.argsort(values, axis=0, kind="stable")
+    ordered = np.take_along_axis(values, order, axis=0)
+    position = np.empty_like(order)
+    np.put_along_axis(position, order, np.arange(values.shape[0])[:, None], axis=0)
+
+    def statistic(index: np.ndarray) -> np.ndarray:
+        shifted = np.where(position <= index, index + 1, index)
+        shifted = np.clip(shifted, 0, values.shape[0] - 1)
+        return np.take_along_axis(ordered, shifted, axis=0)
+
+    low = np.maximum((count - 1) // 2, 0)[None, :]
+    high = np.maximum(count // 2, 0)[None, :]
+    medians = (statistic(low) + statistic(high)) / 2.0
+    return np.where(count[None, :] >= MIN_PEERS, medians, np.nan)
+
+
+def _slow_runs(flags: np.ndarray) -> list[tuple[int, int]]:
+    """``(first, stop)`` of every run of True at least a fail-slow long."""
+    edges = np.diff(np.concatenate(([0], flags.astype(np.int8), [0])))
+    starts, stops = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    return [(int(a), int(b)) for a, b in zip(starts, stops, strict=True)
+            if b - a >= MIN_FAIL_SLOW_ITERATIONS]
+
+
+def is_straggler(ratios: np.ndarray) -> bool:
+    """Whether a run of a rank's ratios to its peers is slower than the threshold with
+    confidence: its median's lower 3-sigma bound (noise from the run's own MAD) is above it."""
+    ratios = ratios[np.isfinite(ratios)]
+    level = float(np.median(ratios))
+    noise = MAD_TO_SIGMA * float(np.median(np.abs(ratios - level)))
+    error = CONFIDENCE_Z * MEDIAN_STANDARD_ERROR * noise / np.sqrt(ratios.size)
+    return level - error > 1.0 + MIN_STRAGGLER_EXCESS
+
+
+def _merge(runs: list[tuple[int, int, int]]) -> list[tuple[int, int, list[int]]]:
+    """Overlapping runs of several ranks as one episode with all of them as culprits."""
+    merged: list[tuple[int, int, list[int]]] = []
+    for first, stop, row in sorted(runs):
+        if merged and first < merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(stop, merged[-1][1]), merged[-1][2] + [row])
+        else:
+            merged.append((first, stop, [row]))
+    return merged
+
+
+def straggler_episodes(job: str, iterations: pl.DataFrame, op_traces: pl.DataFrame,
+                       collectives: pl.LazyFrame | None = None,
+                       layout: pl.DataFrame | None = None,
+                       min_slowdown: float = 0.05) -> pl.DataFrame:
+    """Peer-comparison episodes of one job, in the ``episodes`` schema (detector ``peers``);
+    ``iterations`` are those of the source detection runs on. As for the change-point
+    detectors, an episode slows the job by more than ``min_slowdown`` (its blocking slowdown):
+    a straggler the job does not wait for is no fail-slow of the job."""
+    times = own_times(iterations, op_traces, collectives, layout)
+    if times is None:
+        return schema.table("episodes").empty()
+    peers = np.full_like(times.own_s, np.nan)
+    for group in np.unique(times.groups):
+        members = times.groups == group
+        peers[members] = peer_medians(times.own_s[members])
+    ratio = times.own_s / peers
+    # a rank's ratio over a fail-slow's length: single slow iterations (a GC pause) do not count
+    smooth = median_filter(np.nan_to_num(ratio, nan=1.0), size=(1, ROLLING_ITERATIONS),
+                           mode="nearest")
+    slow = smooth > 1.0 + MIN_STRAGGLER_EXCESS
+    runs = [(first, stop, row) for row in range(slow.shape[0]) for first, stop in
+            _slow_runs(slow[row]) if is_straggler(ratio[row, first:stop])]
+    if not runs:
+        return schema.table("episodes").empty()
+    excess = np.nan_to_num(np.clip(times.own_s - peers, 0.0, None))
+    step_s = times.iterations["step_s"].fill_null(np.nan).to_numpy()
+    step_s = np.where(np.isfinite(step_s), step_s, np.nanmax(times.own_s, axis=0))
+    episodes = [_episode(times, ratio, excess, step_s, first, stop, rows)
+                for first, stop, rows in _merge(runs)]
+    episodes = [e for e in episodes if e["slowdown"] > 1.0 + min_slowdown]
+    if not episodes:
+        return schema.table("episodes").empty()
+    ideal_job_s = float(step_s.sum() - sum(e["lost_s"] for e in episodes))
+    frame = pl.DataFrame(episodes, schema_overrides={"t_start_ns": pl.Int64,
+                                                     "t_end_ns": pl.Int64})
+    frame = frame.with_columns(
+        pl.lit(job).alias("job"), pl.lit(NAME).alias("detector"),
+        pl.int_range(1, pl.len() + 1, dtype=pl.Int32).alias("episode"),
+        (pl.col("lost_s") / ideal_job_s).alias("jct_slowdown"))
+    return schema.conform("episodes", frame)
+
+
+def _episode(times: OwnTimes, ratio: np.ndarray, excess: np.ndarray, step_s: np.ndarray,
+             first: int, stop: int, rows: list[int]) -> dict:
+    """One straggler episode: the culprits' excess delays every step it spans."""
+    delay = excess[rows, first:stop].max(axis=0)
+    actual = step_s[first:stop]
+    ideal = actual - delay
+    timeline = times.iterations
+    ranks = sorted(int(times.ranks[row]) for row in set(rows))
+    return {
+        "t_start_ns": timeline["t_start_ns"][first],
+        "t_end_ns": timeline["t_end_ns"][stop - 1] if stop < timeline.height else None,
+        "start_iteration": int(timeline["iteration"][first]),
+        "end_iteration": int(timeline["iteration"][stop - 1]),
+        "iterations": stop - first, "duration_s": float(actual.sum()),
+        "baseline_s": float(ideal.mean()), "slowdown": float(actual.sum() / ideal.sum()),
+        "lost_s": float(delay.sum()), "ranks": ",".join(map(str, ranks)),
+        "evidence": (f"rank(s) {', '.join(map(str, ranks))}: own time ({times.source}) "
+                     f"x{float(np.nanmedian(ratio[rows, first:stop])):.2f} their peers' median "
+                     f"over {stop - first} iterations"),
+    }
