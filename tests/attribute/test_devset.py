@@ -11,9 +11,8 @@ import polars as pl
 import pytest
 
 from tracekit.dataset import open_dataset
+from tracekit.detect.verdict import VERDICT_DETECTOR
 from tracekit.evaluate import evaluate_corpus
-
-VERDICT_DETECTOR = "bocd+b"
 
 EXPECTED = {
     "4690175": [("network-congestion", "link:gpu-p55-gpu-p56")],
