@@ -58,7 +58,7 @@ def test_analyze_sample_runs_every_stage_it_can(tmp_path, monkeypatch):
     assert [s.name for s in result.stages] == list(pipeline.STAGES)
     assert ("ingest", "start") in seen and ("report", "end") in seen
     assert result.report_html.is_file() and result.report_markdown.is_file()
-    assert result.stages[0].detail == "20 source(s), 439,487 rows, 0 failed"
+    assert result.stages[0].detail == "20 source(s), 439,683 rows, 0 failed"
     assert status["iterations"] == status["detect"] == "done"
 
 
