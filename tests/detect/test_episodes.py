@@ -5,7 +5,7 @@ import polars as pl
 from typer.testing import CliRunner
 
 from tests.detect.conftest import iteration_times
-from tracekit import create_dataset, schema
+from tracekit import create_dataset, open_dataset, schema
 from tracekit.cli import app
 from tracekit.detect import detect_dataset
 from tracekit.detect.episodes import job_series
@@ -70,3 +70,16 @@ def test_job_series_fills_missing_iterations_and_takes_the_median_of_repeated_on
     assert series.ranks == [0, 1]
     assert series.matrix.tolist() == [[1.0, 2.0, 9.0], [4.0, 4.0, 9.0]]
     assert series.job["duration_s"].to_list() == [3.0, 3.0, 9.0]
+
+
+def test_no_episode_on_the_real_pai_job(real_dir, tmp_path):
+    """The real Alibaba PAI step table: its workers stop at different times, the last alone
+    for 10 samples at 710 (the job ran at ~830); the job series ends where most workers do, so
+    no detector mistakes the lone worker for the job's healthy level."""
+    from tracekit.ingest.pipeline import ingest
+
+    ingest([real_dir / "alibaba-pai-minibatch" / "job_2_norm.csv"], tmp_path / "ds")
+    found = detect_dataset(tmp_path / "ds")
+    assert found.episodes.is_empty()
+    series = job_series(open_dataset(tmp_path / "ds").table("iterations").collect())
+    assert (series.job.height, series.job["iteration"].max()) == (238, 2371)

@@ -6,7 +6,8 @@ bound one iteration. An interval that holds the calls of several iterations (the
 was dropped) is split at a secondary once-per-iteration call, shifted by its usual offset from
 the anchor, or left out when none is there: iterations are never invented. A process restart
 (new pid) starts a new segment with its own period, so a schedule change after a restart is
-followed instead of drifting.
+followed instead of drifting. Across ranks, the boundaries of the job-wide synchronisation are
+one job-wide boundary each: one numbering for the job, each boundary at its last arrival.
 """
 
 from __future__ import annotations

@@ -113,13 +113,16 @@ def job_report(dataset: Dataset, detector: str | None = None) -> Report:
     report = Report(f"tracekit report: job {dataset.job}")
 
     summary = report.section("Summary")
+    # per-step traces (what-if) and normalised step tables carry no clock: no timeline then
+    timed = iterations.filter(pl.col("t_start_ns").is_not_null(), pl.col("t_end_ns").is_not_null())
     if iterations.height == 0:
         summary.paragraphs.append("No iterations in this dataset: run `tracekit analyze` (or the "
                                   "iterations stage) first.")
     else:
-        span_s = (iterations["t_end_ns"].max() - iterations["t_start_ns"].min()) / 1e9
+        span = "" if timed.is_empty() else \
+            f" over {(timed['t_end_ns'].max() - timed['t_start_ns'].min()) / 6e10:.1f} min"
         summary.paragraphs.append(
-            f"{iterations['iteration'].n_unique():,} iterations over {span_s / 60:.1f} min on "
+            f"{iterations['iteration'].n_unique():,} iterations{span} on "
             f"{iterations['rank'].drop_nulls().n_unique()} ranks; median iteration time "
             f"{iterations['duration_s'].median():.3f} s.")
     if "detect" not in dataset.manifest.get("build", {}) and all_episodes.is_empty():
@@ -134,10 +137,9 @@ def job_report(dataset: Dataset, detector: str | None = None) -> Report:
                                   f"(JCT slowdown {100 * jct:.2f} %).")
         summary.tables.append(ReportTable(f"Fail-slow episodes ({detector})",
                                           episode_table(episodes)))
-    if iterations.height:
-        gpu, nic = _evidence(dataset, iterations["t_start_ns"].min(),
-                             iterations["t_end_ns"].max())
-        figure = iteration_timeline(iterations, events, episodes, gpu, nic,
+    if timed.height:
+        gpu, nic = _evidence(dataset, timed["t_start_ns"].min(), timed["t_end_ns"].max())
+        figure = iteration_timeline(timed, events, episodes, gpu, nic,
                                     title=f"Job {dataset.job}: iteration time and evidence")
         report.section("Timeline").figures.append(ReportFigure(
             "timeline", figure,
