@@ -344,6 +344,7 @@ def eval_command(
 ) -> None:
     """Accuracy, FPR, FNR, culprit and cause accuracy per category and detector; episode
     precision, recall, delay."""
+    from tracekit.detect.verdict import VERDICT_DETECTOR
     from tracekit.evaluate import (
         corpus_changed,
         evaluate_corpus,
@@ -352,7 +353,11 @@ def eval_command(
         regressions,
         write_baseline,
     )
-    from tracekit.report.tables import episode_accuracy_table, job_level_table
+    from tracekit.report.tables import (
+        cause_accuracy_table,
+        episode_accuracy_table,
+        job_level_table,
+    )
 
     work = work or Path("build") / "corpus" / corpus.name
     expected = read_baseline(baseline) if baseline else None
@@ -361,6 +366,8 @@ def eval_command(
     console.print(_frame_table(job_level_table(result.job_table, result.episode_table),
                                "job level"))
     console.print(_frame_table(episode_accuracy_table(result.episode_table), "episode level"))
+    console.print(_frame_table(cause_accuracy_table(result.cause_table, VERDICT_DETECTOR),
+                               f"by labeled cause ({VERDICT_DETECTOR})"))
     if update_baseline:
         write_baseline(update_baseline, result.metrics(), corpus)
         console.print(f"baseline written: {update_baseline}", highlight=False, soft_wrap=True)

@@ -61,3 +61,12 @@ def test_culprit_and_cause_right_for_every_fail_slow(devset):
     assert (row["recall_text"], row["precision_text"]) == ("100.0 (8/8)", "100.0 (7/7)")
     assert (row["localisation_text"], row["cause_accuracy_text"]) == ("100.0 (8/8)",
                                                                        "100.0 (8/8)")
+
+
+def test_accuracy_per_labeled_cause(devset):
+    _, evaluation = devset
+    table = evaluation.cause_table.filter(pl.col("detector") == VERDICT_DETECTOR)
+    assert table.select("cause", "recall_text", "culprit_text", "cause_right_text").rows() == [
+        ("cpu-contention", "100.0 (2/2)", "100.0 (2/2)", "100.0 (2/2)"),
+        ("gpu-thermal", "100.0 (3/3)", "100.0 (3/3)", "100.0 (3/3)"),
+        ("network-congestion", "100.0 (3/3)", "100.0 (3/3)", "100.0 (3/3)")]
