@@ -28,8 +28,8 @@ CONFIDENCE = 0.99
 """Per look at the data. A measuring loop looks after MIN_ROUNDS rounds and then each time the
 rounds double, so a run makes a handful of looks (5 by 128 rounds); a union bound over them
 keeps the chance of calling a unit at the threshold slow (or healthy) near 2.5 %, and far
-less for a unit away from it. Looking after every round at 95 % would not: on a busy machine
-a healthy unit was named slow in a few runs out of a hundred."""
+less for a unit away from it. Looking after every round at 95 % would not: on the busy
+development machine it named a healthy device slow in one of about 30 self-tests."""
 MIN_ROUNDS = math.ceil(math.log2(2 / (1 - CONFIDENCE)))
 """Fewest rounds for which a distribution-free interval for the median exists at CONFIDENCE:
 with n rounds the widest one, [min, max], covers with probability 1 - 2 * 0.5**n (8 at 99 %)."""
