@@ -18,7 +18,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tracekit.evaluate import (
+from tracekit.evaluate.scoring import (
     Corpus,
     Evaluation,
     corpus_changed,

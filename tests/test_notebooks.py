@@ -15,7 +15,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from tracekit.fault_trace import (
+from tracekit.characterise.faults import (
     fault_intervals,
     load_fault_trace,
     recurrence_per_node,
@@ -71,8 +71,8 @@ def test_fault_trace_notebook(real_dir, tmp_path):
 def test_characterise_and_compare_notebooks(corpus, tmp_path):
     """The notebooks analyse the corpus into ``work``; the library side reads those datasets
     back instead of analysing the corpus again."""
-    from tracekit.characterise import cause_table, job_summary_from_labels
-    from tracekit.evaluate import evaluate, load_corpus
+    from tracekit.characterise.jobs import cause_table, job_summary_from_labels
+    from tracekit.evaluate.scoring import evaluate, load_corpus
 
     work = tmp_path / "work"
     env = {"TRACEKIT_CORPUS": str(corpus), "TRACEKIT_WORK": str(work)}

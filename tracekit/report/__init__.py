@@ -10,9 +10,9 @@ def build_report(source: Path, output: Path, detector: str | None = None,
                  work: Path | None = None, progress=None):
     """Write the report of ``source``: a job report for a dataset folder, a corpus report for
     a folder of jobs (raw jobs are analysed into ``work`` first). Returns the written files."""
-    from tracekit.analyze import analyze_corpus, is_dataset
-    from tracekit.dataset import open_dataset
-    from tracekit.evaluate import load_corpus
+    from tracekit.core.dataset import open_dataset
+    from tracekit.evaluate.scoring import load_corpus
+    from tracekit.pipeline.analyze import analyze_corpus, is_dataset
     from tracekit.report.corpus import corpus_report
     from tracekit.report.document import write_report
     from tracekit.report.job import job_report

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from tracekit.errors import TracekitError
+from tracekit.core.errors import TracekitError
 from tracekit.synth.faults import Component, Injection, duration_distribution_s
 from tracekit.synth.job import JobSpec, generate_job
 from tracekit.synth.layout import HARDWARE, MODELS, Layout

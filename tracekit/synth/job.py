@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from tracekit.errors import TracekitError
+from tracekit.core.errors import TracekitError
 from tracekit.synth import faults as F
 from tracekit.synth.calls import CallBuilder, Identity
 from tracekit.synth.labels import label_frame, mark_truth, truth_frame

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
-from tracekit import schema
+from tracekit.core import schema
 from tracekit.synth.faults import KIND_OF_CAUSE, Fault
 
 if TYPE_CHECKING:

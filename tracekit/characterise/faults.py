@@ -13,7 +13,7 @@ from pathlib import Path
 
 import polars as pl
 
-from tracekit.errors import InputError
+from tracekit.core.errors import InputError
 
 HOURS_PER_DAY = 24.0
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import polars as pl
 
-from tracekit.dataset import Dataset, create_dataset
-from tracekit.errors import InputError
-from tracekit.parallel import Executor, LocalExecutor
+from tracekit.core.dataset import Dataset, create_dataset
+from tracekit.core.errors import InputError
+from tracekit.core.parallel import Executor, LocalExecutor
 
 STAGES = ("ingest", "iterations", "detect", "attribute", "report")
 
@@ -176,7 +176,7 @@ def analyze(
 
 
 def is_dataset(path: Path) -> bool:
-    from tracekit.dataset import MANIFEST
+    from tracekit.core.dataset import MANIFEST
 
     return (Path(path) / MANIFEST).is_file()
 

@@ -7,8 +7,7 @@ import json
 import polars as pl
 import pytest
 
-from tracekit.errors import InputError
-from tracekit.fault_trace import (
+from tracekit.characterise.faults import (
     duration_summary,
     fault_count_distribution,
     fault_intervals,
@@ -16,6 +15,7 @@ from tracekit.fault_trace import (
     recurrence_per_node,
     relapse_share,
 )
+from tracekit.core.errors import InputError
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,9 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from tracekit import schema
-from tracekit.errors import InputError
-from tracekit.evaluate import (
+from tracekit.core import schema
+from tracekit.core.errors import InputError
+from tracekit.evaluate.scoring import (
     Fraction,
     MetricChange,
     corpus_changed,

@@ -15,7 +15,7 @@ from functools import cached_property
 
 import polars as pl
 
-from tracekit.errors import SchemaError
+from tracekit.core.errors import SchemaError
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from typing import Any
 
 import polars as pl
 
-from tracekit.errors import InputError
+from tracekit.core.errors import InputError
 
 ALL = "all"
 """Category name of the row that pools every job."""
@@ -491,8 +491,8 @@ def episode_alarms(dataset) -> pl.DataFrame:
 def load_corpus(datasets: list[Path]) -> Corpus:
     """Pool the labels, episodes (with the job verdict's, :mod:`tracekit.detect.verdict`) and
     reconstruction errors of ``datasets``."""
-    from tracekit import schema
-    from tracekit.dataset import open_dataset
+    from tracekit.core import schema
+    from tracekit.core.dataset import open_dataset
     from tracekit.detect.verdict import with_verdict
 
     jobs, labels, episodes, errors = [], [], [], []
@@ -528,7 +528,7 @@ def evaluate_corpus(corpus: Path, work: Path, include_detectors: list[str] | Non
     Raw jobs run the whole pipeline, attribution included whenever this build has it and the
     job has episodes, so localisation and cause accuracy are measured; ``attribute=False``
     skips it (detection accuracy only). ``progress(job, done, total)`` after each job."""
-    from tracekit.analyze import analyze_corpus
+    from tracekit.pipeline.analyze import analyze_corpus
 
     skip = () if attribute else ("attribute",)
     corpus_data = load_corpus(analyze_corpus(Path(corpus), Path(work), progress, skip=skip))
@@ -641,7 +641,7 @@ def baseline_document(metrics: dict[str, Any], corpus: Path) -> dict[str, Any]:
 
 def write_baseline(path: Path, metrics: dict[str, Any], corpus: Path) -> None:
     """Write (replace) a baseline file; the only way a baseline changes."""
-    from tracekit.dataset import atomic_path
+    from tracekit.core.dataset import atomic_path
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -10,13 +10,13 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from tracekit import analyze as pipeline
-from tracekit import schema
 from tracekit.cli import app
+from tracekit.core import schema
+from tracekit.core.errors import InputError
 from tracekit.detect.verdict import VERDICT_DETECTOR
-from tracekit.errors import InputError
+from tracekit.pipeline import analyze as pipeline
 
-SAMPLE = Path(__file__).resolve().parents[1] / "datasets" / "sample"
+SAMPLE = Path(__file__).resolve().parents[2] / "datasets" / "sample"
 
 
 @pytest.fixture(scope="module")
