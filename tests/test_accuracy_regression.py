@@ -23,11 +23,11 @@ from tracekit.evaluate.scoring import (
     Evaluation,
     corpus_changed,
     evaluate,
-    evaluate_corpus,
     load_corpus,
     read_baseline,
     regressions,
 )
+from tracekit.pipeline.corpus import evaluate_corpus
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "datasets" / "corpus"

@@ -15,12 +15,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from tracekit.characterise.faults import (
-    fault_intervals,
-    load_fault_trace,
-    recurrence_per_node,
-    relapse_share,
-)
+from tracekit.characterise.faults import fault_intervals, recurrence_per_node, relapse_share
+from tracekit.ingest.fault_trace import load_fault_trace
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"

@@ -12,7 +12,7 @@ import pytest
 
 from tracekit.core.dataset import open_dataset
 from tracekit.detect.verdict import VERDICT_DETECTOR
-from tracekit.evaluate.scoring import evaluate_corpus
+from tracekit.pipeline.corpus import evaluate_corpus
 
 EXPECTED = {
     "4690175": [("network-congestion", "link:gpu-p55-gpu-p56")],

@@ -322,7 +322,7 @@ def report(
                                               "(default: build/corpus/NAME).")] = None,
 ) -> None:
     """Write an HTML page and a Markdown report with figures for a job or a corpus."""
-    from tracekit.report import build_report
+    from tracekit.pipeline.corpus import build_report
 
     written = build_report(source, output, detector=detector, work=work)
     console.print(f"report: {written.html}\nmarkdown: {written.markdown} "
@@ -346,12 +346,12 @@ def eval_command(
     precision, recall, delay."""
     from tracekit.evaluate.scoring import (
         corpus_changed,
-        evaluate_corpus,
         improvements,
         read_baseline,
         regressions,
         write_baseline,
     )
+    from tracekit.pipeline.corpus import evaluate_corpus
     from tracekit.report.tables import episode_accuracy_table, job_level_table
 
     work = work or Path("build") / "corpus" / corpus.name

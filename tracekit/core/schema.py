@@ -394,6 +394,10 @@ OP_TRACES = Table(
     time_column="t_start_ns",
 )
 
+COMPUTE_OPS = ("forward-compute", "backward-compute")
+"""``op_traces.op`` timer names of a stage's own work (everything else is communication or
+waiting)."""
+
 STRAGGLER_REPORTS = Table(
     "straggler_reports",
     "one statistic of a Megatron --log-straggler report: a metric's min or max across ranks, "

@@ -171,7 +171,7 @@ def generate_corpus(out: Path, preset_name: str, jobs: int, seed: int,
                     pack: bool = False, decoys: int | None = None) -> pl.DataFrame:
     """Write ``jobs`` job folders under ``out`` and ``corpus.csv`` (job, category, seed);
     return that summary."""
-    from tracekit.synth.job import JobRun
+    from tracekit.synth.run import JobRun
 
     if preset_name not in PRESETS:
         raise TracekitError(f"unknown corpus preset {preset_name!r}; known: {', '.join(PRESETS)}")

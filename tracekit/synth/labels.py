@@ -12,7 +12,7 @@ from tracekit.core import schema
 from tracekit.synth.faults import KIND_OF_CAUSE, Fault
 
 if TYPE_CHECKING:
-    from tracekit.synth.job import JobRun, JobSpec
+    from tracekit.synth.run import JobRun, JobSpec
 
 TRUTH_SCHEMA = {
     "job": pl.String, "iteration": pl.Int64, "t_start_ns": pl.Int64, "t_end_ns": pl.Int64,
