@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from tracekit.errors import TracekitError
+from tracekit.core.errors import TracekitError
 
 console = Console()
 errors = Console(stderr=True)

@@ -23,8 +23,8 @@ from rich.progress import (
 from rich.table import Table
 
 from tracekit import __version__
-from tracekit.cli_support import command as command_on
-from tracekit.cli_support import (
+from tracekit.cli.support import command as command_on
+from tracekit.cli.support import (
     console,
     errors,
     format_ns,
@@ -42,7 +42,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 command = functools.partial(command_on, app)
-"""Register a top-level command (see :func:`tracekit.cli_support.command`)."""
+"""Register a top-level command (see :func:`tracekit.cli.support.command`)."""
 
 
 def _version(value: bool) -> None:
@@ -63,7 +63,7 @@ def main(
 @command()
 def info(dataset: Annotated[Path, typer.Argument(help="Dataset folder.")]) -> None:
     """Summarise a dataset: its tables, rows, time span, ranks, hosts and sources."""
-    from tracekit.dataset import open_dataset
+    from tracekit.core.dataset import open_dataset
 
     opened = open_dataset(dataset)
     manifest = opened.manifest
@@ -90,7 +90,7 @@ RANK_ROWS_SHOWN = 16
 
 def _print_rank_gpus(opened) -> None:
     """Which physical GPU each rank runs on (NCCL Init lines matched to DCGM by bus id)."""
-    from tracekit.identity import rank_gpus
+    from tracekit.core.identity import rank_gpus
 
     ranks = rank_gpus(opened.table("comms").collect(), opened.table("gpu_metrics"))
     if ranks.is_empty():
@@ -128,8 +128,8 @@ def ingest(
     cluster: ClusterOption = None,
 ) -> None:
     """Normalise cluster dumps into a Parquet dataset (re-running is idempotent)."""
+    from tracekit.core.parallel import open_executor
     from tracekit.ingest.pipeline import ingest as run_ingest
-    from tracekit.parallel import open_executor
 
     options = parse_options(option)
     with open_executor(cluster) as executor, Progress(
@@ -190,9 +190,9 @@ def iterations(
 ) -> None:
     """Reconstruct per-rank iteration times from collective calls (source acf) and print a
     summary of the job."""
-    from tracekit.dataset import open_dataset
+    from tracekit.core.dataset import open_dataset
+    from tracekit.core.parallel import open_executor
     from tracekit.iterations import compare_dataset, reconstruct_dataset
-    from tracekit.parallel import open_executor
 
     opened = open_dataset(dataset)
     with open_executor(cluster) as executor:
@@ -279,9 +279,9 @@ def analyze(
     cluster: ClusterOption = None,
 ) -> None:
     """Ingest, reconstruct iterations, detect, attribute and report in one go."""
-    from tracekit.analyze import STAGES
-    from tracekit.analyze import analyze as run_analyze
-    from tracekit.parallel import open_executor
+    from tracekit.core.parallel import open_executor
+    from tracekit.pipeline.analyze import STAGES
+    from tracekit.pipeline.analyze import analyze as run_analyze
 
     with open_executor(cluster) as executor, Progress(
             TextColumn("[bold]{task.description:<10}"), BarColumn(),
@@ -322,7 +322,7 @@ def report(
                                               "(default: build/corpus/NAME).")] = None,
 ) -> None:
     """Write an HTML page and a Markdown report with figures for a job or a corpus."""
-    from tracekit.report import build_report
+    from tracekit.pipeline.corpus import build_report
 
     written = build_report(source, output, detector=detector, work=work)
     console.print(f"report: {written.html}\nmarkdown: {written.markdown} "
@@ -345,14 +345,14 @@ def eval_command(
     """Accuracy, FPR, FNR, culprit and cause accuracy per category and detector; episode
     precision, recall, delay."""
     from tracekit.detect.verdict import VERDICT_DETECTOR
-    from tracekit.evaluate import (
+    from tracekit.evaluate.scoring import (
         corpus_changed,
-        evaluate_corpus,
         improvements,
         read_baseline,
         regressions,
         write_baseline,
     )
+    from tracekit.pipeline.corpus import evaluate_corpus
     from tracekit.report.tables import (
         cause_accuracy_table,
         episode_accuracy_table,
@@ -401,8 +401,8 @@ def detect(
     """Find change points and fail-slow episodes; writes the events and episodes tables."""
     import polars as pl
 
+    from tracekit.core.parallel import open_executor
     from tracekit.detect import detect_dataset
-    from tracekit.parallel import open_executor
 
     with open_executor(cluster) as executor:
         found = detect_dataset(dataset, detector, parse_options(param), executor=executor)
@@ -442,11 +442,11 @@ def changepoints(
     print(json.dumps(found) if as_json else "\n".join(map(str, found)))
 
 
-from tracekit.synth.cli import synth_app  # noqa: E402  (sub-app: tracekit synth job|corpus)
+from tracekit.cli.synth import synth_app  # noqa: E402  (sub-app: tracekit synth job|corpus)
 
 app.add_typer(synth_app, name="synth")
 
-from tracekit.validate.cli import validate_app  # noqa: E402  (sub-app: tracekit validate gemm|p2p)
+from tracekit.cli.validate import validate_app  # noqa: E402  (sub-app: tracekit validate gemm|p2p)
 
 app.add_typer(validate_app, name="validate")
 
@@ -459,7 +459,7 @@ def attribute(
 ) -> None:
     """Name each episode's culprit (rank, GPU, host, link) and cause, with the evidence."""
     from tracekit.attribute import attribute_dataset
-    from tracekit.parallel import open_executor
+    from tracekit.core.parallel import open_executor
 
     with open_executor(cluster) as executor:
         result = attribute_dataset(dataset, executor)

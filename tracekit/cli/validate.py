@@ -9,8 +9,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tracekit import cli_support
-from tracekit.errors import TracekitError
+from tracekit.cli import support as cli_support
+from tracekit.core.errors import TracekitError
 from tracekit.validate.backend import require_torch
 
 validate_app = typer.Typer(
