@@ -8,6 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Property tests assert properties, never speed: a loaded CI machine must not fail them on time.
+settings.register_profile("tracekit", deadline=None)
+settings.load_profile("tracekit")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
