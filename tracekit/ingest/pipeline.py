@@ -31,7 +31,8 @@ from tracekit.dataset import Dataset, create_dataset, source_record_key
 from tracekit.errors import InputError, TracekitError
 from tracekit.ingest import registry
 from tracekit.ingest.base import Chunk, Reader, Source, cores
-from tracekit.ingest.sources import MAX_ARCHIVE_BYTES, input_files, iter_sources
+from tracekit.ingest.limits import Limits, refuse_compressed
+from tracekit.ingest.sources import input_files, iter_sources
 from tracekit.parallel import Executor, LocalExecutor, Outcome, Report
 
 ProgressCallback = Callable[[str, int, int], None]
@@ -88,7 +89,6 @@ def ingest(
     format: str | None = None,
     options: dict[str, str] | None = None,
     progress: ProgressCallback | None = None,
-    max_archive_bytes: int = MAX_ARCHIVE_BYTES,
     executor: Executor | None = None,
 ) -> IngestSummary:
     """Ingest every file under ``paths`` into the dataset at ``output``.
@@ -96,14 +96,16 @@ def ingest(
     A missing path raises before anything is written. A source that cannot be read is reported
     as failed in the summary while the others complete; nothing of it is written. ``executor``
     (default: a local loop) runs the files; the dataset is the same whichever runs them.
+    Options named like a field of :class:`~tracekit.ingest.limits.Limits` raise that limit.
     """
     options = dict(options or {})
+    limits = Limits.from_options(options)
     if format:
         registry.reader_for_format(format)
     files = input_files(paths)
     dataset = create_dataset(output, job)
-    tasks = [_FileTask(str(file), str(dataset.path), dataset.job, format, options,
-                       max_archive_bytes, _known_records(dataset, str(file))) for file in files]
+    tasks = [_FileTask(str(file), str(dataset.path), dataset.job, format, options, limits,
+                       _known_records(dataset, str(file))) for file in files]
     executor = executor or LocalExecutor()
     last_save = time.monotonic()
 
@@ -144,7 +146,7 @@ class _FileTask:
     job: str
     format: str | None
     options: dict[str, str]
-    max_archive_bytes: int
+    limits: Limits
     known: dict[str, dict[str, Any]]
 
 
@@ -157,7 +159,8 @@ def _ingest_file(task: _FileTask, report: Report | None = None) -> list[
     forced = registry.reader_for_format(task.format) if task.format else None
     results = []
     try:
-        for source in iter_sources([Path(task.path)], task.max_archive_bytes):
+        for source in iter_sources([Path(task.path)], task.limits):
+            source.limits = task.limits
             results.append(_ingest_source(dataset, source, forced, task.options, task.known,
                                           report))
     except TracekitError as error:
@@ -197,6 +200,7 @@ def _ingest_source(
 ) -> tuple[SourceSummary, dict[str, Any] | None]:
     summary = SourceSummary(source.name)
     try:
+        refuse_compressed(source.head, source.name)
         reader = forced or registry.sniff(source)
         summary.format = reader.format
         known = _earlier_record(source, reader, known_records)
