@@ -255,11 +255,11 @@ def _bytes_to_line_end(stream: BinaryIO, max_line: int) -> int:
     length = 0
     while peek := stream.read(LINE_END_PEEK_BYTES):
         end = peek.find(b"\n")
-        if end >= 0:
-            return length + end + 1
-        length += len(peek)
+        length += len(peek) if end < 0 else end + 1
         if length > max_line:
             raise _LineTooLong
+        if end >= 0:
+            break
     return length
 
 

@@ -26,7 +26,7 @@ from tracekit import schema
 from tracekit.errors import InputError
 from tracekit.ingest import nccl_names, safe_pickle
 from tracekit.ingest.base import Chunk, Reader, Source, quarantine_frame
-from tracekit.ingest.limits import json_nesting, too_large
+from tracekit.ingest.limits import check_json, too_large
 
 TORCH_DTYPES = {
     "Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
@@ -68,7 +68,8 @@ class FlightRecorderReader(Reader):
 
     def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
         if source.size > source.limits.max_whole_file_bytes:
-            raise InputError(too_large("a Flight Recorder dump", source.limits.max_whole_file_bytes,
+            raise InputError(too_large("a Flight Recorder dump",
+                                       source.limits.max_whole_file_bytes,
                                        "max_whole_file_bytes"), source.name)
         with source.open() as stream:
             data = stream.read()
@@ -120,11 +121,7 @@ def _load(data: bytes, source: Source) -> dict:
     """The dump as plain data, checked against the source's limits before it is walked."""
     path, limits = source.name, source.limits
     if data.lstrip().startswith(b"{"):
-        depth = json_nesting(io.BytesIO(data))
-        if depth > limits.max_nesting:
-            raise InputError(f"nested {depth} levels deep (limit {limits.max_nesting}); raise "
-                             "the limit with --option max_nesting=N if the input is trusted",
-                             path)
+        check_json(source, io.BytesIO(data))
         try:
             dump = json.loads(data)
         except (json.JSONDecodeError, UnicodeDecodeError) as error:

@@ -44,8 +44,10 @@ class Limits:
     xz); runs of one byte compress ~1000x (DEFLATE's ceiling is 1032x): 200 leaves real dumps
     5x room and stops a 10 MB bomb after 2 GB instead of 10 GiB."""
     max_line_bytes: int = 16 * 1024**2
-    """One text line: one batch of lines (:data:`~tracekit.ingest.base.LINE_BATCH_BYTES`), so
-    a line never makes a reader hold more than a batch does. Real lines are under 4 KiB."""
+    """How far one text line may run past a batch of lines (a line inside one batch is
+    bounded by it): one more batch (:data:`~tracekit.ingest.base.LINE_BATCH_BYTES`), so no
+    block a reader parses is more than twice a batch. Real lines are under 4 KiB; a file of
+    zeros without a line end is one line, and stops here."""
     max_nesting: int = 64
     """Depth of containers in a JSON or pickle dump. The formats read nest at most 6 deep; a
     deeper document is hostile, and walking or converting it costs time and memory per level."""
@@ -80,6 +82,12 @@ def too_large(what: str, limit: int, option: str) -> str:
             f"with --option {option}=N")
 
 
+def too_deep(limit: int) -> str:
+    """The message of the nesting limit, worded as :func:`too_large`'s."""
+    return (f"nested deeper than the limit of {limit} levels; if the input is trusted, raise "
+            "it with --option max_nesting=N")
+
+
 def refuse_compressed(head: bytes, path: str) -> None:
     """Refuse a compressed single file (:data:`COMPRESSED_MAGIC`): tracekit reads compressed
     dumps only as tar archives, whose expansion it bounds."""
@@ -89,20 +97,20 @@ def refuse_compressed(head: bytes, path: str) -> None:
                              ".tar.gz / .tar.xz archive (whose expansion tracekit bounds)", path)
 
 
-def check_nesting(value: object, limits: Limits, path: str) -> None:
-    """Refuse a parsed document nested deeper than :attr:`Limits.max_nesting`, or whose
-    shared references expand it past its own size: a 307-byte pickle of 40 ``x = [x, x]``
-    is 2^40 nodes to any walk over it. A document written out without sharing has at most
-    one node per byte, so visits (counting each reference) are capped at ``max_whole_file_
-    bytes``. Iterative: the input's depth never becomes Python's stack depth."""
+def check_nesting(value: object, size: int, limits: Limits, path: str) -> None:
+    """Refuse a parsed document of ``size`` bytes nested deeper than :attr:`Limits.max_nesting`,
+    or whose shared references expand it past its own size: a 307-byte pickle of 40
+    ``x = [x, x]`` is 2^40 nodes to any walk over it. Written out without sharing, a pickle
+    takes at least a byte per node, so a walk may visit (counting each reference) at most
+    ``size`` nodes. Iterative: the input's depth never becomes Python's stack depth."""
     stack: list[tuple[object, int]] = [(value, 1)]
     visits = 0
     while stack:
         node, depth = stack.pop()
         visits += 1
-        if visits > limits.max_whole_file_bytes:
-            raise InputError("shared references expand the document beyond "
-                             f"{limits.max_whole_file_bytes:,} nodes; refusing to read it", path)
+        if visits > size:
+            raise InputError(f"shared references expand the {size:,}-byte document beyond "
+                             "one node per byte; refusing to read it", path)
         if isinstance(node, dict):
             children = [*node.keys(), *node.values()]
         elif isinstance(node, list | tuple | set | frozenset):
@@ -110,8 +118,7 @@ def check_nesting(value: object, limits: Limits, path: str) -> None:
         else:
             continue
         if depth > limits.max_nesting:
-            raise InputError(f"nested deeper than {limits.max_nesting} levels; raise the limit "
-                             "with --option max_nesting=N if the input is trusted", path)
+            raise InputError(too_deep(limits.max_nesting), path)
         stack.extend((child, depth + 1) for child in children)
 
 
@@ -147,6 +154,20 @@ def json_nesting(stream: BinaryIO) -> int:
         trailing = len(data) - 1 - int(last_plain[-1])
         escaped = (trailing + (escaped and trailing == len(data))) % 2 == 1
     return deepest
+
+
+def check_json(source, stream: BinaryIO) -> None:
+    """Refuse JSON text of ``source`` larger than :attr:`Limits.max_whole_file_bytes` or nested
+    deeper than :attr:`Limits.max_nesting`, before a parser sees it; ``stream`` is left at its
+    start."""
+    limits = source.limits
+    if source.size > limits.max_whole_file_bytes:
+        raise InputError(too_large("a JSON document", limits.max_whole_file_bytes,
+                                   "max_whole_file_bytes"), source.name)
+    depth = json_nesting(stream)
+    stream.seek(0)
+    if depth > limits.max_nesting:
+        raise InputError(too_deep(limits.max_nesting), source.name)
 
 
 def _blocks(stream: BinaryIO) -> Iterator[bytes]:

@@ -31,6 +31,7 @@ from tracekit.ingest.base import (
 )
 from tracekit.ingest.counters import collapse_repeats, counter_rates
 from tracekit.ingest.ipmitool import disambiguate, sensor_metric
+from tracekit.ingest.limits import check_json
 from tracekit.ingest.rnic import nic_rows
 from tracekit.ingest.snapshots import SnapshotClock, epoch_ns, missing_time_error
 
@@ -433,6 +434,7 @@ class PrometheusJsonReader(Reader):
 
     def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
         with source.open() as stream:
+            check_json(source, stream)
             text = stream.read().decode("utf-8", errors="replace")
         try:
             document = pl.Series([text]).str.json_decode(infer_schema_length=None)

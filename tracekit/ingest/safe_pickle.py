@@ -43,5 +43,5 @@ def loads(data: bytes, path: str, limits: Limits | None = None) -> object:
     except (EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError,
             LookupError, MemoryError, RecursionError, OverflowError) as error:
         raise InputError(f"corrupt pickle ({type(error).__name__}: {error})", path) from None
-    check_nesting(value, limits, path)
+    check_nesting(value, len(data), limits, path)
     return value
