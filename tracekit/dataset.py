@@ -15,9 +15,12 @@ place, so an interrupted write leaves the previous contents intact.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import json
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,6 +36,14 @@ from tracekit.errors import InputError
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
+LOCK = ".lock"
+"""The writer lock file inside a dataset (:func:`writer_lock`)."""
+LOCK_WAIT_S = 10.0
+"""How long a second writer waits for the first before refusing: long enough for a short
+ingest or a manifest save to finish, short enough that a user is not left guessing."""
+STAGED_PREFIXES = (".staged-", ".tmp-")
+"""Hidden names of parts being written (ingest's staged parts, :func:`atomic_path`'s
+temporaries): under the writer lock, any left are a dead run's and are removed."""
 PARQUET_ZSTD_LEVEL = 1
 """Parts are zstd-compressed at level 1: on hook CSV rows split by rank it made the same file
 sizes as the default level 3 with 2-4% less CPU; lz4 and snappy saved 6-7% of the write CPU
@@ -56,6 +67,53 @@ def atomic_path(final: Path) -> Iterator[Path]:
     finally:
         if temporary.exists():
             temporary.unlink()
+
+
+@contextmanager
+def writing_to(path: Path) -> Iterator[None]:
+    """Turn a failed write under ``path`` (read-only target, full disk) into one line naming
+    it: a partial write is a hidden temporary (:func:`atomic_path`), so the dataset as it was
+    stays readable."""
+    try:
+        yield
+    except OSError as error:
+        reason = "the disk is full" if error.errno == errno.ENOSPC else (
+            error.strerror or str(error))
+        raise InputError(f"cannot write the dataset: {reason}", error.filename
+                         or str(path)) from None
+
+
+@contextmanager
+def writer_lock(path: Path, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
+    """Hold the dataset's writer lock (``flock`` on :data:`LOCK`): one writer at a time, so two
+    ingests cannot each save a manifest without the other's sources. The kernel drops the
+    lock when its process dies (``kill -9``), so a dead run never blocks the next. Staged files
+    left by dead runs are removed once the lock is held."""
+    with writing_to(path), (path / LOCK).open("a") as lock:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise InputError(f"another tracekit run has been writing this dataset for "
+                                     f"over {wait_s:g} s; wait for it to finish and run this "
+                                     "again", str(path)) from None
+                time.sleep(0.1)
+        try:
+            _remove_staged(path)
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _remove_staged(path: Path) -> None:
+    """Remove the staged and temporary files of dead runs (:data:`STAGED_PREFIXES`)."""
+    for folder, _, files in os.walk(path):
+        for file in files:
+            if file.startswith(STAGED_PREFIXES):
+                os.unlink(os.path.join(folder, file))
 
 
 def write_parquet(frame: pl.DataFrame, final: Path,
@@ -203,7 +261,7 @@ class Dataset:
         self.refresh_table_stats()
         self.manifest["updated"] = _now()
         self.manifest["tracekit_version"] = _tracekit_version()
-        with atomic_path(self.path / MANIFEST) as temporary:
+        with writing_to(self.path), atomic_path(self.path / MANIFEST) as temporary:
             temporary.write_text(json.dumps(self.manifest, indent=2, sort_keys=True) + "\n")
 
 
@@ -236,8 +294,14 @@ def _stats_from_footer(part: Path) -> dict[str, Any] | None:
 
 
 def _part_stats(name: str, part: Path) -> dict[str, Any]:
-    """A part's statistics: from its footer, else from its rows."""
-    return _stats_from_footer(part) or _stats_from_rows(name, _scan(name, [part]))
+    """A part's statistics: from its footer, else from its rows. A damaged part (truncated,
+    overwritten) is one line naming it."""
+    try:
+        return _stats_from_footer(part) or _stats_from_rows(name, _scan(name, [part]))
+    except (OSError, pl.exceptions.PolarsError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise InputError(f"damaged Parquet part ({reason}); remove it and ingest its source "
+                         "again", str(part)) from None
 
 
 def _table_stats(name: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -287,7 +351,8 @@ def create_dataset(path: str | Path, job: str | None = None) -> Dataset:
         return dataset
     if path.exists() and not path.is_dir():
         raise InputError("exists and is not a folder", str(path))
-    path.mkdir(parents=True, exist_ok=True)
+    with writing_to(path):
+        path.mkdir(parents=True, exist_ok=True)
     dataset = Dataset(
         path,
         {
@@ -301,6 +366,20 @@ def create_dataset(path: str | Path, job: str | None = None) -> Dataset:
     )
     dataset.save_manifest()
     return dataset
+
+
+@contextmanager
+def dataset_writer(path: str | Path, job: str | None = None) -> Iterator[Dataset]:
+    """The dataset at ``path`` (created when missing, :func:`create_dataset`), opened under its
+    writer lock (:func:`writer_lock`): the manifest is read once the lock is held, so what an
+    earlier writer recorded is kept."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise InputError("exists and is not a folder", str(path))
+    with writing_to(path):
+        path.mkdir(parents=True, exist_ok=True)
+    with writer_lock(path):
+        yield create_dataset(path, job)
 
 
 def open_dataset(path: str | Path) -> Dataset:

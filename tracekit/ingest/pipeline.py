@@ -27,7 +27,7 @@ from typing import Any
 import polars as pl
 
 from tracekit import schema
-from tracekit.dataset import Dataset, create_dataset, source_record_key
+from tracekit.dataset import Dataset, dataset_writer, source_record_key
 from tracekit.errors import InputError, TracekitError
 from tracekit.ingest import registry
 from tracekit.ingest.base import Chunk, Reader, Source, cores
@@ -97,16 +97,26 @@ def ingest(
     as failed in the summary while the others complete; nothing of it is written. ``executor``
     (default: a local loop) runs the files; the dataset is the same whichever runs them.
     Options named like a field of :class:`~tracekit.ingest.limits.Limits` raise that limit.
+    One ingest writes a dataset at a time (:func:`~tracekit.dataset.dataset_writer`).
     """
     options = dict(options or {})
     limits = Limits.from_options(options)
     if format:
         registry.reader_for_format(format)
     files = input_files(paths)
-    dataset = create_dataset(output, job)
+    with dataset_writer(output, job) as dataset:
+        summaries = _ingest_files(dataset, files, format, options, limits, progress,
+                                  executor or LocalExecutor())
+    return IngestSummary(output, summaries)
+
+
+def _ingest_files(dataset: Dataset, files: list[Path], format: str | None,
+                  options: dict[str, str], limits: Limits, progress: ProgressCallback | None,
+                  executor: Executor) -> list[SourceSummary]:
+    """Run the files on ``executor``, recording each source in the manifest (held by the
+    caller's writer lock) as its file completes."""
     tasks = [_FileTask(str(file), str(dataset.path), dataset.job, format, options, limits,
                        _known_records(dataset, str(file))) for file in files]
-    executor = executor or LocalExecutor()
     last_save = time.monotonic()
 
     def record(outcome: Outcome) -> None:
@@ -127,7 +137,7 @@ def ingest(
         **executor.description, "partitions": len(tasks),
         "failed_partitions": sum(not o.ok for o in outcomes)}
     dataset.save_manifest()
-    return IngestSummary(output, summaries)
+    return summaries
 
 
 def _known_records(dataset: Dataset, file: str) -> dict[str, dict[str, Any]]:
