@@ -24,7 +24,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -144,6 +144,12 @@ class Dataset:
 
     path: Path
     manifest: dict[str, Any]
+    _positions: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
+    """Where each source key's record is in ``manifest["sources"]`` (:meth:`record_source`)."""
+    _by_path: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+    """The source key recorded for each path."""
+    _replaced: set[str] = field(default_factory=set, repr=False, compare=False)
+    """Keys of records replaced by new bytes at their path: their parts go at the next save."""
 
     @property
     def job(self) -> str:
@@ -224,12 +230,46 @@ class Dataset:
         return next((s for s in self.manifest["sources"] if s["sha256"] == sha256), None)
 
     def record_source(self, record: dict[str, Any]) -> None:
-        """Add or replace (by :func:`source_record_key`) a source record in the manifest."""
+        """Add or replace (by :func:`source_record_key`) a source record in the manifest. A
+        record of other bytes at the same path (a log that grew) is dropped, and its parts are
+        removed at the next :meth:`save_manifest`, so its old rows do not stay beside the new.
+        Constant time per record (an archive of 100,000 members records 100,000 of them)."""
+        sources = self.manifest["sources"]
+        if len(self._positions) != len(sources):
+            self._index()
         key = source_record_key(record)
-        sources = [s for s in self.manifest["sources"] if source_record_key(s) != key]
-        sources.append(record)
-        sources.sort(key=lambda s: s["path"])
-        self.manifest["sources"] = sources
+        earlier = self._by_path.get(record["path"])
+        replaces = (earlier not in (None, key)
+                    and sources[self._positions[earlier]]["path"] == record["path"])
+        if replaces:
+            self._replaced.add(earlier)
+            sources[self._positions.pop(earlier)] = None
+        if key in self._positions:
+            sources[self._positions[key]] = record
+        else:
+            self._positions[key] = len(sources)
+            sources.append(record)
+        self._by_path[record["path"]] = key
+        if replaces:
+            self._compact()
+
+    def _index(self) -> None:
+        self._positions = {source_record_key(s): i for i, s in enumerate(self.manifest["sources"])}
+        self._by_path = {s["path"]: source_record_key(s) for s in self.manifest["sources"]}
+
+    def _compact(self) -> None:
+        """Drop replaced records' places and sort by path (at a replacement and at a save)."""
+        self.manifest["sources"] = sorted((s for s in self.manifest["sources"] if s is not None),
+                                          key=lambda s: s["path"])
+        self._index()
+
+    def _remove_replaced_parts(self) -> None:
+        """Remove the parts of replaced records whose bytes no record still has."""
+        for key in self._replaced - self._positions.keys():
+            for name in schema.TABLES:
+                if (self.path / name).is_dir():
+                    self.remove_parts(name, key[:16])
+        self._replaced.clear()
 
     def refresh_table_stats(self) -> None:
         """Recompute rows, time span, ranks and hosts of every table whose parts changed.
@@ -257,7 +297,10 @@ class Dataset:
         self.manifest["tables"] = stats
 
     def save_manifest(self) -> None:
-        """Refresh table statistics and write the manifest atomically."""
+        """Remove replaced sources' parts, refresh table statistics and write the manifest
+        atomically."""
+        self._compact()
+        self._remove_replaced_parts()
         self.refresh_table_stats()
         self.manifest["updated"] = _now()
         self.manifest["tracekit_version"] = _tracekit_version()

@@ -299,16 +299,17 @@ def _remove_older_parts(dataset: Dataset, prefix: str, written: dict[str, set[Pa
     """Remove the parts of earlier ingests of these bytes that this one did not rewrite.
 
     Bytes new to this path can have parts only from an interrupted ingest of the same bytes,
-    which wrote the same rank folders: in a rank-split table only those are looked at.
-    Looking in every rank folder for every source made ingesting one file per process into
-    one folder per rank quadratic (1,000 files into 1,000 folders: a million directory
-    listings). A parser or format change (``reread``) may have moved rows: all are looked at.
+    which wrote the same tables and folders: only those are looked at. Looking in every
+    folder of every table for every source made ingest quadratic (1,000 files into 1,000
+    rank folders: a million directory listings; 100,000 archive members each listing every
+    table). A parser or format change (``reread``) may have moved rows: all are looked at.
     """
     for name in schema.TABLES:
         keep = written.get(name, set())
-        targeted = name in HIVE_BY_RANK and bool(keep) and not reread
-        dataset.remove_parts(name, prefix, keep, folders={p.parent for p in keep} if targeted
-                             else None)
+        if reread:
+            dataset.remove_parts(name, prefix, keep)
+        elif keep:
+            dataset.remove_parts(name, prefix, keep, folders={p.parent for p in keep})
 
 
 PART_ROWS = 1_000_000
