@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import io
 import queue
+import re
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -31,6 +32,12 @@ LINE_BATCH_BYTES = 16 * 1024 * 1024
 batch's parsed columns take several times its bytes; with read-ahead three batches are alive).
 Smaller is not slower: the hook CSV and NCCL readers spent the same CPU time per byte at 4 and
 16 MiB and 20-40% more at 64 MiB (cache misses), benchmarks/bench_ingest.py data."""
+
+LONE_CR = re.compile(rb"\r(?!\n)")
+"""A carriage return that does not start a CRLF: a line end of its own."""
+
+BYTE_ORDER_MARK = b"\xef\xbb\xbf"
+"""UTF-8's byte-order mark, which some exporters write first."""
 
 LINE_SPLIT_SEPARATORS = (b"\x1f", b"\x1e", b"\x1d", b"\x1c", b"\x00")
 """Bytes that :func:`iter_line_batches` may hand the CSV reader as its field separator: the
@@ -165,7 +172,8 @@ class LineBatch:
         and a leading byte-order mark, and reads an empty line as null.
         """
         separator = next((s for s in LINE_SPLIT_SEPARATORS if s not in data), None)
-        if separator is None or data.startswith(POLARS_DECOMPRESSES):
+        if (separator is None or data.startswith(POLARS_DECOMPRESSES)
+                or data == BYTE_ORDER_MARK):  # polars: "empty CSV"
             text = data.decode("utf-8", errors="replace").removeprefix("\ufeff")
             lines = (pl.Series("line", [text.removesuffix("\n")]).str.split("\n").explode()
                      .str.strip_suffix("\r"))
@@ -409,17 +417,36 @@ def read_ahead(items: Iterator[T], depth: int = 1) -> Iterator[T]:
 def read_csv_cells(source: Source) -> pl.DataFrame:
     """A whole headed CSV file as text cells plus its ``line_no`` (the header is line 1).
 
-    Nothing is inferred, so one bad cell is quarantined by the reader instead of failing the file.
+    Nothing is inferred, so one bad cell is quarantined by the reader instead of failing the file;
+    undecodable bytes are replaced, not fatal (one invalid byte rejected the whole file), and a
+    stray quote that leaves a field open to the end of the file makes quotes plain text.
     The bytes are read here, not by polars, which would decompress a file that starts like
     zlib or gzip data without bound.
     """
     with source.open() as stream:
-        data = stream.read()
-    if data.startswith(POLARS_DECOMPRESSES):
-        raise InputError("the first line is not a CSV header (it starts like compressed "
-                         "data)", source.name, 1)
-    cells = pl.read_csv(data, infer_schema=False, truncate_ragged_lines=True)
+        data = stream.read().removeprefix(BYTE_ORDER_MARK)
+    if b"\r" in data:  # CR-only line ends (old exporters, a damaged copy): one row per line
+        data = LONE_CR.sub(b"\n", data)
+    if data.startswith(POLARS_DECOMPRESSES) or not data.strip():
+        raise InputError("no CSV header (the file is empty or starts like compressed data)",
+                         source.name, 1)
+    try:
+        cells = pl.read_csv(data, infer_schema=False, truncate_ragged_lines=True,
+                            encoding="utf8-lossy")
+    except pl.exceptions.ComputeError:  # a stray quote: read it as text, line by line
+        cells = pl.read_csv(data, infer_schema=False, truncate_ragged_lines=True,
+                            encoding="utf8-lossy", quote_char=None)
+    except pl.exceptions.DuplicateError as error:
+        raise InputError(f"the CSV header repeats a column ({error})", source.name, 1) from None
+    cells = cells.rename(lambda column: column.strip().removeprefix("\ufeff").strip())
     return cells.with_row_index("line_no", offset=2)
+
+
+def require_columns(cells: pl.DataFrame, columns: tuple[str, ...], source: Source) -> None:
+    """A one-line error naming the header's missing ``columns``, before any is selected."""
+    missing = [c for c in columns if c not in cells.columns]
+    if missing:
+        raise InputError(f"the CSV header lacks {', '.join(missing)}", source.name, 1)
 
 
 def csv_row_text(cells: pl.DataFrame) -> pl.Expr:
