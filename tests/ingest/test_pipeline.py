@@ -6,6 +6,7 @@ import hashlib
 import io
 import json
 import shutil
+import tarfile
 
 import pytest
 
@@ -314,3 +315,17 @@ def test_same_bytes_under_two_names_then_one_changes(tmp_path):
     assert sorted((s["path"].rsplit("/", 1)[-1], s["rows"]["collectives"])
                   for s in dataset.manifest["sources"]) == [("a.csv", 5), ("b.csv", 3)]
     assert dataset["collectives"].collect().height == 8
+
+
+def test_members_after_a_refused_member_are_still_read(tmp_path):
+    archive = tmp_path / "dump.tar"
+    with tarfile.open(archive, "w") as tar:
+        for name, data in [("rank0.csv", hook_log(0, 2)), ("../escape.csv", "x"),
+                           ("rank1.csv", hook_log(1, 3))]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data.encode())
+            tar.addfile(info, io.BytesIO(data.encode()))
+    summary = ingest([archive], tmp_path / "ds")
+    assert [(s.path.split("!")[1], s.status, s.total_rows) for s in summary.sources] == [
+        ("rank0.csv", "ingested", 2), ("../escape.csv", "failed", 0), ("rank1.csv", "ingested", 3)]
+    assert "archive member path contains '..'" in summary.sources[1].error

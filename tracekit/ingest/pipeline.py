@@ -168,8 +168,13 @@ def _ingest_file(task: _FileTask, report: Report | None = None) -> list[
     dataset = Dataset(Path(task.dataset), {"job": task.job})
     forced = registry.reader_for_format(task.format) if task.format else None
     results = []
+
+    def refused(error: InputError) -> None:
+        results.append((SourceSummary(error.path or task.path, status="failed",
+                                      error=str(error)), None))
+
     try:
-        for source in iter_sources([Path(task.path)], task.limits):
+        for source in iter_sources([Path(task.path)], task.limits, refused):
             source.limits = task.limits
             results.append(_ingest_source(dataset, source, forced, task.options, task.known,
                                           report))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import tarfile
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 
 from tracekit.errors import InputError
@@ -44,11 +44,17 @@ def input_files(paths: list[Path]) -> list[Path]:
     return files
 
 
-def iter_sources(paths: list[Path], limits: Limits | None = None) -> Iterator[Source]:
+Refusal = Callable[[InputError], None]
+"""Told of an archive member refused for its name or type, so the members after it are still
+read (without one, the refusal is raised)."""
+
+
+def iter_sources(paths: list[Path], limits: Limits | None = None,
+                 on_refused: Refusal | None = None) -> Iterator[Source]:
     """Every input under ``paths`` as sources: files as they are, archives member by member."""
     for file in input_files(paths):
         if is_archive(file):
-            yield from iter_archive(file, limits or Limits())
+            yield from iter_archive(file, limits or Limits(), on_refused)
         else:
             yield _file_source(file)
 
@@ -67,7 +73,8 @@ def _file_source(path: Path) -> Source:
     return Source(str(path), size, lambda: path.open("rb"))  # noqa: SIM115 (caller closes)
 
 
-def iter_archive(path: Path, limits: Limits | None = None) -> Iterator[Source]:
+def iter_archive(path: Path, limits: Limits | None = None,
+                 on_refused: Refusal | None = None) -> Iterator[Source]:
     """The regular-file members of a tar archive as sources, after safety checks. Members'
     sizes are checked against the limits before each is spooled (the tar header gives them)."""
     limits = limits or Limits()
@@ -80,7 +87,13 @@ def iter_archive(path: Path, limits: Limits | None = None) -> Iterator[Source]:
     with archive:
         for member in archive:
             name = f"{path}!{member.name}"
-            _check_member(member, name)
+            try:
+                _check_member(member, name)
+            except InputError as refusal:
+                if on_refused is None:
+                    raise
+                on_refused(refusal)
+                continue
             if not member.isfile():
                 continue
             total += member.size
