@@ -36,8 +36,6 @@ from tracekit.errors import InputError
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
-LOCK = ".lock"
-"""The writer lock file inside a dataset (:func:`writer_lock`)."""
 LOCK_WAIT_S = 10.0
 """How long a second writer waits for the first before refusing: long enough for a short
 ingest or a manifest save to finish, short enough that a user is not left guessing."""
@@ -85,15 +83,18 @@ def writing_to(path: Path) -> Iterator[None]:
 
 @contextmanager
 def writer_lock(path: Path, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
-    """Hold the dataset's writer lock (``flock`` on :data:`LOCK`): one writer at a time, so two
-    ingests cannot each save a manifest without the other's sources. The kernel drops the
-    lock when its process dies (``kill -9``), so a dead run never blocks the next. Staged files
-    left by dead runs are removed once the lock is held."""
-    with writing_to(path), (path / LOCK).open("a") as lock:
+    """Hold the dataset's writer lock (``flock`` on the dataset folder itself, whose inode
+    never changes, unlike the manifest's, and which leaves no file behind): one writer at a
+    time, so two ingests cannot each save a manifest without the other's sources. The kernel
+    drops the lock when its process dies (``kill -9``), so a dead run never blocks the next.
+    Staged files left by dead runs are removed once the lock is held."""
+    with writing_to(path):
+        folder = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
         deadline = time.monotonic() + wait_s
         while True:
             try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
@@ -101,11 +102,10 @@ def writer_lock(path: Path, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
                                      f"over {wait_s:g} s; wait for it to finish and run this "
                                      "again", str(path)) from None
                 time.sleep(0.1)
-        try:
-            _remove_staged(path)
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+        _remove_staged(path)
+        yield
+    finally:
+        os.close(folder)  # releases the lock
 
 
 def _remove_staged(path: Path) -> None:
