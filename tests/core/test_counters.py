@@ -6,7 +6,7 @@ import polars as pl
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tracekit.core.counters import collapse_repeats, counter_rates
+from tracekit.core.counters import collapse_repeats, counter_rates, split_glitches
 
 S = 10**9
 
@@ -21,6 +21,32 @@ def test_wrap_reset_and_first_sample():
     rates = counter_rates(_frame([2**32 - 100, 400, 500, 3], 32), ["k"],
                           width_bits=pl.col("w"))["rate_per_s"].to_list()
     assert rates == [None, 50.0, 10.0, None]
+
+
+def test_32_bit_reset_from_high_is_not_read_as_a_wrap():
+    """100/s, then a reset from ~3e9 to 0: the wrap it could be implies 1.29e8/s."""
+    values = [3_000_000_000 + 1000 * i for i in range(4)] + [0, 1000, 2000]
+    rates = counter_rates(_frame(values, 32), ["k"], width_bits=pl.col("w"))
+    assert rates["rate_per_s"].to_list() == [None, 100.0, 100.0, 100.0, None, 100.0, 100.0]
+
+
+def test_32_bit_wrap_at_the_series_rate_is_a_wrap():
+    values = [2**32 - 1500, 2**32 - 500, 500, 1500]
+    rates = counter_rates(_frame(values, 32), ["k"], width_bits=pl.col("w"))
+    assert rates["rate_per_s"].to_list() == [None, 100.0, 100.0, 100.0]
+
+
+def test_a_bad_read_is_split_off_and_its_neighbours_keep_their_rate():
+    frame = _frame([1000, 2000, 0, 4000, -5, 6000, 7000])
+    kept, glitches = split_glitches(frame, ["k"])
+    assert glitches["value"].to_list() == [0, -5]
+    assert counter_rates(kept, ["k"])["rate_per_s"].to_list() == [None, 100.0, 100.0, 100.0,
+                                                                    100.0]
+
+
+def test_a_reset_that_stays_low_is_not_a_glitch():
+    kept, glitches = split_glitches(_frame([1000, 2000, 5, 15, 25]), ["k"])
+    assert (kept.height, glitches.height) == (5, 0)
 
 
 def test_64_bit_drop_is_a_reset():

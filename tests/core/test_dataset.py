@@ -141,3 +141,82 @@ def test_remove_parts_takes_only_the_prefix_at_any_depth_except_those_kept(tmp_p
     assert [str(p.relative_to(tmp_path / "ds" / "iterations")) for p in dataset.parts("iterations")
             ] == ["aaaa-00000.parquet", "bbbb-00000.parquet", "rank=1/bbbb-00000.parquet"]
     dataset.remove_parts("collectives", "aaaa")  # no folder: nothing to do
+
+
+def test_second_writer_waits_then_refuses_with_one_line(tmp_path):
+    path = tmp_path / "ds"
+    refused = pytest.raises(InputError, match=r"ds: another tracekit run has been writing "
+                            r"this dataset for over 0.2 s; wait for it to finish and run this "
+                            r"again")
+    with dataset_module.dataset_writer(path, "job-a"), refused, dataset_module.writer_lock(
+            path, wait_s=0.2):
+        pass
+    with dataset_module.writer_lock(path, wait_s=0.2):  # released: the next writer gets it
+        pass
+
+
+def test_two_concurrent_writers_keep_both_records(tmp_path):
+    """Each writer reads the manifest once it holds the lock, so neither loses the other's."""
+    import threading
+
+    path = tmp_path / "ds"
+
+    def write(name: str) -> None:
+        with dataset_module.dataset_writer(path, "job-a") as dataset:
+            dataset.record_source({"path": name, "sha256": name * 8, "size": 1})
+            dataset.save_manifest()
+
+    writers = [threading.Thread(target=write, args=(name,)) for name in "abcd"]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join()
+    assert [s["path"] for s in open_dataset(path).manifest["sources"]] == ["a", "b", "c", "d"]
+
+
+def test_staged_files_of_dead_runs_are_removed_under_the_lock(tmp_path):
+    dataset = create_dataset(tmp_path / "ds", "job-a")
+    dataset.write_part("iterations", iterations_frame(3), "kept")
+    folder = tmp_path / "ds" / "iterations"
+    (folder / ".staged-0123456789ab-00000.parquet").write_bytes(b"half")
+    (folder / "rank=1").mkdir()
+    (folder / "rank=1" / ".tmp-feed-x.parquet").write_bytes(b"half")
+    with dataset_module.writer_lock(tmp_path / "ds"):
+        pass
+    assert sorted(p.name for p in folder.rglob("*") if p.is_file()) == ["kept.parquet"]
+
+
+def test_target_that_cannot_be_written_is_one_line(tmp_path):
+    (tmp_path / "file").write_text("x")
+    refused = pytest.raises(InputError, match=r"file/ds: cannot write the dataset: Not a "
+                                              r"directory$")
+    with refused, dataset_module.dataset_writer(tmp_path / "file" / "ds"):
+        pass
+
+
+def test_full_disk_at_manifest_time_keeps_the_previous_manifest(tmp_path, monkeypatch):
+    import errno
+    from pathlib import Path
+
+    dataset = create_dataset(tmp_path / "ds", "job-a")
+    before = (tmp_path / "ds" / "manifest.json").read_text()
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(self))
+
+    monkeypatch.setattr(Path, "write_text", full)
+    dataset.manifest["sources"].append({"path": "x", "sha256": "0" * 64, "size": 1})
+    with pytest.raises(InputError, match=r"\.tmp-[0-9a-f]+-manifest\.json: cannot write the "
+                                         r"dataset: the disk is full$"):
+        dataset.save_manifest()
+    monkeypatch.undo()
+    assert (tmp_path / "ds" / "manifest.json").read_text() == before
+    assert [p.name for p in (tmp_path / "ds").iterdir()] == ["manifest.json"]
+
+
+def test_damaged_part_is_one_line_naming_it(tmp_path):
+    dataset = create_dataset(tmp_path / "ds", "job-a")
+    part = dataset.write_part("iterations", iterations_frame(3), "a")
+    part.write_bytes(part.read_bytes()[:-20])
+    with pytest.raises(InputError, match=r"iterations/a\.parquet: damaged Parquet part \("):
+        dataset.save_manifest()

@@ -6,6 +6,7 @@ import hashlib
 import io
 import json
 import shutil
+import tarfile
 
 import pytest
 
@@ -285,3 +286,44 @@ def test_on_one_core_the_same_dataset_is_written_without_threads(tmp_path, monke
     (threaded_parts, threaded), (inline_parts, inline) = tables
     assert inline_parts == threaded_parts and len(inline_parts) > 2  # several writes
     assert inline.equals(threaded) and inline.height == 60
+
+
+def test_a_log_that_grew_replaces_its_old_rows(tmp_path):
+    """Same path, new bytes: the old record and its parts go, so no row is there twice."""
+    log = tmp_path / "rank0.csv"
+    log.write_text(hook_log(0, 5))
+    ingest([log], tmp_path / "ds")
+    log.write_text(hook_log(0, 8))
+    [source] = ingest([log], tmp_path / "ds").sources
+    assert (source.status, source.rows) == ("ingested", {"collectives": 8})
+    dataset = open_dataset(tmp_path / "ds")
+    assert [s["rows"] for s in dataset.manifest["sources"]] == [{"collectives": 8}]
+    assert dataset["collectives"].collect()["seq"].sort().to_list() == list(range(8))
+
+
+def test_same_bytes_under_two_names_then_one_changes(tmp_path):
+    """A copy keeps the shared parts while the other path's bytes change."""
+    (tmp_path / "in").mkdir()
+    for name in ("a.csv", "b.csv"):
+        (tmp_path / "in" / name).write_text(hook_log(0, 5))
+    ingest([tmp_path / "in"], tmp_path / "ds")
+    (tmp_path / "in" / "b.csv").write_text(hook_log(1, 3))
+    ingest([tmp_path / "in"], tmp_path / "ds")
+    dataset = open_dataset(tmp_path / "ds")
+    assert sorted((s["path"].rsplit("/", 1)[-1], s["rows"]["collectives"])
+                  for s in dataset.manifest["sources"]) == [("a.csv", 5), ("b.csv", 3)]
+    assert dataset["collectives"].collect().height == 8
+
+
+def test_members_after_a_refused_member_are_still_read(tmp_path):
+    archive = tmp_path / "dump.tar"
+    with tarfile.open(archive, "w") as tar:
+        for name, data in [("rank0.csv", hook_log(0, 2)), ("../escape.csv", "x"),
+                           ("rank1.csv", hook_log(1, 3))]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data.encode())
+            tar.addfile(info, io.BytesIO(data.encode()))
+    summary = ingest([archive], tmp_path / "ds")
+    assert [(s.path.split("!")[1], s.status, s.total_rows) for s in summary.sources] == [
+        ("rank0.csv", "ingested", 2), ("../escape.csv", "failed", 0), ("rank1.csv", "ingested", 3)]
+    assert "archive member path contains '..'" in summary.sources[1].error

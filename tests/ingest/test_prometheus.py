@@ -240,3 +240,50 @@ def test_ingest_is_idempotent(formats_dir, tmp_path):
         summary = ingest([formats_dir / "prometheus_range.json"], out)
         assert not summary.failed
     assert open_dataset(out).table("gpu_metrics").collect().height == 16
+
+
+CSV_HEADER = "timestamp,__name__,Hostname,gpu,value"
+
+
+def _csv_chunk(data: bytes):
+    [chunk] = PrometheusCsvReader().read(Source.from_bytes("dump.csv", data), {})
+    return chunk
+
+
+@pytest.mark.parametrize("damage", ["crlf", "cr", "bom", "bad-utf8", "stray-quote"])
+def test_one_bad_spot_in_a_prometheus_csv_costs_at_most_its_line(damage):
+    """CRLF, CR-only, a BOM, an invalid byte or a stray quote: every row still read (the
+    quoted cell becomes unknown), where each rejected the whole file before."""
+    rows = [f"{1_760_433_600 + 15 * i},DCGM_FI_DEV_GPU_TEMP,gpu-a17,0,{40 + i}" for i in range(4)]
+    if damage == "bad-utf8":
+        rows[1] = rows[1].replace("gpu-a17", "gpu-a1\udcff7")
+    if damage == "stray-quote":
+        rows[2] = rows[2].replace(",0,", ',"0,')
+    text = "\n".join([CSV_HEADER, *rows]) + "\n"
+    data = text.encode("utf-8", errors="surrogateescape")
+    data = {"crlf": data.replace(b"\n", b"\r\n"), "cr": data.replace(b"\n", b"\r"),
+            "bom": b"\xef\xbb\xbf" + data}.get(damage, data)
+    chunk = _csv_chunk(data)
+    rows_read = sum(frame.height for frame in chunk.tables.values())
+    quarantined = 0 if chunk.quarantine is None else chunk.quarantine.height
+    assert chunk.lines == 5
+    assert rows_read + chunk.skipped + quarantined == 5
+    assert rows_read == 4
+    gpus = chunk.tables["gpu_metrics"].sort("ts_ns")["gpu"].to_list()
+    assert gpus == ([0, 0, None, 0] if damage == "stray-quote" else [0, 0, 0, 0])
+
+
+def test_a_prometheus_csv_without_its_columns_is_one_line():
+    with pytest.raises(InputError, match=r"^dump.csv:1: the CSV header lacks __name__, value$"):
+        _csv_chunk(b"timestamp,x\n1,2\n")
+    with pytest.raises(InputError, match=r"^dump.csv:1: no CSV header"):
+        _csv_chunk(b"\xef\xbb\xbf")
+
+
+def test_a_label_set_polars_cannot_read_is_quarantined_alone():
+    text = ('DCGM_FI_DEV_GPU_TEMP{Hostname="gpu-a17",gpu="0"} 40\n'
+            'DCGM_FI_DEV_GPU_TEMP{Hostname="gpu-a17",gpu="1\\x"} 41\n'
+            'DCGM_FI_DEV_GPU_TEMP{Hostname="gpu-a17",gpu="2"} 42\n')
+    parsed = parse_exposition(_lines(text))
+    assert parsed.samples["line_no"].to_list() == [1, 3]
+    assert parsed.bad.select("line_no", "reason").rows() == [(2, "malformed label set")]

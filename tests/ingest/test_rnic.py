@@ -62,3 +62,18 @@ def test_ethtool_two_snapshots_give_pause_rates():
     pause = chunk.tables["nic_counters"].filter(pl.col("counter") == "rx_prio3_pause")
     assert pause["rate_per_s"].to_list() == [None, 50.0]
     assert chunk.quarantine["line_no"].to_list() == [5]
+
+
+def test_repeated_and_bad_reads_are_accounted_for():
+    """A line repeated by an overlapping dump is skipped (counted), a read of 0 between two
+    that agree is quarantined with its line number, and the neighbours keep their rate."""
+    path = "/sys/class/infiniband/mlx5_0/ports/1/hw_counters/out_of_sequence"
+    text = "".join(f"# ts={1_760_433_600 + 10 * i} host=gpu-a17\n{path}:{value}\n"
+                   for i, value in enumerate([1000, 2000, 0, 4000]))
+    text += f"{path}:4000\n"  # the last snapshot's line written twice
+    [chunk] = list(Mlx5HwCountersReader().read(Source.from_bytes("hw.txt", text.encode()), {}))
+    nic = chunk.tables["nic_counters"]
+    assert nic["rate_per_s"].to_list() == [None, 100.0, 100.0]
+    assert chunk.quarantine["line_no"].to_list() == [6]
+    assert (chunk.lines, chunk.skipped) == (9, 5)  # 4 markers + the repeated line
+    assert nic.height + chunk.skipped + chunk.quarantine.height == chunk.lines

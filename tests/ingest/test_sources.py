@@ -8,6 +8,7 @@ import tarfile
 import pytest
 
 from tracekit.core.errors import InputError
+from tracekit.ingest.limits import Limits
 from tracekit.ingest.sources import iter_sources
 
 
@@ -65,8 +66,22 @@ def test_link_in_archive_is_refused(tmp_path):
 
 def test_decompressed_size_is_capped(tmp_path):
     archive = make_tar(tmp_path / "bomb.tar.gz", {"a": b"0" * 4000, "b": b"0" * 4000})
-    with pytest.raises(InputError, match="expands beyond 5000 bytes"):
-        list(iter_sources([archive], max_archive_bytes=5000))
+    with pytest.raises(InputError, match=r"bomb.tar.gz!b: the archive's decompressed size "
+                       r"exceeds the limit of 5,000 bytes; .* --option max_archive_bytes=N"):
+        list(iter_sources([archive], Limits(max_archive_bytes=5000)))
+
+
+def test_compression_ratio_is_capped_before_spooling(tmp_path):
+    """A 10 GiB-of-zeros bomb in miniature: 80 MiB of zeros packs into ~80 KB, a ratio of
+    ~1000x; it is refused from the tar header, before one byte of it is decompressed."""
+    archive = tmp_path / "bomb.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        info = tarfile.TarInfo("zeros.log")
+        info.size = 80 * 1024**2
+        tar.addfile(info, io.BytesIO(bytes(info.size)))
+    with pytest.raises(InputError, match=r"bomb.tar.gz!zeros.log: the archive expands \d[\d,]*x "
+                       r"its size \(limit 200x"):
+        next(iter_sources([archive]))
 
 
 def test_corrupt_archive_is_a_clear_error(tmp_path):

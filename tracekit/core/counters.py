@@ -4,7 +4,10 @@ Hardware counters restart at 0 when a driver reloads or an HCA resets, and mlx5 
 are read as 32-bit values (kernel ``drivers/infiniband/hw/mlx5/counters.c``, ``be32_to_cpu``)
 so they wrap at 2^32. Exporters that sample slower than Prometheus scrapes repeat a value
 (dcgm-exporter ``--collect-interval`` 30 s vs a 15 s scrape), which would read as a rate of 0
-followed by a doubled rate. Rates here handle all three and are never negative.
+followed by a doubled rate. Rates here handle all three and are never negative. A sample
+that reads below its neighbours while they agree (a counter read as 0 or -5 mid-run) is a bad
+read, not a reset: :func:`split_glitches` takes it out, so it is quarantined and its neighbours
+keep their rate instead of 1e8-1e11/s across it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,27 @@ WRAP_32 = 2**32
 WRAP_MAX_FRACTION = 0.5
 """A drop is read as a 32-bit wrap only when the wrapped increase is under this share of the
 counter range; a larger one is a reset (the counter restarted low, e.g. after a driver reload)."""
+
+
+WRAP_RATE_SLACK = 10.0
+"""A drop of a 32-bit counter is a wrap only when the rate it implies is at most this many
+times the series' median rate: traffic bursts between samples, but a reset read as a wrap
+implies ~2^32 / interval (a 100/s counter reset from 3e9 to 0 read 1.29e8/s, 10^6 times its
+rate). A series with no other increase falls back to :data:`WRAP_MAX_FRACTION` alone."""
+
+
+def split_glitches(frame: pl.DataFrame, series: list[str], ts: str = "ts_ns",
+                   value: str = "value") -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``frame`` as (plausible, glitches), sorted by series and time: a glitch is a negative
+    counter value, or a sample below the one before while the one after is back at or above
+    that one (a bad read between two that agree; a reset stays low)."""
+    ordered = frame.sort([*series, ts])
+    previous = pl.col(value).shift(1).over(series)
+    following = pl.col(value).shift(-1).over(series)
+    glitch = (pl.col(value) < 0) | ((pl.col(value) < previous) & (following >= previous))
+    flagged = ordered.with_columns(glitch.fill_null(False).alias("_glitch"))
+    return (flagged.filter(~pl.col("_glitch")).drop("_glitch"),
+            flagged.filter(pl.col("_glitch")).drop("_glitch"))
 
 
 def collapse_repeats(frame: pl.DataFrame, series: list[str], ts: str = "ts_ns",
@@ -37,8 +61,9 @@ def counter_rates(frame: pl.DataFrame, series: list[str], ts: str = "ts_ns",
     """Add ``rate`` (increase per second since the previous sample of the same series).
 
     The rate is null on a series' first sample and across a reset; a drop on a counter whose
-    ``width_bits`` is 32 is a wrap when the wrapped increase is plausible (see
-    :data:`WRAP_MAX_FRACTION`). Sorts by series and time.
+    ``width_bits`` is 32 is a wrap when the wrapped increase is plausible for its range
+    (:data:`WRAP_MAX_FRACTION`) and for the series' own rate (:data:`WRAP_RATE_SLACK`).
+    Sorts by series and time.
     """
     ordered = frame.sort([*series, ts])
     current = pl.col(value).cast(pl.Float64)
@@ -46,9 +71,12 @@ def counter_rates(frame: pl.DataFrame, series: list[str], ts: str = "ts_ns",
     dt_ns = (pl.col(ts) - pl.col(ts).shift(1).over(series)).cast(pl.Float64)
     wrapped = current + WRAP_32 - previous
     is_32 = (width_bits == 32) if width_bits is not None else pl.lit(False)
+    typical = (pl.when(current >= previous).then((current - previous) * 1e9 / dt_ns)
+               .median().over(series))
+    plausible = typical.is_null() | (wrapped * 1e9 / dt_ns <= WRAP_RATE_SLACK * typical)
     increase = (
         pl.when(current >= previous).then(current - previous)
-        .when(is_32 & (previous < WRAP_32) & (wrapped < WRAP_32 * WRAP_MAX_FRACTION))
+        .when(is_32 & (previous < WRAP_32) & (wrapped < WRAP_32 * WRAP_MAX_FRACTION) & plausible)
         .then(wrapped)
     )
     return ordered.with_columns(

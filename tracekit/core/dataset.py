@@ -15,13 +15,16 @@ place, so an interrupted write leaves the previous contents intact.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import json
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,6 +36,12 @@ from tracekit.core.errors import InputError
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
+LOCK_WAIT_S = 10.0
+"""How long a second writer waits for the first before refusing: long enough for a short
+ingest or a manifest save to finish, short enough that a user is not left guessing."""
+STAGED_PREFIXES = (".staged-", ".tmp-")
+"""Hidden names of parts being written (ingest's staged parts, :func:`atomic_path`'s
+temporaries): under the writer lock, any left are a dead run's and are removed."""
 PARQUET_ZSTD_LEVEL = 1
 """Parts are zstd-compressed at level 1: on hook CSV rows split by rank it made the same file
 sizes as the default level 3 with 2-4% less CPU; lz4 and snappy saved 6-7% of the write CPU
@@ -56,6 +65,55 @@ def atomic_path(final: Path) -> Iterator[Path]:
     finally:
         if temporary.exists():
             temporary.unlink()
+
+
+@contextmanager
+def writing_to(path: Path) -> Iterator[None]:
+    """Turn a failed write under ``path`` (read-only target, full disk) into one line naming
+    it: a partial write is a hidden temporary (:func:`atomic_path`), so the dataset as it was
+    stays readable."""
+    try:
+        yield
+    except OSError as error:
+        reason = "the disk is full" if error.errno == errno.ENOSPC else (
+            error.strerror or str(error))
+        raise InputError(f"cannot write the dataset: {reason}", error.filename
+                         or str(path)) from None
+
+
+@contextmanager
+def writer_lock(path: Path, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
+    """Hold the dataset's writer lock (``flock`` on the dataset folder itself, whose inode
+    never changes, unlike the manifest's, and which leaves no file behind): one writer at a
+    time, so two ingests cannot each save a manifest without the other's sources. The kernel
+    drops the lock when its process dies (``kill -9``), so a dead run never blocks the next.
+    Staged files left by dead runs are removed once the lock is held."""
+    with writing_to(path):
+        folder = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise InputError(f"another tracekit run has been writing this dataset for "
+                                     f"over {wait_s:g} s; wait for it to finish and run this "
+                                     "again", str(path)) from None
+                time.sleep(0.1)
+        _remove_staged(path)
+        yield
+    finally:
+        os.close(folder)  # releases the lock
+
+
+def _remove_staged(path: Path) -> None:
+    """Remove the staged and temporary files of dead runs (:data:`STAGED_PREFIXES`)."""
+    for folder, _, files in os.walk(path):
+        for file in files:
+            if file.startswith(STAGED_PREFIXES):
+                os.unlink(os.path.join(folder, file))
 
 
 def write_parquet(frame: pl.DataFrame, final: Path,
@@ -86,6 +144,12 @@ class Dataset:
 
     path: Path
     manifest: dict[str, Any]
+    _positions: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
+    """Where each source key's record is in ``manifest["sources"]`` (:meth:`record_source`)."""
+    _by_path: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+    """The source key recorded for each path."""
+    _replaced: set[str] = field(default_factory=set, repr=False, compare=False)
+    """Keys of records replaced by new bytes at their path: their parts go at the next save."""
 
     @property
     def job(self) -> str:
@@ -166,12 +230,46 @@ class Dataset:
         return next((s for s in self.manifest["sources"] if s["sha256"] == sha256), None)
 
     def record_source(self, record: dict[str, Any]) -> None:
-        """Add or replace (by :func:`source_record_key`) a source record in the manifest."""
+        """Add or replace (by :func:`source_record_key`) a source record in the manifest. A
+        record of other bytes at the same path (a log that grew) is dropped, and its parts are
+        removed at the next :meth:`save_manifest`, so its old rows do not stay beside the new.
+        Constant time per record (an archive of 100,000 members records 100,000 of them)."""
+        sources = self.manifest["sources"]
+        if len(self._positions) != len(sources):
+            self._index()
         key = source_record_key(record)
-        sources = [s for s in self.manifest["sources"] if source_record_key(s) != key]
-        sources.append(record)
-        sources.sort(key=lambda s: s["path"])
-        self.manifest["sources"] = sources
+        earlier = self._by_path.get(record["path"])
+        replaces = (earlier not in (None, key)
+                    and sources[self._positions[earlier]]["path"] == record["path"])
+        if replaces:
+            self._replaced.add(earlier)
+            sources[self._positions.pop(earlier)] = None
+        if key in self._positions:
+            sources[self._positions[key]] = record
+        else:
+            self._positions[key] = len(sources)
+            sources.append(record)
+        self._by_path[record["path"]] = key
+        if replaces:
+            self._compact()
+
+    def _index(self) -> None:
+        self._positions = {source_record_key(s): i for i, s in enumerate(self.manifest["sources"])}
+        self._by_path = {s["path"]: source_record_key(s) for s in self.manifest["sources"]}
+
+    def _compact(self) -> None:
+        """Drop replaced records' places and sort by path (at a replacement and at a save)."""
+        self.manifest["sources"] = sorted((s for s in self.manifest["sources"] if s is not None),
+                                          key=lambda s: s["path"])
+        self._index()
+
+    def _remove_replaced_parts(self) -> None:
+        """Remove the parts of replaced records whose bytes no record still has."""
+        for key in self._replaced - self._positions.keys():
+            for name in schema.TABLES:
+                if (self.path / name).is_dir():
+                    self.remove_parts(name, key[:16])
+        self._replaced.clear()
 
     def refresh_table_stats(self) -> None:
         """Recompute rows, time span, ranks and hosts of every table whose parts changed.
@@ -199,11 +297,14 @@ class Dataset:
         self.manifest["tables"] = stats
 
     def save_manifest(self) -> None:
-        """Refresh table statistics and write the manifest atomically."""
+        """Remove replaced sources' parts, refresh table statistics and write the manifest
+        atomically."""
+        self._compact()
+        self._remove_replaced_parts()
         self.refresh_table_stats()
         self.manifest["updated"] = _now()
         self.manifest["tracekit_version"] = _tracekit_version()
-        with atomic_path(self.path / MANIFEST) as temporary:
+        with writing_to(self.path), atomic_path(self.path / MANIFEST) as temporary:
             temporary.write_text(json.dumps(self.manifest, indent=2, sort_keys=True) + "\n")
 
 
@@ -236,8 +337,14 @@ def _stats_from_footer(part: Path) -> dict[str, Any] | None:
 
 
 def _part_stats(name: str, part: Path) -> dict[str, Any]:
-    """A part's statistics: from its footer, else from its rows."""
-    return _stats_from_footer(part) or _stats_from_rows(name, _scan(name, [part]))
+    """A part's statistics: from its footer, else from its rows. A damaged part (truncated,
+    overwritten) is one line naming it."""
+    try:
+        return _stats_from_footer(part) or _stats_from_rows(name, _scan(name, [part]))
+    except (OSError, pl.exceptions.PolarsError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise InputError(f"damaged Parquet part ({reason}); remove it and ingest its source "
+                         "again", str(part)) from None
 
 
 def _table_stats(name: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -287,7 +394,8 @@ def create_dataset(path: str | Path, job: str | None = None) -> Dataset:
         return dataset
     if path.exists() and not path.is_dir():
         raise InputError("exists and is not a folder", str(path))
-    path.mkdir(parents=True, exist_ok=True)
+    with writing_to(path):
+        path.mkdir(parents=True, exist_ok=True)
     dataset = Dataset(
         path,
         {
@@ -301,6 +409,20 @@ def create_dataset(path: str | Path, job: str | None = None) -> Dataset:
     )
     dataset.save_manifest()
     return dataset
+
+
+@contextmanager
+def dataset_writer(path: str | Path, job: str | None = None) -> Iterator[Dataset]:
+    """The dataset at ``path`` (created when missing, :func:`create_dataset`), opened under its
+    writer lock (:func:`writer_lock`): the manifest is read once the lock is held, so what an
+    earlier writer recorded is kept."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise InputError("exists and is not a folder", str(path))
+    with writing_to(path):
+        path.mkdir(parents=True, exist_ok=True)
+    with writer_lock(path):
+        yield create_dataset(path, job)
 
 
 def open_dataset(path: str | Path) -> Dataset:

@@ -12,10 +12,13 @@ class SchemaError(TracekitError):
 
 
 class InputError(TracekitError):
-    """An input cannot be used; the message names the file (and line) and how to fix it."""
+    """An input cannot be used; the message names the file (and line) and how to fix it.
+    Always one line: a library's message quoted in it (polars appends its query plan) is cut
+    at its first line end."""
 
     def __init__(self, message: str, path: str | None = None, line: int | None = None):
         self.path = path
         self.line = line
+        message = message.strip().split("\n", 1)[0].rstrip()
         where = path if line is None else f"{path}:{line}"
         super().__init__(f"{where}: {message}" if where else message)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import io
 import queue
+import re
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -20,6 +21,8 @@ from typing import BinaryIO, ClassVar, TypeVar
 import polars as pl
 
 from tracekit.core import schema
+from tracekit.core.errors import InputError
+from tracekit.ingest.limits import POLARS_DECOMPRESSES, Limits, too_large
 
 SNIFF_BYTES = 64 * 1024
 """How much of a file readers see when sniffing its format."""
@@ -29,6 +32,12 @@ LINE_BATCH_BYTES = 16 * 1024 * 1024
 batch's parsed columns take several times its bytes; with read-ahead three batches are alive).
 Smaller is not slower: the hook CSV and NCCL readers spent the same CPU time per byte at 4 and
 16 MiB and 20-40% more at 64 MiB (cache misses), benchmarks/bench_ingest.py data."""
+
+LONE_CR = re.compile(rb"\r(?!\n)")
+"""A carriage return that does not start a CRLF: a line end of its own."""
+
+BYTE_ORDER_MARK = b"\xef\xbb\xbf"
+"""UTF-8's byte-order mark, which some exporters write first."""
 
 LINE_SPLIT_SEPARATORS = (b"\x1f", b"\x1e", b"\x1d", b"\x1c", b"\x00")
 """Bytes that :func:`iter_line_batches` may hand the CSV reader as its field separator: the
@@ -47,6 +56,8 @@ class Source:
     name: str
     size: int
     opener: Callable[[], BinaryIO]
+    limits: Limits = field(default_factory=Limits)
+    """What reading it may cost; set by the ingest pipeline from the ``--option`` overrides."""
     hash_while_reading: bool = False
     """Set by the ingest pipeline: :func:`iter_line_blocks` then computes :attr:`sha256` from
     the bytes it reads anyway, so a new file is read once, not once to hash and once to parse."""
@@ -161,7 +172,8 @@ class LineBatch:
         and a leading byte-order mark, and reads an empty line as null.
         """
         separator = next((s for s in LINE_SPLIT_SEPARATORS if s not in data), None)
-        if separator is None:
+        if (separator is None or data.startswith(POLARS_DECOMPRESSES)
+                or data == BYTE_ORDER_MARK):  # polars: "empty CSV"
             text = data.decode("utf-8", errors="replace").removeprefix("\ufeff")
             lines = (pl.Series("line", [text.removesuffix("\n")]).str.split("\n").explode()
                      .str.strip_suffix("\r"))
@@ -190,7 +202,8 @@ def iter_line_blocks(source: Source, batch_bytes: int = LINE_BATCH_BYTES) -> Ite
     digest = hashlib.sha256() if source.hash_while_reading and source._sha256 is None else None
     with source.open() as stream:
         split = _seek_line_blocks if stream.seekable() else _cut_line_blocks
-        for block in split(stream, batch_bytes):
+        for block in _limit_lines(split(stream, batch_bytes, source.limits.max_line_bytes),
+                                  source):
             if digest is not None:
                 digest.update(block)
             yield block
@@ -202,14 +215,40 @@ LINE_END_PEEK_BYTES = 64 * 1024
 """How far :func:`_seek_line_blocks` reads at a time while looking for a block's last line end."""
 
 
-def _seek_line_blocks(stream: BinaryIO, batch_bytes: int) -> Iterator[bytes]:
+class _LineTooLong(Exception):
+    """A splitter met a line longer than the limit, after ``newlines`` line ends of the block
+    it was making."""
+
+    def __init__(self, newlines: int = 0):
+        self.newlines = newlines
+
+
+def _limit_lines(blocks: Iterator[bytes], source: Source) -> Iterator[bytes]:
+    """``blocks``, turning a splitter's :class:`_LineTooLong` into the limit's error naming the
+    file and the line (counted from the blocks before: ``bytes.count`` runs at memory speed)."""
+    line_no = 1
+    try:
+        for block in blocks:
+            line_no += block.count(b"\n")
+            yield block
+    except _LineTooLong as error:
+        line_no += error.newlines
+        raise InputError(too_large("line", source.limits.max_line_bytes, "max_line_bytes"),
+                         source.name, line_no) from None
+
+
+def _seek_line_blocks(stream: BinaryIO, batch_bytes: int, max_line: int) -> Iterator[bytes]:
     """Blocks of a seekable stream, each read in one piece: where its last line ends is found
     first, by peeking past ``batch_bytes``. Cutting a block read blind instead copies it twice
     (slice and join), and the fresh memory costs more than the copying (page faults)."""
     while True:
         start = stream.tell()
         stream.seek(start + batch_bytes)
-        length = batch_bytes + _bytes_to_line_end(stream)
+        try:
+            length = batch_bytes + _bytes_to_line_end(stream, max_line)
+        except _LineTooLong:
+            stream.seek(start)
+            raise _LineTooLong(stream.read(batch_bytes).count(b"\n")) from None
         stream.seek(start)
         block = stream.read(length)
         if not block:
@@ -217,25 +256,31 @@ def _seek_line_blocks(stream: BinaryIO, batch_bytes: int) -> Iterator[bytes]:
         yield block
 
 
-def _bytes_to_line_end(stream: BinaryIO) -> int:
-    """Bytes from the stream's position to just after the next line end (or to the end)."""
+def _bytes_to_line_end(stream: BinaryIO, max_line: int) -> int:
+    """Bytes from the stream's position to just after the next line end (or to the end);
+    :class:`_LineTooLong` past ``max_line`` bytes (the line started before the position, so
+    this undercounts it by at most a batch: the limit still bounds memory)."""
     length = 0
     while peek := stream.read(LINE_END_PEEK_BYTES):
         end = peek.find(b"\n")
+        length += len(peek) if end < 0 else end + 1
+        if length > max_line:
+            raise _LineTooLong
         if end >= 0:
-            return length + end + 1
-        length += len(peek)
+            break
     return length
 
 
-def _cut_line_blocks(stream: BinaryIO, batch_bytes: int) -> Iterator[bytes]:
+def _cut_line_blocks(stream: BinaryIO, batch_bytes: int, max_line: int) -> Iterator[bytes]:
     """Blocks of a stream that cannot seek: read ``batch_bytes`` and keep what follows the
-    last line end for the next block."""
+    last line end for the next block; :class:`_LineTooLong` once that exceeds ``max_line``."""
     pending: list[bytes] = []  # bytes after the last line end (a line may span blocks)
     while block := stream.read(batch_bytes):
         cut = block.rfind(b"\n") + 1
         if cut == 0:
             pending.append(block)
+            if sum(map(len, pending)) > max_line:
+                raise _LineTooLong
             continue
         yield b"".join([*pending, block[:cut]])
         pending = [block[cut:]] if cut < len(block) else []
@@ -372,11 +417,36 @@ def read_ahead(items: Iterator[T], depth: int = 1) -> Iterator[T]:
 def read_csv_cells(source: Source) -> pl.DataFrame:
     """A whole headed CSV file as text cells plus its ``line_no`` (the header is line 1).
 
-    Nothing is inferred, so one bad cell is quarantined by the reader instead of failing the file.
+    Nothing is inferred, so one bad cell is quarantined by the reader instead of failing the file;
+    undecodable bytes are replaced, not fatal (one invalid byte rejected the whole file), and a
+    stray quote that leaves a field open to the end of the file makes quotes plain text.
+    The bytes are read here, not by polars, which would decompress a file that starts like
+    zlib or gzip data without bound.
     """
     with source.open() as stream:
-        cells = pl.read_csv(stream, infer_schema=False, truncate_ragged_lines=True)
+        data = stream.read().removeprefix(BYTE_ORDER_MARK)
+    if b"\r" in data:  # CR-only line ends (old exporters, a damaged copy): one row per line
+        data = LONE_CR.sub(b"\n", data)
+    if data.startswith(POLARS_DECOMPRESSES) or not data.strip():
+        raise InputError("no CSV header (the file is empty or starts like compressed data)",
+                         source.name, 1)
+    try:
+        cells = pl.read_csv(data, infer_schema=False, truncate_ragged_lines=True,
+                            encoding="utf8-lossy")
+    except pl.exceptions.ComputeError:  # a stray quote: read it as text, line by line
+        cells = pl.read_csv(data, infer_schema=False, truncate_ragged_lines=True,
+                            encoding="utf8-lossy", quote_char=None)
+    except pl.exceptions.DuplicateError as error:
+        raise InputError(f"the CSV header repeats a column ({error})", source.name, 1) from None
+    cells = cells.rename(lambda column: column.strip().removeprefix("\ufeff").strip())
     return cells.with_row_index("line_no", offset=2)
+
+
+def require_columns(cells: pl.DataFrame, columns: tuple[str, ...], source: Source) -> None:
+    """A one-line error naming the header's missing ``columns``, before any is selected."""
+    missing = [c for c in columns if c not in cells.columns]
+    if missing:
+        raise InputError(f"the CSV header lacks {', '.join(missing)}", source.name, 1)
 
 
 def csv_row_text(cells: pl.DataFrame) -> pl.Expr:

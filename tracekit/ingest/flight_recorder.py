@@ -14,8 +14,10 @@ on every rank, unlike a counter over a ring buffer that dropped its oldest entri
 from __future__ import annotations
 
 import ast
+import io
 import json
 import re
+import reprlib
 from collections.abc import Iterator
 
 import polars as pl
@@ -24,6 +26,7 @@ from tracekit.core import schema
 from tracekit.core.errors import InputError
 from tracekit.ingest import nccl_names, safe_pickle
 from tracekit.ingest.base import Chunk, Reader, Source, quarantine_frame
+from tracekit.ingest.limits import check_json, too_large
 
 TORCH_DTYPES = {
     "Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
@@ -64,9 +67,13 @@ class FlightRecorderReader(Reader):
             b'"pg_config"' in head or b'"entries"' in head)
 
     def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
+        if source.size > source.limits.max_whole_file_bytes:
+            raise InputError(too_large("a Flight Recorder dump",
+                                       source.limits.max_whole_file_bytes,
+                                       "max_whole_file_bytes"), source.name)
         with source.open() as stream:
             data = stream.read()
-        dump = _load(data, source.name)
+        dump = _load(data, source)
         entries = dump.get("entries") or []
         if not isinstance(entries, list):
             raise InputError("Flight Recorder 'entries' is not a list", source.name)
@@ -74,10 +81,13 @@ class FlightRecorderReader(Reader):
         groups = _groups(dump)
         rows, bad = [], []
         for index, entry in enumerate(entries, start=1):
-            row = _row(entry, groups, rank) if isinstance(entry, dict) else None
+            try:
+                row = _row(entry, groups, rank) if isinstance(entry, dict) else None
+                reason = "entry without profiling_name or time_created_ns"
+            except (TypeError, ValueError, OverflowError, IndexError) as error:
+                row, reason = None, f"malformed entry ({type(error).__name__}: {error})"
             if row is None:
-                bad.append({"line_no": index, "line": repr(entry)[:500],
-                            "reason": "entry without profiling_name or time_created_ns"})
+                bad.append({"line_no": index, "line": reprlib.repr(entry), "reason": reason})
             else:
                 rows.append(row)
         collectives = pl.DataFrame(rows, schema={
@@ -107,14 +117,17 @@ class FlightRecorderReader(Reader):
                     skipped=0, bytes_read=len(data), notes=notes)
 
 
-def _load(data: bytes, path: str) -> dict:
+def _load(data: bytes, source: Source) -> dict:
+    """The dump as plain data, checked against the source's limits before it is walked."""
+    path, limits = source.name, source.limits
     if data.lstrip().startswith(b"{"):
+        check_json(source, io.BytesIO(data))
         try:
             dump = json.loads(data)
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
             raise InputError(f"invalid Flight Recorder JSON: {error}", path) from None
     else:
-        dump = safe_pickle.loads(data, path)
+        dump = safe_pickle.loads(data, path, limits)
     if not isinstance(dump, dict):
         raise InputError("not a Flight Recorder dump (top level is not a dict)", path)
     return dump
@@ -144,6 +157,8 @@ def _groups(dump: dict) -> dict[str, tuple[str | None, list[int]]]:
             members = ranks if isinstance(ranks, list) else ast.literal_eval(str(ranks))
         except (ValueError, SyntaxError):
             members = []
+        if not isinstance(members, list | tuple) or not all(map(_is_int64, members)):
+            members = []
         groups[str(config.get("name", key))] = (config.get("desc"), list(members))
     return groups
 
@@ -151,7 +166,7 @@ def _groups(dump: dict) -> dict[str, tuple[str | None, list[int]]]:
 def _row(entry: dict, groups: dict, rank: int | None) -> dict | None:
     name = str(entry.get("profiling_name") or "").removeprefix("nccl:")
     created = entry.get("time_created_ns")
-    if not name or not isinstance(created, int):
+    if not name or not _is_int64(created):
         return None
     p2p = P2P_NAME.match(name)
     op = p2p.group(1) if p2p else OPS.get(name, name)
@@ -165,13 +180,25 @@ def _row(entry: dict, groups: dict, rank: int | None) -> dict | None:
     return {
         "rank": rank, "comm": comm,
         "nranks": len(groups.get(comm, (None, []))[1]) or None,
-        "op": op, "seq": entry.get("op_id"), "op_count": seq_id, "count": count,
+        "op": op, "seq": _int64(entry.get("op_id")), "op_count": _int64(seq_id),
+        "count": _int64(count),
         "dtype": TORCH_DTYPES.get(dtypes[0]) if dtypes else None,
         "peer": int(p2p.group(3)) if p2p else None,
         "t_start_ns": created,
-        "t_end_ns": created + round(duration_ms * 1e6)
+        "t_end_ns": _int64(created + round(duration_ms * 1e6))
         if isinstance(duration_ms, int | float) else None,
     }
+
+
+def _is_int64(value: object) -> bool:
+    """A whole number a 64-bit column can hold (bools are not counts)."""
+    return isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**63
+
+
+def _int64(value: object) -> int | None:
+    """``value`` where an Int64 column can hold it; anything else (a float, a string, a
+    number beyond 64 bits) is unknown rather than a reason to lose the entry."""
+    return value if _is_int64(value) else None
 
 
 def _numel(shape) -> int:

@@ -23,6 +23,7 @@ from tracekit.ingest.base import (
     quarantine_frame,
     split_on_reason,
 )
+from tracekit.ingest.limits import POLARS_DECOMPRESSES
 
 COLUMNS = (
     "event_id", "t_call_ns", "duration_ns", "host", "pid", "rank", "device", "comm", "nranks",
@@ -89,7 +90,7 @@ def _parse_block(block: bytes) -> Chunk | None:
     first_end = block.find(b"\n") + 1 or len(block)
     has_header = block[:first_end].rstrip(b"\r\n") == HEADER.encode()
     data = block[first_end:] if has_header else block
-    if b"#" in data:
+    if b"#" in data or data.startswith(POLARS_DECOMPRESSES):  # polars would decompress it
         return None
     if not data:
         return Chunk(lines=int(has_header), skipped=int(has_header), bytes_read=len(block))

@@ -15,6 +15,7 @@ import polars as pl
 from tracekit.core import schema
 from tracekit.core.errors import InputError
 from tracekit.ingest.base import Chunk, Reader, Source
+from tracekit.ingest.limits import check_json
 
 TRUTH_COLUMNS = ("iteration", "t_start_ns", "t_end_ns", "duration_s", "healthy_s", "slow")
 """Columns that identify a ground-truth iteration file (tracekit/synth/labels.py)."""
@@ -122,6 +123,7 @@ TRUTH_CSV_HEADER = "iteration,t_start_ns,t_end_ns,duration_s"
 def _json_document(source: Source) -> object:
     try:
         with source.open() as stream:
+            check_json(source, stream)
             return json.load(stream)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise InputError(f"not valid JSON: {error}", source.name,

@@ -183,12 +183,14 @@ def _parse(source: Source, lines: pl.DataFrame, bytes_read: int, carry: _Carry,
 
     bad = pl.concat(quarantine).sort("line_no")
     consumed = pl.concat(used).unique()
+    # a line one parser consumed and another quarantined is not also skipped
+    accounted = pl.concat([consumed, bad["line_no"].cast(consumed.dtype)]).n_unique()
     return Chunk(
         tables={name: pl.concat([schema.conform(name, part) for part in parts])
                 for name, parts in tables.items()},
         quarantine=quarantine_frame(source, bad),
         lines=lines.height,
-        skipped=lines.height - consumed.len() - bad.height,
+        skipped=lines.height - accounted,
         bytes_read=bytes_read,
         notes=bad_number_note(dict(bad_numbers)),
     )

@@ -318,31 +318,37 @@ def _candidates(records: pl.DataFrame) -> pl.DataFrame:
     return records.filter(keep).with_columns(line.str.contains(MARKER_PATTERN).alias("_marker"))
 
 
+RECORD_CUT = "\x1f"
+"""Marks where :func:`_split_spliced` cuts a line: the ASCII unit separator, which NCCL never
+prints (a line that holds one has it replaced, so it cannot cut the line elsewhere)."""
+
+
 def _split_spliced(lines: pl.DataFrame) -> pl.DataFrame:
-    """Cut lines that hold two NCCL records (a process's write spliced into another's) into
-    two records with the same line number, so the complete one is not lost."""
+    """Cut lines that hold several NCCL records (a process's write spliced into another's)
+    into one record each with the same line number, so the complete ones are not lost. All
+    cuts of a line are found in one pass (no recursion, no copy of the line per record: a
+    1 MB line of glued records took 4.8 GB that way)."""
     if "spliced" not in lines.columns:
         lines = lines.with_columns(pl.lit(False).alias("spliced"))
     suspect = (pl.col("line").str.count_matches(" NCCL ", literal=True) > 1)
     spliced = lines.filter(suspect)
     if spliced.height == 0:
         return lines
-    # The first record's own envelope starts the line; look for the next one after it.
-    spliced = spliced.with_columns(
-        pl.col("line").str.splitn(" NCCL ", 2).struct.field("field_1").alias("_rest"))
-    spliced = spliced.with_columns(
-        (pl.col("line").str.len_chars() - pl.col("_rest").str.len_chars()).alias("_skip"))
-    spliced = spliced.with_columns(
-        (pl.col("_rest").str.find(SPLICE_PATTERN) + pl.col("_skip")).alias("_cut"))
-    spliced = spliced.filter(pl.col("_cut").is_not_null())
-    if spliced.height == 0:
+    # The first record's own envelope starts the line; look for the next ones after it.
+    parts = pl.col("line").str.replace_all(RECORD_CUT, "\ufffd", literal=True).str.splitn(
+        " NCCL ", 2)
+    marked = spliced.with_columns(pl.concat_str(
+        parts.struct.field("field_0"), pl.lit(" NCCL "),
+        parts.struct.field("field_1").str.replace_all(SPLICE_PATTERN, RECORD_CUT + "${0}"),
+    ).alias("_marked")).filter(pl.col("_marked").str.contains(RECORD_CUT, literal=True))
+    if marked.height == 0:
         return lines
-    heads = spliced.select("line_no", pl.col("line").str.head(pl.col("_cut")), "spliced")
-    tails = spliced.select("line_no", pl.col("line").str.slice(pl.col("_cut")),
-                           pl.lit(True).alias("spliced"))
-    tails = _split_spliced(tails)  # a line may hold more than two records
-    kept = lines.join(spliced.select("line_no"), on="line_no", how="anti")
-    return pl.concat([kept, heads, tails]).sort("line_no", maintain_order=True)
+    records = marked.select(
+        "line_no", pl.col("_marked").str.split(RECORD_CUT).alias("line"), "spliced",
+    ).explode("line").with_columns(
+        (pl.col("spliced") | (pl.int_range(pl.len()).over("line_no") > 0)).alias("spliced"))
+    kept = lines.join(marked.select("line_no"), on="line_no", how="anti")
+    return pl.concat([kept, records]).sort("line_no", maintain_order=True)
 
 
 def _repair_spliced_hosts(parts: pl.DataFrame, scanned: pl.DataFrame,

@@ -27,12 +27,13 @@ from typing import Any
 import polars as pl
 
 from tracekit.core import schema
-from tracekit.core.dataset import Dataset, create_dataset, source_record_key
+from tracekit.core.dataset import Dataset, dataset_writer, source_record_key
 from tracekit.core.errors import InputError, TracekitError
 from tracekit.core.parallel import Executor, LocalExecutor, Outcome, Report
 from tracekit.ingest import registry
 from tracekit.ingest.base import Chunk, Reader, Source, cores
-from tracekit.ingest.sources import MAX_ARCHIVE_BYTES, input_files, iter_sources
+from tracekit.ingest.limits import Limits, refuse_compressed
+from tracekit.ingest.sources import input_files, iter_sources
 
 ProgressCallback = Callable[[str, int, int], None]
 """Called as ``progress(source_name, bytes_done_delta, rows_delta)`` while reading."""
@@ -88,7 +89,6 @@ def ingest(
     format: str | None = None,
     options: dict[str, str] | None = None,
     progress: ProgressCallback | None = None,
-    max_archive_bytes: int = MAX_ARCHIVE_BYTES,
     executor: Executor | None = None,
 ) -> IngestSummary:
     """Ingest every file under ``paths`` into the dataset at ``output``.
@@ -96,15 +96,27 @@ def ingest(
     A missing path raises before anything is written. A source that cannot be read is reported
     as failed in the summary while the others complete; nothing of it is written. ``executor``
     (default: a local loop) runs the files; the dataset is the same whichever runs them.
+    Options named like a field of :class:`~tracekit.ingest.limits.Limits` raise that limit.
+    One ingest writes a dataset at a time (:func:`~tracekit.core.dataset.dataset_writer`).
     """
     options = dict(options or {})
+    limits = Limits.from_options(options)
     if format:
         registry.reader_for_format(format)
     files = input_files(paths)
-    dataset = create_dataset(output, job)
-    tasks = [_FileTask(str(file), str(dataset.path), dataset.job, format, options,
-                       max_archive_bytes, _known_records(dataset, str(file))) for file in files]
-    executor = executor or LocalExecutor()
+    with dataset_writer(output, job) as dataset:
+        summaries = _ingest_files(dataset, files, format, options, limits, progress,
+                                  executor or LocalExecutor())
+    return IngestSummary(output, summaries)
+
+
+def _ingest_files(dataset: Dataset, files: list[Path], format: str | None,
+                  options: dict[str, str], limits: Limits, progress: ProgressCallback | None,
+                  executor: Executor) -> list[SourceSummary]:
+    """Run the files on ``executor``, recording each source in the manifest (held by the
+    caller's writer lock) as its file completes."""
+    tasks = [_FileTask(str(file), str(dataset.path), dataset.job, format, options, limits,
+                       _known_records(dataset, str(file))) for file in files]
     last_save = time.monotonic()
 
     def record(outcome: Outcome) -> None:
@@ -125,7 +137,7 @@ def ingest(
         **executor.description, "partitions": len(tasks),
         "failed_partitions": sum(not o.ok for o in outcomes)}
     dataset.save_manifest()
-    return IngestSummary(output, summaries)
+    return summaries
 
 
 def _known_records(dataset: Dataset, file: str) -> dict[str, dict[str, Any]]:
@@ -144,7 +156,7 @@ class _FileTask:
     job: str
     format: str | None
     options: dict[str, str]
-    max_archive_bytes: int
+    limits: Limits
     known: dict[str, dict[str, Any]]
 
 
@@ -156,8 +168,14 @@ def _ingest_file(task: _FileTask, report: Report | None = None) -> list[
     dataset = Dataset(Path(task.dataset), {"job": task.job})
     forced = registry.reader_for_format(task.format) if task.format else None
     results = []
+
+    def refused(error: InputError) -> None:
+        results.append((SourceSummary(error.path or task.path, status="failed",
+                                      error=str(error)), None))
+
     try:
-        for source in iter_sources([Path(task.path)], task.max_archive_bytes):
+        for source in iter_sources([Path(task.path)], task.limits, refused):
+            source.limits = task.limits
             results.append(_ingest_source(dataset, source, forced, task.options, task.known,
                                           report))
     except TracekitError as error:
@@ -197,6 +215,7 @@ def _ingest_source(
 ) -> tuple[SourceSummary, dict[str, Any] | None]:
     summary = SourceSummary(source.name)
     try:
+        refuse_compressed(source.head, source.name)
         reader = forced or registry.sniff(source)
         summary.format = reader.format
         known = _earlier_record(source, reader, known_records)
@@ -285,16 +304,17 @@ def _remove_older_parts(dataset: Dataset, prefix: str, written: dict[str, set[Pa
     """Remove the parts of earlier ingests of these bytes that this one did not rewrite.
 
     Bytes new to this path can have parts only from an interrupted ingest of the same bytes,
-    which wrote the same rank folders: in a rank-split table only those are looked at.
-    Looking in every rank folder for every source made ingesting one file per process into
-    one folder per rank quadratic (1,000 files into 1,000 folders: a million directory
-    listings). A parser or format change (``reread``) may have moved rows: all are looked at.
+    which wrote the same tables and folders: only those are looked at. Looking in every
+    folder of every table for every source made ingest quadratic (1,000 files into 1,000
+    rank folders: a million directory listings; 100,000 archive members each listing every
+    table). A parser or format change (``reread``) may have moved rows: all are looked at.
     """
     for name in schema.TABLES:
         keep = written.get(name, set())
-        targeted = name in HIVE_BY_RANK and bool(keep) and not reread
-        dataset.remove_parts(name, prefix, keep, folders={p.parent for p in keep} if targeted
-                             else None)
+        if reread:
+            dataset.remove_parts(name, prefix, keep)
+        elif keep:
+            dataset.remove_parts(name, prefix, keep, folders={p.parent for p in keep})
 
 
 PART_ROWS = 1_000_000

@@ -10,6 +10,7 @@ series (``nccl_*``) belong to the collective ingest and are left alone.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -28,9 +29,11 @@ from tracekit.ingest.base import (
     iter_line_batches,
     quarantine_frame,
     read_csv_cells,
+    require_columns,
     split_on_reason,
 )
 from tracekit.ingest.ipmitool import disambiguate, sensor_metric
+from tracekit.ingest.limits import check_json
 from tracekit.ingest.rnic import nic_rows
 from tracekit.ingest.snapshots import SnapshotClock, epoch_ns, missing_time_error
 
@@ -86,8 +89,16 @@ def parse_exposition(lines: pl.DataFrame) -> Exposition:
         pl.lit("}"),
     )
     texts = good.select(as_json.alias("labels")).to_series()
-    labels = texts.str.json_decode(infer_schema_length=None) if len(texts) \
-        else pl.Series("labels", [], pl.Struct({}))
+    try:
+        labels = texts.str.json_decode(infer_schema_length=None) if len(texts) \
+            else pl.Series("labels", [], pl.Struct({}))
+    except pl.exceptions.ComputeError:  # one label set polars cannot read fails the batch
+        valid = pl.Series([_is_json(text) for text in texts])
+        bad = pl.concat([bad, good.filter(~valid).select(
+            "line_no", "line", pl.lit("malformed label set").alias("reason"))]).sort("line_no")
+        good, texts = good.filter(valid), texts.filter(valid)
+        labels = texts.str.json_decode(infer_schema_length=None) if len(texts) \
+            else pl.Series("labels", [], pl.Struct({}))
     samples = good.select(
         "line_no",
         pl.col("_name").alias("name"),
@@ -389,6 +400,15 @@ def nccl_only(names: pl.Series) -> bool:
     return bool(len(names)) and bool(names.str.starts_with("nccl_").all())
 
 
+def _is_json(text: str) -> bool:
+    """Whether one label set, as JSON, parses: the slow path, only for a batch that failed."""
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
 class PrometheusTextReader(Reader):
     format = "prometheus-text"
     version = "2"
@@ -433,6 +453,7 @@ class PrometheusJsonReader(Reader):
 
     def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
         with source.open() as stream:
+            check_json(source, stream)
             text = stream.read().decode("utf-8", errors="replace")
         try:
             document = pl.Series([text]).str.json_decode(infer_schema_length=None)
@@ -487,6 +508,7 @@ class PrometheusCsvReader(Reader):
 
     def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
         frame = read_csv_cells(source)
+        require_columns(frame, ("timestamp", "__name__", "value"), source)
         label_columns = [c for c in frame.columns
                          if c not in ("line_no", "timestamp", "__name__", "value")]
         framed = frame.with_columns(

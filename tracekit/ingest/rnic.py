@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import polars as pl
 
 from tracekit.core import schema
-from tracekit.core.counters import collapse_repeats, counter_rates
+from tracekit.core.counters import collapse_repeats, counter_rates, split_glitches
 from tracekit.core.identity import short_host
 from tracekit.ingest.base import Chunk, Reader, Source, iter_line_batches, quarantine_frame
 from tracekit.ingest.snapshots import SnapshotClock, missing_time_error
@@ -54,12 +54,16 @@ def _counter_chunk(source: Source, lines: pl.DataFrame, samples: pl.DataFrame,
     notes = []
     if samples.height and samples["host"].null_count():
         notes.append("no host name in the file; pass --option host=NAME")
-    rows = nic_rows(samples)
+    samples, glitches = split_glitches(samples, NIC_SERIES)
+    rows = nic_rows(samples.drop("line_no", "line"))
+    bad = pl.concat([bad.select("line_no", "line", "reason"), glitches.select(
+        "line_no", "line", pl.lit("counter reads below its neighbours (a bad read, not a "
+                                  "reset)").alias("reason"))]).sort("line_no")
     return Chunk(
         tables={"nic_counters": rows},
         quarantine=quarantine_frame(source, bad),
         lines=lines.height,
-        skipped=lines.height - samples.height - bad.height,
+        skipped=lines.height - samples.height - bad.height + (samples.height - rows.height),
         bytes_read=bytes_read,
         notes=notes + ([f"collapsed {samples.height - rows.height} repeated samples"]
                        if samples.height > rows.height else []),
@@ -97,7 +101,7 @@ class Mlx5HwCountersReader(Reader):
                 pl.lit("counter value is not an integer").alias("reason"))
             good = typed.filter(pl.col("value").is_not_null()).select(
                 pl.col("snap_ts_ns").alias("ts_ns"), short_host(pl.col("snap_host")).alias("host"),
-                "device", "port", "counter", "value",
+                "device", "port", "counter", "value", "line_no", "line",
             )
             yield _counter_chunk(source, lines, good, bad, batch.bytes_read)
 
@@ -142,7 +146,7 @@ class EthtoolStatsReader(Reader):
             good = good.select(
                 pl.col("snap_ts_ns").alias("ts_ns"), short_host(pl.col("snap_host")).alias("host"),
                 pl.col("_device").alias("device"), pl.lit(None, pl.Int32).alias("port"),
-                "counter", "value",
+                "counter", "value", "line_no", "line",
             )
             yield _counter_chunk(source, lines, good, bad, batch.bytes_read)
 

@@ -12,9 +12,7 @@ import io
 import pickle
 
 from tracekit.core.errors import InputError
-
-MAX_PICKLE_BYTES = 512 * 1024 * 1024
-"""Larger files are refused before unpickling (a Flight Recorder dump is a few MB)."""
+from tracekit.ingest.limits import Limits, check_nesting, too_large
 
 ALLOWED_GLOBALS = frozenset({("builtins", "set"), ("builtins", "frozenset"),
                              ("_codecs", "encode")})
@@ -30,14 +28,20 @@ class _RestrictedUnpickler(pickle.Unpickler):
                                      "(containers and scalars) is allowed")
 
 
-def loads(data: bytes, path: str) -> object:
-    """The plain-data object pickled in ``data``; InputError naming ``path`` otherwise."""
-    if len(data) > MAX_PICKLE_BYTES:
-        raise InputError(f"pickle larger than {MAX_PICKLE_BYTES} bytes; refusing to load it", path)
+def loads(data: bytes, path: str, limits: Limits | None = None) -> object:
+    """The plain-data object pickled in ``data``; InputError naming ``path`` otherwise. The
+    unpickler is a stack machine (no recursion); the object is then checked for depth and
+    shared references (:func:`~tracekit.ingest.limits.check_nesting`) before anyone walks it."""
+    limits = limits or Limits()
+    if len(data) > limits.max_whole_file_bytes:
+        raise InputError(too_large("pickle", limits.max_whole_file_bytes,
+                                   "max_whole_file_bytes"), path)
     try:
-        return _RestrictedUnpickler(io.BytesIO(data)).load()
+        value = _RestrictedUnpickler(io.BytesIO(data)).load()
     except pickle.UnpicklingError as error:
         raise InputError(f"unsafe or corrupt pickle: {error}", path) from None
     except (EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError,
-            MemoryError, RecursionError) as error:
+            LookupError, MemoryError, RecursionError, OverflowError) as error:
         raise InputError(f"corrupt pickle ({type(error).__name__}: {error})", path) from None
+    check_nesting(value, len(data), limits, path)
+    return value

@@ -2,22 +2,22 @@
 
 Archives are read member by member without extracting anything to disk. Members with absolute
 names, ``..`` components or links are refused (a dump is untrusted input), and the decompressed
-size is capped so a compression bomb cannot fill the disk or memory.
+size is capped, in total and per compressed byte (:class:`~tracekit.ingest.limits.Limits`), so
+a compression bomb cannot fill the disk or memory.
 """
 
 from __future__ import annotations
 
 import tarfile
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 
 from tracekit.core.errors import InputError
 from tracekit.ingest.base import Source
+from tracekit.ingest.limits import EXPANSION_GRACE_BYTES, Limits, too_large
 
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
-MAX_ARCHIVE_BYTES = 64 * 1024**3
-"""Default cap on the decompressed size of one archive."""
 SPOOL_IN_MEMORY_BYTES = 64 * 1024**2
 """Archive members up to this size are held in memory, larger ones spill to a temporary file."""
 IGNORED_NAMES = {"manifest.json", ".DS_Store"}
@@ -44,11 +44,17 @@ def input_files(paths: list[Path]) -> list[Path]:
     return files
 
 
-def iter_sources(paths: list[Path], max_archive_bytes: int = MAX_ARCHIVE_BYTES) -> Iterator[Source]:
+Refusal = Callable[[InputError], None]
+"""Told of an archive member refused for its name or type, so the members after it are still
+read (without one, the refusal is raised)."""
+
+
+def iter_sources(paths: list[Path], limits: Limits | None = None,
+                 on_refused: Refusal | None = None) -> Iterator[Source]:
     """Every input under ``paths`` as sources: files as they are, archives member by member."""
     for file in input_files(paths):
         if is_archive(file):
-            yield from iter_archive(file, max_archive_bytes)
+            yield from iter_archive(file, limits or Limits(), on_refused)
         else:
             yield _file_source(file)
 
@@ -67,8 +73,12 @@ def _file_source(path: Path) -> Source:
     return Source(str(path), size, lambda: path.open("rb"))  # noqa: SIM115 (caller closes)
 
 
-def iter_archive(path: Path, max_bytes: int = MAX_ARCHIVE_BYTES) -> Iterator[Source]:
-    """The regular-file members of a tar archive as sources, after safety checks."""
+def iter_archive(path: Path, limits: Limits | None = None,
+                 on_refused: Refusal | None = None) -> Iterator[Source]:
+    """The regular-file members of a tar archive as sources, after safety checks. Members'
+    sizes are checked against the limits before each is spooled (the tar header gives them)."""
+    limits = limits or Limits()
+    packed = path.stat().st_size
     try:
         archive = tarfile.open(path, mode="r:*")  # noqa: SIM115 (closed by the with below)
     except (tarfile.TarError, OSError) as error:
@@ -77,14 +87,17 @@ def iter_archive(path: Path, max_bytes: int = MAX_ARCHIVE_BYTES) -> Iterator[Sou
     with archive:
         for member in archive:
             name = f"{path}!{member.name}"
-            _check_member(member, name)
+            try:
+                _check_member(member, name)
+            except InputError as refusal:
+                if on_refused is None:
+                    raise
+                on_refused(refusal)
+                continue
             if not member.isfile():
                 continue
             total += member.size
-            if total > max_bytes:
-                raise InputError(
-                    f"archive expands beyond {max_bytes} bytes; raise the limit with "
-                    "--max-archive-bytes if this is expected", str(path))
+            _check_expansion(total, packed, limits, name)
             stream = archive.extractfile(member)
             if stream is None:
                 continue
@@ -93,6 +106,17 @@ def iter_archive(path: Path, max_bytes: int = MAX_ARCHIVE_BYTES) -> Iterator[Sou
                 spool.write(block)
             yield _spooled_source(name, member.size, spool)
             spool.close()
+
+
+def _check_expansion(total: int, packed: int, limits: Limits, name: str) -> None:
+    """Refuse an archive whose members up to ``name`` decompress beyond the limits."""
+    if total > limits.max_archive_bytes:
+        raise InputError(too_large("the archive's decompressed size",
+                                   limits.max_archive_bytes, "max_archive_bytes"), name)
+    if total > EXPANSION_GRACE_BYTES and total > limits.max_expansion * packed:
+        raise InputError(f"the archive expands {total // max(packed, 1):,}x its size (limit "
+                         f"{limits.max_expansion}x: a compression bomb?); if it is trusted, "
+                         "raise it with --option max_expansion=N", name)
 
 
 def _check_member(member: tarfile.TarInfo, name: str) -> None:

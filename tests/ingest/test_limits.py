@@ -1,0 +1,203 @@
+"""The limits of one ingest: each hostile dump of issue 22, rebuilt small, ends in a one-line
+error naming the file (or in parsed rows) within bounded memory, and each limit can be raised."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import pickle
+import resource
+import tracemalloc
+
+import polars as pl
+import pytest
+
+from tracekit.core.errors import InputError
+from tracekit.ingest import safe_pickle
+from tracekit.ingest.base import LINE_BATCH_BYTES, Source
+from tracekit.ingest.limits import Limits, check_nesting, json_nesting
+from tracekit.ingest.pipeline import ingest
+
+BOUND_BYTES = 256 * 1024**2
+"""What a refused hostile input may cost the test process: far below what reading it would
+(gigabytes), far above what refusing it takes."""
+
+
+def peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def only_failure(summary) -> str:
+    [source] = summary.sources
+    assert source.status == "failed"
+    assert "\n" not in source.error
+    return source.error
+
+
+def test_limits_come_from_options_and_leave_the_rest():
+    options = {"max_line_bytes": "100", "tz": "UTC"}
+    assert Limits.from_options(options) == Limits(max_line_bytes=100)
+    assert options == {"tz": "UTC"}
+    with pytest.raises(InputError, match=r"--option max_nesting='deep' is not a whole number"):
+        Limits.from_options({"max_nesting": "deep"})
+
+
+@pytest.mark.parametrize("forced", [None, "nccl-debug", "hook-csv", "prometheus-text"])
+def test_gzip_of_zeros_is_refused_without_decompressing(tmp_path, forced):
+    """2 MB of gzip that polars would decompress to 2 GB, with and without --format."""
+    bomb = tmp_path / "zeros.log"
+    bomb.write_bytes(gzip.compress(bytes(2 * 1024**2), compresslevel=9) * 1000)
+    assert bomb.stat().st_size < 2.1e6
+    before = peak_rss_bytes()
+    error = only_failure(ingest([bomb], tmp_path / "ds", format=forced))
+    assert error == (f"{bomb}: gzip-compressed file: decompress it first, or pack it in a "
+                     ".tar.gz / .tar.xz archive (whose expansion tracekit bounds)")
+    assert peak_rss_bytes() - before < BOUND_BYTES
+
+
+def test_block_that_starts_like_zlib_is_split_as_text(tmp_path):
+    """``x^`` is zlib's magic to polars: a log starting so is text, read line by line."""
+    log = tmp_path / "train.log"
+    log.write_text("x^ not compressed\n" + "gpu-a17:1:1 [0] NCCL INFO cudaDriverVersion 1\n")
+    [source] = ingest([log], tmp_path / "ds", format="nccl-debug").sources
+    assert (source.status, source.lines, source.skipped) == ("ingested", 2, 2)
+
+
+def test_long_line_is_an_error_naming_file_and_line_and_the_limit_can_be_raised(tmp_path):
+    """A file of zeros without a line end is one line: it stops at the limit (16 MiB past
+    the first batch), not at the end of the file."""
+    log = tmp_path / "rank0.log"
+    log.write_bytes(b"short\n" * 3 + bytes(2 * LINE_BATCH_BYTES + 1) + b"\nshort\n")
+    error = only_failure(ingest([log], tmp_path / "ds", format="nccl-debug"))
+    assert error == (f"{log}:4: line exceeds the limit of 16,777,216 bytes; if the input is "
+                     "trusted, raise it with --option max_line_bytes=N")
+    [raised] = ingest([log], tmp_path / "ds", format="nccl-debug",
+                      options={"max_line_bytes": str(4 * LINE_BATCH_BYTES)}).sources
+    assert (raised.status, raised.lines) == ("ingested", 5)
+
+
+def test_long_line_of_a_stream_that_cannot_seek(tmp_path):
+    """Archive members larger than the in-memory spool are files; small ones and pipes are
+    streams: both splitters stop at the limit."""
+    from tracekit.ingest.base import iter_line_blocks
+
+    class Pipe(io.BytesIO):
+        def seekable(self):
+            return False
+
+    data = b"a\nb\n" + b"x" * 10_000
+    source = Source("pipe", len(data), lambda: Pipe(data), limits=Limits(max_line_bytes=3000))
+    with pytest.raises(InputError, match=r"^pipe:3: line exceeds the limit of 3,000 bytes"):
+        list(iter_line_blocks(source, batch_bytes=1024))
+
+
+def test_shared_reference_pickle_is_refused_quickly():
+    """40 levels of ``x = [x, x]``: a few hundred bytes, 2^40 nodes to any walk."""
+    node: list = []
+    for _ in range(40):
+        node = [node, node]
+    data = pickle.dumps({"version": "2.1", "entries": node}, protocol=2)
+    assert len(data) < 400
+    with pytest.raises(InputError, match=r"^fr0: shared references expand the \d+-byte document "
+                       "beyond one node per byte"):
+        safe_pickle.loads(data, "fr0")
+
+
+def test_unshared_pickle_of_the_same_shape_loads():
+    tree = {"entries": [[i, [i, str(i)]] for i in range(1000)]}
+    assert safe_pickle.loads(pickle.dumps(tree), "fr0") == tree
+
+
+@pytest.mark.parametrize("kind", ["pickle", "json"])
+def test_deep_flight_recorder_entry_is_refused(tmp_path, kind):
+    path = tmp_path / f"fr_trace_rank_0.{'pkl' if kind == 'pickle' else 'json'}"
+    if kind == "pickle":  # written by hand: pickle.dumps itself recurses on it
+        def text(value: str) -> bytes:
+            return b"X" + len(value).to_bytes(4, "little") + value.encode()
+
+        path.write_bytes(b"\x80\x02}(" + text("version") + text("2.1") + text("entries")
+                         + b"]}" + text("input_sizes") + b"]" * 5000 + b"a" * 4999
+                         + b"sau.")
+    else:
+        path.write_text('{"version": "2.1", "entries": [{"input_sizes": '
+                        + "[" * 5000 + "]" * 5000 + "}]}")
+    error = only_failure(ingest([path], tmp_path / "ds", format="flight-recorder"))
+    assert error == (f"{path}: nested deeper than the limit of 64 levels; if the input is "
+                     "trusted, raise it with --option max_nesting=N")
+
+
+def test_malformed_flight_recorder_entries_are_quarantined_one_by_one(tmp_path):
+    entries = [
+        {"profiling_name": "nccl:all_reduce", "time_created_ns": 10, "duration_ms": 1.0,
+         "input_sizes": [[2, 2]], "input_dtypes": ["Float"], "process_group": ["0", "x"]},
+        {"profiling_name": "nccl:all_reduce", "time_created_ns": 20,
+         "input_sizes": [[2.5, "a"]]},                                   # float / text sizes
+        {"profiling_name": "nccl:all_reduce", "time_created_ns": 30, "duration_ms": float("inf")},
+        {"profiling_name": "nccl:all_reduce", "time_created_ns": 2**70},  # beyond Int64
+        {"profiling_name": "nccl:all_reduce", "time_created_ns": 40, "op_id": "seven",
+         "input_dtypes": "Float", "process_group": 3},                   # scalars, not lists
+    ]
+    dump = {"version": "2.1", "pg_config": {"0": {"name": "0", "ranks": 5}}, "entries": entries}
+    path = tmp_path / "fr_trace_rank_0.pkl"
+    path.write_bytes(pickle.dumps(dump))
+    [source] = ingest([path], tmp_path / "ds").sources
+    assert source.status == "ingested"
+    assert (source.lines, source.rows, source.quarantined) == (
+        5, {"collectives": 1, "comms": 1}, 4)
+    quarantine = pl.read_parquet(tmp_path / "ds" / "quarantine" / "*.parquet").sort("line_no")
+    assert quarantine["line_no"].to_list() == [2, 3, 4, 5]
+    assert quarantine["reason"].str.starts_with("malformed entry (").to_list() == [
+        True, True, False, True]  # entry 4's creation time is beyond Int64: no usable time
+
+
+def test_prometheus_json_with_a_deep_label_is_refused(tmp_path):
+    """A 2.2 KB query result whose label is a 1,000-deep list (13.8 GB in polars' decoder)."""
+    label = "[" * 1000 + "]" * 1000
+    path = tmp_path / "query.json"
+    path.write_text('{"status": "success", "data": {"resultType": "vector", "result": '
+                    f'[{{"metric": {{"gpu": {label}}}, "value": [1, "2"]}}]}}}}')
+    tracemalloc.start()
+    error = only_failure(ingest([path], tmp_path / "ds"))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert error == (f"{path}: nested deeper than the limit of 64 levels; if the input is "
+                     "trusted, raise it with --option max_nesting=N")
+    assert peak < BOUND_BYTES
+
+
+def test_json_nesting_ignores_brackets_in_strings_across_blocks(monkeypatch):
+    from tracekit.ingest import limits
+
+    monkeypatch.setattr(limits, "JSON_SCAN_BYTES", 3)
+    text = rb'{"a": "[[[\"]]", "b": "\\", "c": [[1], {"d": []}]}'
+    assert json_nesting(io.BytesIO(text)) == 4
+    assert json_nesting(io.BytesIO(b"[" * 70 + b"]" * 70)) == 70
+
+
+def test_check_nesting_is_iterative():
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(InputError, match="nested deeper than the limit of 64 levels"):
+        check_nesting(deep, 10**9, Limits(), "x")
+    check_nesting(deep, 10**9, Limits(max_nesting=200_000), "x")
+
+
+def test_one_megabyte_line_of_glued_nccl_records_is_cut_into_records(tmp_path):
+    """One line of many spliced COLL records (4.8 GB through the recursive cut) parses into
+    one call per record within bounded memory."""
+    record = ("gpu-a17:31171:31171 [1] NCCL INFO AllReduce: opCount {n:x} sendbuff 0x1 "
+              "recvbuff 0x1 count 1 datatype 7 op 0 root 0 comm 0x5607be21c4d0 [nranks=16] "
+              "stream 0x5607bd9a2c40")
+    glued = "".join(record.format(n=n) for n in range(6000))
+    assert len(glued) > 10**6
+    log = tmp_path / "rank1.log"
+    log.write_text("gpu-a17:31171:31171 [1] NCCL INFO comm 0x5607be21c4d0 rank 1 nranks 16 "
+                   "cudaDev 1 nvmlDev 1 busId 2a000 commId 0x1 - Init COMPLETE\n" + glued + "\n")
+    before = peak_rss_bytes()
+    [source] = ingest([log], tmp_path / "ds", format="nccl-debug").sources
+    assert peak_rss_bytes() - before < BOUND_BYTES
+    assert source.status == "ingested"
+    assert source.rows["collectives"] == 6000
+    calls = pl.read_parquet(tmp_path / "ds" / "collectives" / "**" / "*.parquet")
+    assert calls["op_count"].sort().to_list() == list(range(6000))
