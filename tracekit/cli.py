@@ -171,6 +171,7 @@ def ingest(
     from tracekit.parallel import open_executor
 
     options = parse_options(option)
+    _check_options(options, format)
     with open_executor(cluster) as executor, Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(),
         TransferSpeedColumn(), TextColumn("{task.fields[rows]:,} rows"), TimeRemainingColumn(),
@@ -185,6 +186,24 @@ def ingest(
         summary = run_ingest(sources, output, job=job, format=format, options=options,
                              progress=advance, executor=executor)
     _print_ingest(summary, format, as_json)
+
+
+def _check_options(options: dict[str, str], forced: str | None) -> None:
+    """Refuse an ``--option`` key that the forced format (or, sniffing, every format) ignores:
+    a misspelt key would otherwise be dropped silently."""
+    from tracekit.errors import TracekitError
+    from tracekit.ingest.registry import reader_for_format, readers
+
+    candidates = [reader_for_format(forced)] if forced else readers()
+    accepted = {key for reader in candidates for key in reader.options}
+    for key in options:
+        if key not in accepted:
+            readers_of = [r.format for r in readers() if key in r.options]
+            raise TracekitError(
+                f"--option {key}: " + (f"format {forced} does not use it" if forced else
+                                        "no format uses it")
+                + (f" (used by {', '.join(readers_of)})" if readers_of else "")
+                + f"; accepted keys: {', '.join(sorted(accepted)) or 'none'}")
 
 
 def _print_ingest(summary, forced: str | None, as_json: bool) -> None:

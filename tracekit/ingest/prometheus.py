@@ -391,6 +391,7 @@ def nccl_only(names: pl.Series) -> bool:
 
 class PrometheusTextReader(Reader):
     format = "prometheus-text"
+    options = ("ts", "host", "identity_map")
     version = "2"
     tables = ("gpu_metrics", "nic_counters", "host_metrics")
     priority = 60
@@ -423,6 +424,7 @@ class PrometheusTextReader(Reader):
 
 class PrometheusJsonReader(Reader):
     format = "prometheus-json"
+    options = ("host", "identity_map")
     version = "1"
     tables = ("gpu_metrics", "nic_counters", "host_metrics")
     priority = 30
@@ -475,6 +477,7 @@ class PrometheusJsonReader(Reader):
 
 class PrometheusCsvReader(Reader):
     format = "prometheus-csv"
+    options = ("host", "identity_map")
     version = "1"
     tables = ("gpu_metrics", "nic_counters", "host_metrics")
     priority = 30
