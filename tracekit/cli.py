@@ -234,8 +234,48 @@ def _print_ingest(summary, forced: str | None, as_json: bool) -> None:
         print_error(f"{summary.dataset}: nothing was ingested ({found}); check the dump holds "
                     "files tracekit reads (`tracekit formats`)")
         raise typer.Exit(2)
+    mixed = _mixed_jobs(summary.dataset)
+    if mixed:
+        print_error(mixed)
+        raise typer.Exit(2)
     if summary.failed or (forced and empty):
         raise typer.Exit(1)
+
+
+def _mixed_jobs(path: Path) -> str | None:
+    """Why the dataset looks like two jobs merged: one rank's calls from two sources of one
+    format at overlapping times (a restarted job's logs follow each other; two jobs' overlap),
+    which would otherwise show up later as a spurious imbalance. None when it does not."""
+    import polars as pl
+
+    from tracekit.dataset import open_dataset
+
+    opened = open_dataset(path)
+    by_prefix = {s["key"][:16]: s for s in opened.manifest["sources"] if "key" in s}
+    parts = pl.DataFrame({"part": [str(p) for p in opened.parts("collectives")]},
+                         schema={"part": pl.String})
+    parts = parts.with_columns(
+        rank=pl.col("part").str.extract(r"rank=(-?\d+)"),
+        prefix=pl.col("part").str.extract(r"([0-9a-f]{16})-\d+\.parquet$"))
+    for (rank,), group in parts.group_by("rank", maintain_order=True):
+        if group["prefix"].n_unique() < 2:
+            continue
+        spans = {}
+        for prefix, files in group.group_by("prefix").agg("part").iter_rows():
+            source = by_prefix.get(prefix)
+            span = pl.scan_parquet(files).select(
+                pl.col("t_start_ns").min().alias("lo"), pl.col("t_start_ns").max().alias("hi")
+            ).collect().row(0)
+            if source is not None and None not in span:
+                spans.setdefault(source["format"], []).append((span, source["path"]))
+        for runs in spans.values():
+            runs.sort()
+            for (first, a), (second, b) in zip(runs, runs[1:], strict=False):
+                if second[0] <= first[1]:
+                    return (f"{path}: rank {rank} has calls from {a} and {b} at the same time: "
+                            "they look like two jobs; ingest each job into its own dataset "
+                            "(-o), after removing this one")
+    return None
 
 
 def _grouped(message: str, count: int, paths: list[str]) -> str:
