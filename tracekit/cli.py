@@ -674,4 +674,8 @@ def attribute(
         say(f"[bold]pipeline stages[/]: {result.stages.cause}, "
             f"{result.stages.target or 'no culprit'}\n  {result.stages.evidence}")
     if result.episodes.is_empty() and result.stages is None:
-        console.print("no episodes to attribute (run `tracekit detect` first)")
+        from tracekit.dataset import open_dataset
+
+        detected = "detect" in open_dataset(dataset).manifest.get("build", {})
+        say("no episodes to attribute: " + ("detection found no fail-slow" if detected else
+                                            "run `tracekit detect` first"))
