@@ -227,3 +227,14 @@ def test_repeated_messages_are_counted_once():
     groups = grouped_messages([("a", "a: no timestamps"), ("b", "b: no timestamps"),
                                ("c", "c: other")])
     assert groups == [("no timestamps", 2, ["a", "b"]), ("other", 1, ["c"])]
+
+
+def test_analyze_of_two_jobs_exits_2_after_saying_so(tmp_path):
+    folder = tmp_path / "two"
+    folder.mkdir()
+    write_dump(folder / "job1", calls=6)
+    write_dump(folder / "job2", calls=8)
+    result = runner.invoke(app, ["analyze", str(folder), "-o", str(tmp_path / "ds")])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[-1].startswith(
+        f"error: {tmp_path / 'ds'}: rank 0 has calls from {folder / 'job1' / 'calls.csv'} and ")

@@ -474,11 +474,15 @@ def analyze(
         detect_stage = next(s for s in result.stages if s.name == "detect")
         say(f"detection did not run ({detect_stage.detail}): no verdict")
     elif result.episodes.height == 0:
-        say(f"verdict ({result.detector}): no fail-slow episode")
+        say(f"verdict ({result.detector}): none")
     else:
         _show_episodes(result.episodes, f"fail-slow episodes ({result.detector})")
     if not as_json:
         say(f"dataset: {result.dataset}\nreport:  {result.report_html}")
+    mixed = _mixed_jobs(result.dataset)
+    if mixed:
+        print_error(mixed)
+        raise typer.Exit(2)
     failed = [s for s in result.stages if s.status == "failed"]
     for stage in failed:
         print_error(f"stage {stage.name} failed: {stage.detail}")
@@ -611,7 +615,7 @@ def detect(
         f"{plural(found.episodes.height, 'episode')} written to {dataset}")
     if verdict is not None:
         say(f"verdict ({name}): "
-            + (plural(verdict.height, "episode") if verdict.height else "no fail-slow episode"))
+            + (plural(verdict.height, "episode") if verdict.height else "none"))
 
 
 @command()
