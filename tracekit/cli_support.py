@@ -56,6 +56,10 @@ def print_json(document: Any) -> None:
     print(json.dumps(document, default=str))
 
 
+UNBOUNDED_WIDTH = 100_000
+"""Width a table is measured within to learn how wide it wants to be uncut."""
+
+
 def show_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[str]],
                right: Iterable[str] = ()) -> None:
     """A table where it fits the terminal; otherwise (a narrow terminal, a pipe, a CI log) one
@@ -67,8 +71,8 @@ def show_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[str]]
         table.add_column(column, justify="right" if column in set(right) else "left")
     for row in rows:
         table.add_row(*row)
-    if console.is_terminal and Measurement.get(
-            console, console.options, table).maximum <= console.width:
+    unbounded = console.options.update_width(UNBOUNDED_WIDTH)  # a table measures within its bound
+    if console.is_terminal and Measurement.get(console, unbounded, table).maximum <= console.width:
         console.print(table)
         return
     print(title)
