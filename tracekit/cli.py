@@ -30,6 +30,7 @@ from tracekit.cli_support import (
     format_span,
     grouped_messages,
     parse_options,
+    plural,
     print_error,
     print_json,
     say,
@@ -62,11 +63,6 @@ def main(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
 ) -> None:
     state["debug"] = debug
-
-
-def plural(count: int, noun: str) -> str:
-    """``1 episode``, ``2 episodes``."""
-    return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
 @command()

@@ -119,6 +119,11 @@ def parse_options(pairs: list[str] | None) -> dict[str, str]:
     return options
 
 
+def plural(count: int, noun: str) -> str:
+    """``1 episode``, ``2 episodes``."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
 def format_ns(ns: int | None) -> str:
     if ns is None:
         return "-"
