@@ -341,3 +341,16 @@ def test_a_compound_labeled_as_two_episodes_is_named_by_one_verdict(detected, ri
     matches = episode_matches(labels, episodes)
     assert matches["target_correct"].to_list() == right
     assert matches["cause_correct"].to_list() == [True, True]
+
+
+def test_cause_accuracy_counts_missed_and_unattributed_as_wrong():
+    matches = pl.DataFrame({
+        "detector": ["d"] * 4, "cause": ["gpu-thermal", "gpu-thermal", "gpu-thermal",
+                                         "cpu-contention"],
+        "detected": [True, True, False, True],
+        "target_correct": [True, None, None, False], "cause_correct": [True, None, None, True]})
+    from tracekit.evaluate import cause_accuracy
+    rows = cause_accuracy(matches).select("cause", "recall_text", "culprit_text",
+                                          "cause_right_text").rows()
+    assert rows == [("cpu-contention", "100.0 (1/1)", "0.0 (0/1)", "100.0 (1/1)"),
+                    ("gpu-thermal", "66.7 (2/3)", "33.3 (1/3)", "33.3 (1/3)")]

@@ -529,6 +529,7 @@ def eval_command(
 ) -> None:
     """Accuracy, FPR, FNR, culprit and cause accuracy per category and detector; episode
     precision, recall, delay."""
+    from tracekit.detect.verdict import VERDICT_DETECTOR
     from tracekit.errors import InputError
     from tracekit.evaluate import (
         corpus_changed,
@@ -538,7 +539,11 @@ def eval_command(
         regressions,
         write_baseline,
     )
-    from tracekit.report.tables import episode_accuracy_table, job_level_table
+    from tracekit.report.tables import (
+        cause_accuracy_table,
+        episode_accuracy_table,
+        job_level_table,
+    )
 
     if not corpus.is_dir():
         raise InputError("no such corpus folder", str(corpus))
@@ -549,17 +554,19 @@ def eval_command(
             expected["metrics"]["job"]) if expected else None, attribute=attribute)
     job_level = job_level_table(result.job_table, result.episode_table)
     episode_level = episode_accuracy_table(result.episode_table)
+    by_cause = cause_accuracy_table(result.cause_table, VERDICT_DETECTOR)
     if update_baseline:
         write_baseline(update_baseline, result.metrics(), corpus)
     better = improvements(result.metrics(), expected) if expected else []
     worse = regressions(result.metrics(), expected) if expected else []
     if as_json:
         print_json({"job_level": job_level.to_dicts(), "episode_level": episode_level.to_dicts(),
-                    "metrics": result.metrics(), "improvements": better,
-                    "regressions": worse})
+                    "by_cause": by_cause.to_dicts(), "metrics": result.metrics(),
+                    "improvements": better, "regressions": worse})
     else:
         _show_frame(job_level, "job level")
         _show_frame(episode_level, "episode level")
+        _show_frame(by_cause, f"by labeled cause ({VERDICT_DETECTOR})")
         if update_baseline:
             say(f"baseline written: {update_baseline}")
         for improved in better:

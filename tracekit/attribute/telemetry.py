@@ -82,10 +82,28 @@ class _Spans:
                 .when(t.is_between(*self.after, closed=closed)).then(pl.lit("after")))
 
 
+def _rated_spans(rates: pl.DataFrame, value: str, window: Window) -> pl.DataFrame:
+    """Rate samples (host, ts_ns, ``value``) of the episode's spans with ``span`` and each
+    host's median ``before`` (null without a sample before it)."""
+    spans = _Spans.of(window, scrape_interval_ns(rates))
+    labelled = rates.with_columns(spans.label("right").alias("span")).drop_nulls("span")
+    before = labelled.filter(pl.col("span") == "before").group_by("host").agg(
+        pl.col(value).median().alias("before"))
+    return labelled.join(before, on="host", how="left")
+
+
+def _ends_with_the_episode(labelled: pl.DataFrame, host: str, raised: pl.Expr) -> bool:
+    """The signal does not hold on after the episode (in most scrapes of the stretch after it,
+    when there is one): a level that stays up did not move with the slowdown."""
+    after = labelled.filter(pl.col("host") == host, pl.col("span") == "after")
+    return after.is_empty() or after.select(raised.mean()).item() < SUSTAINED_SHARE
+
+
 def gpu_suspects(gpu_metrics: pl.DataFrame, ranks: pl.DataFrame, window: Window) -> list[Suspect]:
     """GPUs whose thermal clock-event reasons appear with the episode (set in none of the
-    healthy samples before it, in at least two samples during it: one sample is one reading)
-    and whose SM clock then falls below their peers'. ``ranks`` maps (host, gpu) to ranks."""
+    healthy samples before it, in at least two samples during it: one sample is one reading,
+    in fewer than half after it); their SM clock and temperature are quoted. ``ranks`` maps
+    (host, gpu) to ranks."""
     if gpu_metrics.is_empty():
         return []
     spans = _Spans.of(window, scrape_interval_ns(gpu_metrics), DCGM_LAG_SCRAPES)
@@ -101,9 +119,11 @@ def gpu_suspects(gpu_metrics: pl.DataFrame, ranks: pl.DataFrame, window: Window)
         pl.col("set").filter(during).sum().alias("set_during"),
         pl.col("set").filter(during).len().alias("samples_during"),
         pl.col("set").filter(pl.col("span") == "before").sum().alias("set_before"),
+        pl.col("set").filter(pl.col("span") == "after").mean().alias("share_after"),
         pl.col("flags").filter(during).list.explode(keep_nulls=False, empty_as_null=False)
         .unique().sort().alias("flags"),
-    ).filter(pl.col("set_during") >= 2, pl.col("set_before") == 0))
+    ).filter(pl.col("set_during") >= 2, pl.col("set_before") == 0,
+             pl.col("share_after").is_null() | (pl.col("share_after") < SUSTAINED_SHARE)))
     if onset.is_empty():
         return []
     levels = labelled.filter(pl.col("metric").is_in(["sm_clock_mhz", "gpu_temp_c"])).group_by(
@@ -165,35 +185,31 @@ def cpu_busy_pct(host_metrics: pl.DataFrame) -> pl.DataFrame:
 def host_suspects(host_metrics: pl.DataFrame, hosts: list[str], window: Window) -> list[Suspect]:
     """Hosts of the job whose CPU busy share rises by :data:`CPU_RISE_PCT` points over their own
     level before and over their peers' during the episode (whichever of the two the scrapes
-    allow), in most of its samples."""
+    allow), in most of its samples, and falls back after it."""
     busy = cpu_busy_pct(host_metrics).filter(pl.col("host").is_in(hosts))
     if busy.is_empty():
         return []
-    spans = _Spans.of(window, scrape_interval_ns(busy))
-    labelled = busy.with_columns(spans.label("right").alias("span")).drop_nulls("span")
-    before = labelled.filter(pl.col("span") == "before").group_by("host").agg(
-        pl.col("value").median().alias("before"))
-    during = labelled.filter(pl.col("span") == "during")
+    labelled = _rated_spans(busy, "value", window)
+    peers = labelled.join(labelled.select("host", "ts_ns", pl.col("value").alias("other")),
+                          on="ts_ns").filter(pl.col("host") != pl.col("host_right")).group_by(
+        "host", "ts_ns").agg(pl.col("other").median().alias("peers"))
+    labelled = labelled.join(peers, on=["host", "ts_ns"], how="left")
+    raised = ((pl.col("before").is_null() | (pl.col("value") >= pl.col("before") + CPU_RISE_PCT))
+              & (pl.col("peers").is_null() | (pl.col("value") >= pl.col("peers") + CPU_RISE_PCT))
+              & (pl.col("before").is_not_null() | pl.col("peers").is_not_null()))
     out = []
     for host in sorted(hosts):
-        own_before = before.filter(pl.col("host") == host)["before"]
-        reference = own_before[0] if own_before.len() else None
-        mine = during.filter(pl.col("host") == host).join(
-            during.filter(pl.col("host") != host).group_by("ts_ns").agg(
-                pl.col("value").median().alias("peers")), on="ts_ns", how="left")
-        if mine.is_empty() or (reference is None and mine["peers"].is_null().all()):
+        mine = labelled.filter(pl.col("host") == host, pl.col("span") == "during")
+        share = mine.select(raised.mean()).item() if mine.height else None
+        if share is None or share < SUSTAINED_SHARE or \
+                not _ends_with_the_episode(labelled, host, raised):
             continue
-        risen = (pl.lit(reference is None) | (pl.col("value") >= (reference or 0) + CPU_RISE_PCT)) \
-            & (pl.col("peers").is_null() | (pl.col("value") >= pl.col("peers") + CPU_RISE_PCT))
-        share = mine.select(risen.mean()).item()
-        if share is None or share < SUSTAINED_SHARE:
-            continue
-        peers = mine["peers"].median()
+        reference, others = mine["before"][0], mine["peers"].median()
         out.append(Suspect("compute", "cpu-contention", f"host:{host}", 1, (
             f"host {host}: CPU busy "
             + (f"{reference:.0f} -> " if reference is not None else "(no scrape before) ")
             + f"{mine['value'].median():.0f} % "
-            + (f"(peers {peers:.0f} %) " if peers is not None else "")
+            + (f"(peers {others:.0f} %) " if others is not None else "")
             + f"in {share:.0%} of the episode's scrapes")))
     return out
 
@@ -216,20 +232,19 @@ def congestion_rates(nic_counters: pl.DataFrame) -> pl.DataFrame:
 def link_suspects(nic_counters: pl.DataFrame, hosts: list[str],
                   window: Window) -> list[Suspect]:
     """The link (or NIC) whose hosts' congestion notifications surge with the episode: at least
-    :data:`CNP_SURGE` times their own rate before in most of the episode's scrapes. Two or more
-    surging hosts of the job make a link of the two that surge most; one makes its NIC."""
+    :data:`CNP_SURGE` times their own rate before in most of the episode's scrapes, and not
+    after it. Two or more surging hosts of the job make a link of the two that surge most; one
+    makes its NIC."""
     rates = congestion_rates(nic_counters).filter(pl.col("host").is_in(hosts))
     if rates.is_empty():
         return []
-    spans = _Spans.of(window, scrape_interval_ns(rates))
-    labelled = rates.with_columns(spans.label("right").alias("span")).drop_nulls("span")
-    before = labelled.filter(pl.col("span") == "before").group_by("host").agg(
-        pl.col("rate_per_s").median().alias("before"))
-    floor = pl.max_horizontal(pl.col("before"), pl.lit(1.0)) * CNP_SURGE
-    per_host = labelled.filter(pl.col("span") == "during").join(before, on="host").group_by(
-        "host").agg(pl.col("before").first(), pl.col("rate_per_s").median().alias("during"),
-                    (pl.col("rate_per_s") >= floor).mean().alias("share"))
-    rows = list(per_host.filter(pl.col("share") >= SUSTAINED_SHARE).iter_rows(named=True))
+    labelled = _rated_spans(rates, "rate_per_s", window).drop_nulls("before")
+    raised = pl.col("rate_per_s") >= pl.max_horizontal(pl.col("before"), pl.lit(1.0)) * CNP_SURGE
+    per_host = labelled.filter(pl.col("span") == "during").group_by("host").agg(
+        pl.col("before").first(), pl.col("rate_per_s").median().alias("during"),
+        raised.mean().alias("share"))
+    rows = [row for row in per_host.filter(pl.col("share") >= SUSTAINED_SHARE).iter_rows(
+        named=True) if _ends_with_the_episode(labelled, row["host"], raised)]
     if not rows:
         return []
     rows.sort(key=lambda r: r["during"] / max(r["before"], 1.0), reverse=True)

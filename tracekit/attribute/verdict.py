@@ -26,13 +26,15 @@ monitoring signal each add :data:`CONFIRMATION_BONUS`."""
 CONFIRMATION_BONUS = 0.25
 
 
-WAIT_MARGIN = 2.0
 WAIT_RISE_MIN = 0.05
+WAIT_MARGIN = 2.0
 """Without call ends, a rank is the straggler by timing when the wait it imposes on the others
-(seconds per second that its peers spend waiting for it, :func:`.arrival.skew_change`) rose
-over its own level before by at least 5 % of wall time (half a fail-slow's 10 %) and at least
-twice as much as any other rank's did. Who arrives last alone does not separate: a slow GPU's
-CPU runs ahead of it, and waiting spreads along the pipeline; the rise in imposed wait does."""
+(seconds per second its peers spend waiting for it, :func:`.arrival.skew_change`) rose most,
+by at least 5 % of wall time (half a fail-slow's 10 %), and its share of last arrivals rose at
+least twice as much as any other rank's. Who arrives last alone does not separate: a slow GPU's
+CPU runs ahead of it, and a victim that waited for the straggler inside one group is late to
+the next group's call, so it inherits imposed wait; but its own last arrivals fall, since it
+now waits inside the calls, while the straggler's rise."""
 
 SIGNAL_CONFIDENCE = 0.25
 """Without call end times, confidence is this much per independent telemetry signal that moved
@@ -173,18 +175,23 @@ def _waited_for(signals: Signals) -> tuple[int, str] | None:
     """The rank the others waited for (see :data:`WAIT_MARGIN`), with the numbers, or None."""
     w = signals.window
     skew = skew_change(signals.during, signals.before, (w.end_ns - w.start_ns) / 1e9,
-                       (w.start_ns - w.before_start_ns) / 1e9).drop_nulls("excess_rate")
+                       (w.start_ns - w.before_start_ns) / 1e9).drop_nulls(
+        ["excess_rate", "last_share_before"]).with_columns(
+        (pl.col("last_share") - pl.col("last_share_before")).alias("last_rise"))
     if skew.height < 2:
         return None
-    ranked = skew.sort("excess_rate", descending=True)
-    first, second = ranked.row(0, named=True), ranked.row(1, named=True)
-    rise, runner_up = first["excess_rate"], max(second["excess_rate"], 0.0)
-    if rise < WAIT_RISE_MIN or rise < WAIT_MARGIN * runner_up:
+    top = skew.sort("excess_rate", descending=True).row(0, named=True)
+    others = skew.filter(pl.col("rank") != top["rank"])["last_rise"]
+    runner_up = max(others.max(), 0.0)
+    if top["excess_rate"] < WAIT_RISE_MIN or top["last_rise"] <= 0 \
+            or top["last_rise"] < WAIT_MARGIN * runner_up:
         return None
-    return first["rank"], (
-        f"rank {first['rank']} ({signals.rank_hosts[first['rank']]}) made its peers wait "
-        f"{first['blame_rate']:.0%} of the time vs {first['blame_rate_before']:.0%} before "
-        f"(+{rise:.0%}; the next rank +{runner_up:.0%}), from issue times")
+    return top["rank"], (
+        f"rank {top['rank']} ({signals.rank_hosts[top['rank']]}) made its peers wait "
+        f"{top['blame_rate']:.0%} of the time vs {top['blame_rate_before']:.0%} before and "
+        f"arrived last in {top['last_share']:.0%} of its collectives vs "
+        f"{top['last_share_before']:.0%} (+{top['last_rise']:.0%}; no other rank more than "
+        f"+{runner_up:.0%}), from issue times")
 
 
 def _arrival_text(signals: Signals, target: str) -> str:

@@ -84,3 +84,12 @@ def episode_accuracy_table(episode_table: pl.DataFrame) -> pl.DataFrame:
         pl.col("localisation_text").alias("culprit"),
         pl.col("cause_accuracy_text").alias("cause"),
     )
+
+
+def cause_accuracy_table(cause_table: pl.DataFrame, detector: str) -> pl.DataFrame:
+    """Per labeled cause, for one detector: fail-slows found, culprit right, cause right, each
+    over all the labels of that cause."""
+    return cause_table.filter(pl.col("detector") == detector).select(
+        pl.col("cause").alias("labeled cause"), pl.col("labels").alias("fail-slows"),
+        pl.col("recall_text").alias("found"), pl.col("culprit_text").alias("culprit right"),
+        pl.col("cause_right_text").alias("cause right"))

@@ -46,6 +46,9 @@ def job(
              "them an NCCL log has no timing.")] = True,
     monitoring: Annotated[bool, typer.Option(help="Write DCGM, RNIC, IPMI and host CPU "
                                                   "exports.")] = True,
+    monitoring_files: Annotated[str, typer.Option(
+        help="series (one file per exporter and host) or scrapes (one file per scrape named "
+             "<exporter>.<host>.<unix_s>, as collectors leave them).")] = "series",
     seed: Annotated[int, typer.Option(help="Random seed (same seed, same bytes).")] = 0,
     pack: Annotated[bool, typer.Option(help="Store ranks/, megatron/ and monitoring/ as "
                                             ".tar.xz archives (ingest reads them).")] = False,
@@ -63,7 +66,8 @@ def job(
                     scenario=scenario, model=model, hardware=hardware,
                     gpus_per_host=gpus_per_host, sequence_parallel=sequence_parallel,
                     distributed_optimizer=distributed_optimizer, collectives=collectives,
-                    nccl_timestamps=nccl_timestamps, monitoring=monitoring, seed=seed,
+                    nccl_timestamps=nccl_timestamps, monitoring=monitoring,
+                    monitoring_files=monitoring_files, seed=seed,
                     job=job_id or output.name)
     result = generate_job(output, spec, pack=pack)
     console = Console()
@@ -91,6 +95,9 @@ def corpus(
     iterations: Annotated[int | None, typer.Option(help="Iterations per job (default: the "
                                                         "preset's).")] = None,
     collectives: Annotated[str, typer.Option(help="hook, nccl or none.")] = "hook",
+    monitoring_files: Annotated[str, typer.Option(
+        help="series (one file per exporter and host) or scrapes (one file per scrape named "
+             "<exporter>.<host>.<unix_s>, as collectors leave them).")] = "series",
     pack: Annotated[bool, typer.Option(help="Store each job's raw folders as .tar.xz "
                                             "archives.")] = False,
     decoys: Annotated[int | None, typer.Option(
@@ -103,7 +110,8 @@ def corpus(
     from tracekit.synth.corpus import generate_corpus
 
     summary = generate_corpus(output, preset, jobs, seed, iterations=iterations,
-                              collectives=collectives, pack=pack, decoys=decoys)
+                              collectives=collectives, pack=pack, decoys=decoys,
+                              monitoring_files=monitoring_files)
     Console().print(f"wrote {summary.height} jobs to {output}", highlight=False)
     for row in summary.group_by("category").len().sort("category").iter_rows():
         Console().print(f"  {row[0]}: {row[1]}", highlight=False)

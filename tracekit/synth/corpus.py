@@ -50,7 +50,8 @@ def scenario_injections(name: str, iterations: int) -> list[Injection]:
 def job_spec(*, layout: str, iterations: int, inject: list[str], scenario: str | None,
              model: str, hardware: str, gpus_per_host: int, sequence_parallel: bool,
              distributed_optimizer: bool, collectives: str, monitoring: bool, seed: int,
-             job: str, nccl_timestamps: bool = True) -> JobSpec:
+             job: str, nccl_timestamps: bool = True,
+             monitoring_files: str = "series") -> JobSpec:
     """A job spec from command-line style arguments."""
     if model not in MODELS:
         raise TracekitError(f"unknown model {model!r}; known: {', '.join(MODELS)}")
@@ -64,7 +65,8 @@ def job_spec(*, layout: str, iterations: int, inject: list[str], scenario: str |
     if scenario:
         injections = scenario_injections(scenario, iterations) + injections
     return JobSpec(parsed, iterations, seed, tuple(injections), collectives=collectives,
-                   nccl_timestamps=nccl_timestamps, monitoring=monitoring, job=job)
+                   nccl_timestamps=nccl_timestamps, monitoring=monitoring,
+                   monitoring_files=monitoring_files, job=job)
 
 
 @dataclass(frozen=True)
@@ -168,7 +170,8 @@ def _decoy(preset: CorpusPreset, iteration_s: float, rng: np.random.Generator) -
 
 def generate_corpus(out: Path, preset_name: str, jobs: int, seed: int,
                     iterations: int | None = None, collectives: str | None = None,
-                    pack: bool = False, decoys: int | None = None) -> pl.DataFrame:
+                    pack: bool = False, decoys: int | None = None,
+                    monitoring_files: str = "series") -> pl.DataFrame:
     """Write ``jobs`` job folders under ``out`` and ``corpus.csv`` (job, category, seed);
     return that summary."""
     from tracekit.synth.job import JobRun
@@ -189,7 +192,8 @@ def generate_corpus(out: Path, preset_name: str, jobs: int, seed: int,
     order = rng.permutation(len(categories))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    base = JobSpec(preset.layout, preset.iterations, collectives=collectives or preset.collectives)
+    base = JobSpec(preset.layout, preset.iterations, collectives=collectives or preset.collectives,
+                   monitoring_files=monitoring_files)
     iteration_s = JobRun(base).iteration_s
     rows = []
     width = len(str(jobs - 1))

@@ -44,6 +44,7 @@ DEFAULT_START_NS = 1_760_432_400 * 10**9
 """2025-10-14 09:00:00 UTC: the default wall-clock start of a synthetic job."""
 
 COLLECTIVE_FORMATS = ("hook", "nccl", "none")
+MONITORING_FILES = ("series", "scrapes")
 """Collective logs: tracekit hook CSV per rank, NCCL_DEBUG=INFO log per process, or none.
 One format per job: both would give every call twice in one dataset."""
 
@@ -64,6 +65,10 @@ class JobSpec:
     """NCCL 2.26+ ``NCCL_DEBUG_TIMESTAMP_LEVELS=INFO``: without timestamps an NCCL log has no
     timing, so they are on unless asked otherwise."""
     monitoring: bool = True
+    monitoring_files: str = "series"
+    """``series``: one file per exporter and host with a marker per scrape; ``scrapes``: one
+    file per scrape named by exporter, host and time, as collectors leave them
+    (:mod:`tracekit.synth.writers.scrape_files`)."""
     job: str = "synth-job"
     start_ns: int = DEFAULT_START_NS
     host_prefix: str = "gpu"
@@ -72,6 +77,9 @@ class JobSpec:
         self.layout.check()
         if self.iterations < 2:
             raise TracekitError("a job needs at least 2 iterations")
+        if self.monitoring_files not in MONITORING_FILES:
+            raise TracekitError(f"monitoring files {self.monitoring_files!r} is not one of "
+                                f"{', '.join(MONITORING_FILES)}")
         if self.collectives not in COLLECTIVE_FORMATS:
             raise TracekitError(f"collectives format {self.collectives!r} is not one of "
                                 f"{', '.join(COLLECTIVE_FORMATS)}")
@@ -222,7 +230,8 @@ def generate_job(out: Path, spec: JobSpec, pack: bool = False) -> JobResult:
             head_before = timers[j, :, 0]
     megatron.close()
     if spec.monitoring:
-        write_monitoring(out, run, starts_ns[:n], starts_ns[:n] + lengths_ns[:n])
+        write_monitoring(out, run, starts_ns[:n], starts_ns[:n] + lengths_ns[:n],
+                         scrape_files=spec.monitoring_files == "scrapes")
     truth = truth_frame(spec, starts_ns[:n], lengths_ns[:n], healthy_s[:n])
     labels = label_frame(spec, run, truth)
     truth = mark_truth(truth, labels)

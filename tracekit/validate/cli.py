@@ -59,32 +59,32 @@ def gemm(
     seed: Seed = None,
     host: Annotated[str | None, typer.Option(help="This machine's name as the trace spells "
                     "it (default: the host name).")] = None,
-    slow_device: Annotated[list[str] | None, typer.Option(help="Self-test: DEVICE=FACTOR does "
+    slow_device: Annotated[list[str] | None, typer.Option(help="By hand: DEVICE=FACTOR does "
                            "each product FACTOR times on DEVICE.")] = None,
 ) -> None:
     """Time matrix products on each GPU and flag the ones slower than their peers."""
     require_torch()  # first: the one-line install hint before anything heavy is imported
     from tracekit.validate.gemm import GemmDevice, default_devices
+    from tracekit.validate.peers import BUDGET_S
     from tracekit.validate.replay import validate_gemm
     from tracekit.validate.selftest import SELF_TEST_BUDGET_S, gemm_self_test
 
     if self_test:
-        result = gemm_self_test(budget_s=budget_s or SELF_TEST_BUDGET_S, threshold=threshold,
+        result = gemm_self_test(budget_s=_or(budget_s, SELF_TEST_BUDGET_S), threshold=threshold,
                                 seed=seed)
         _print_self_test(result, _gemm_table)
         return
     factors = {k: int(v) for k, v in cli_support.parse_options(slow_device).items()}
-    devices = ([GemmDevice(d, factors.get(d, 1)) for d in device] if device else
-               [GemmDevice(d.label, factors.get(d.label, 1)) for d in default_devices()]
-               if factors else None)
+    labels = device or ([d.label for d in default_devices()] if factors else [])
+    devices = [GemmDevice(label, factors.get(label, 1)) for label in labels] or None
     if devices and set(factors) - {d.label for d in devices}:
         raise TracekitError(f"--slow-device names {', '.join(sorted(factors))}; the devices "
                             f"tested are {', '.join(d.label for d in devices)}")
     model = {"hidden_size": hidden_size, "seq_length": seq_length,
              "micro_batch_size": micro_batch_size, "tensor_parallel": tensor_parallel}
     outcome = validate_gemm(dataset, episode=episode, devices=devices, dtypes=dtype,
-                            model=model, threshold=threshold, host=host,
-                            **({"budget_s": budget_s} if budget_s else {}))
+                            model=model, budget_s=_or(budget_s, BUDGET_S), threshold=threshold,
+                            host=host)
     cli_support.console.print(_gemm_table(outcome.report))
     _print_outcome(outcome)
 
@@ -125,16 +125,17 @@ def p2p(
                        "are visible).")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds before a silent rank is an "
                        "error.")] = 60.0,
-    inject_delay: Annotated[list[str] | None, typer.Option(help="Self-test: SRC-DST=SECONDS "
-                            "delays every transfer on that link.")] = None,
+    inject_delay: Annotated[list[str] | None, typer.Option(help="By hand: SRC-DST=SECONDS "
+                            "delays every transfer from SRC to DST.")] = None,
 ) -> None:
     """Measure every link of a ring or tree with the O(1) pass schedule; flag slow links."""
     require_torch()
+    from tracekit.validate.peers import BUDGET_S
     from tracekit.validate.replay import validate_p2p
     from tracekit.validate.selftest import SELF_TEST_BUDGET_S, p2p_self_test
 
     if self_test:
-        result = p2p_self_test(budget_s=budget_s or SELF_TEST_BUDGET_S, threshold=threshold,
+        result = p2p_self_test(budget_s=_or(budget_s, SELF_TEST_BUDGET_S), threshold=threshold,
                                seed=seed, timeout_s=timeout)
         _print_self_test(result, _p2p_table)
         return
@@ -146,9 +147,8 @@ def p2p(
         delays[(_rank(src), _rank(dst))] = float(seconds)
     outcome = validate_p2p(dataset, episode=episode, groups=groups, topologies=topology,
                            sizes_bytes=tuple(s << 20 for s in size_mb) if size_mb else None,
-                           threshold=threshold, nprocs=nprocs, backend=backend,
-                           timeout_s=timeout, delays_s=delays,
-                           **({"budget_s": budget_s} if budget_s else {}))
+                           budget_s=_or(budget_s, BUDGET_S), threshold=threshold, nprocs=nprocs,
+                           backend=backend, timeout_s=timeout, delays_s=delays)
     if outcome is None:
         return
     cli_support.console.print(_p2p_table(outcome.report))
@@ -164,6 +164,10 @@ def _p2p_table(report) -> Table:
                       f"{r['src_rank']} -> {r['dst_rank']}", r["reach"],
                       f"{r['bandwidth_gb_s']:.3g}", _ratio(r["slowdown"]), _verdict(r["verdict"]))
     return table
+
+
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
 
 
 def _rank(text: str) -> int:

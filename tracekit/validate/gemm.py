@@ -194,17 +194,20 @@ def _product(torch, device: str, dtype: str, shape: GemmShape) -> Callable[[], o
 
 
 class _Clock:
-    """Times a batch of products: CUDA events on a GPU, the wall clock on the CPU."""
+    """Times a batch of products on the device: CUDA events on a GPU; on the CPU, the
+    thread's CPU time (products run on this one thread), since the logical CPU devices share
+    the processor with other work and the time the scheduler gives to other processes is not
+    the device's."""
 
     def __init__(self, torch, device: str):
         self.torch, self.cuda = torch, device.startswith("cuda")
 
     def seconds(self, work: Callable[[], object], count: int) -> float:
         if not self.cuda:
-            start = time.perf_counter()
+            start = time.thread_time()
             for _ in range(count):
                 work()
-            return time.perf_counter() - start
+            return time.thread_time() - start
         start, end = (self.torch.cuda.Event(enable_timing=True) for _ in range(2))
         start.record()
         for _ in range(count):
@@ -252,6 +255,7 @@ def run_gemm_check(
     start = time.perf_counter()
     with _cpu_threads(torch, 1 if any(d.gpu is None for d in devices) else None):
         timed = [_Timed(torch, device, dtype, shape) for device, dtype, shape in tests]
+        _calibrate(timed, classes)
         timings = _measure(timed, classes, budget_s, threshold, np.random.default_rng(seed))
     return gemm_report(timings, _describe(torch, timed, host), threshold,
                        time.perf_counter() - start,
@@ -285,8 +289,8 @@ def gemm_report(timings: pl.DataFrame, tests: pl.DataFrame, threshold: float,
 
 
 class _Timed:
-    """One (device, data type, shape) test: warmed up and calibrated on creation, then one
-    timed repetition per :meth:`repeat` (seconds per product)."""
+    """One (device, data type, shape) test: warmed up on creation, then one timed repetition
+    of ``count`` products per :meth:`repeat` (seconds per product)."""
 
     def __init__(self, torch, device: GemmDevice, dtype: str, shape: GemmShape):
         self.torch, self.device, self.dtype, self.shape = torch, device, dtype, shape
@@ -294,9 +298,8 @@ class _Timed:
         self.clock = _Clock(torch, device.torch_device)
         with _strict_fp32(torch, dtype):
             self.clock.seconds(self.work, WARMUP_PRODUCTS)
-            one = max(self.clock.seconds(self.work, 1), 1e-9)
-        self.count = max(1, min(MAX_PRODUCTS_PER_REPETITION,
-                                math.ceil(TARGET_REPETITION_S / one)))
+            self.one_s = min(self.clock.seconds(self.work, 1) for _ in range(WARMUP_PRODUCTS))
+        self.count = 1
 
     def work(self) -> None:
         for _ in range(self.device.slowdown):
@@ -305,6 +308,19 @@ class _Timed:
     def repeat(self) -> float:
         with _strict_fp32(self.torch, self.dtype):
             return self.clock.seconds(self.work, self.count) / self.count
+
+
+def _calibrate(timed: list[_Timed], classes: dict[str, str]) -> None:
+    """One product count per data type, shape and peer class, from its fastest device's
+    product: peers then repeat the same work, and a repetition lasts TARGET_REPETITION_S or
+    more (on a busy machine a short repetition and a long one meet the noise differently)."""
+    fastest: dict[tuple[str, str, str], float] = {}
+    for t in timed:
+        key = (classes[t.device.torch_device], t.dtype, t.shape.name)
+        fastest[key] = min(fastest.get(key, math.inf), t.one_s / t.device.slowdown)
+    for t in timed:
+        one = max(fastest[(classes[t.device.torch_device], t.dtype, t.shape.name)], 1e-9)
+        t.count = max(1, min(MAX_PRODUCTS_PER_REPETITION, math.ceil(TARGET_REPETITION_S / one)))
 
 
 def _measure(timed: list[_Timed], classes: dict[str, str], budget_s: float, threshold: float,

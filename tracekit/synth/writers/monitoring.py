@@ -26,6 +26,7 @@ from tracekit.synth.writers.host import (
     write_ipmitool,
     write_node_exporter,
 )
+from tracekit.synth.writers.scrape_files import SCRAPE_NAMES, split_into_scrapes
 
 SCRAPE_INTERVAL_S = 15
 """Acme (NSDI'24) and typical Prometheus setups scrape DCGM and node metrics every 15 s."""
@@ -61,7 +62,10 @@ def scrape_times_ns(start_ns: int, end_ns: int) -> np.ndarray:
     return np.arange(first, end_ns // 10**9 + SCRAPE_INTERVAL_S, SCRAPE_INTERVAL_S) * 10**9
 
 
-def write_monitoring(out: Path, run, starts_ns: np.ndarray, ends_ns: np.ndarray) -> None:
+def write_monitoring(out: Path, run, starts_ns: np.ndarray, ends_ns: np.ndarray,
+                     scrape_files: bool = False) -> None:
+    """Every host's exports under ``out/monitoring/<host>/``: one series file per exporter, or
+    with ``scrape_files`` one file per scrape named by exporter, host and time."""
     L, hw = run.layout, run.layout.hardware
     times = scrape_times_ns(int(starts_ns[0]), int(ends_ns[-1]))
     iteration = np.clip(np.searchsorted(starts_ns, times, side="right") - 1, 0, len(starts_ns) - 1)
@@ -113,6 +117,9 @@ def write_monitoring(out: Path, run, starts_ns: np.ndarray, ends_ns: np.ndarray)
         write_ipmitool(folder / "ipmitool_sensor.txt", host, times[::every],
                        _ipmi_sensors(np.round(temp[::every]), power[::every].sum(axis=1),
                                      busy[::every], inlet_rise[::every], host_rng))
+        if scrape_files:
+            for name in SCRAPE_NAMES:
+                split_into_scrapes(folder / name, host)
 
 
 def _ipmi_sensors(gpu_temp: np.ndarray, gpu_power_w: np.ndarray, busy: np.ndarray,
