@@ -31,7 +31,7 @@ CULPRIT_RANK = 5
 
 def _prepare(root: Path, ranks: int, iterations: int) -> tuple[Path, int]:
     """Synthesize, ingest, reconstruct and detect; return the dataset and its call count."""
-    from tracekit.dataset import open_dataset
+    from tracekit.core.dataset import open_dataset
     from tracekit.detect import detect_dataset
     from tracekit.ingest.pipeline import ingest
     from tracekit.iterations import reconstruct_dataset
@@ -64,7 +64,7 @@ def _signal_builders_s(dataset: Path) -> tuple[float, float]:
     from tracekit.attribute.arrival import call_gaps
     from tracekit.attribute.groups import handle_groups
     from tracekit.attribute.instances import collective_instances, member_calls
-    from tracekit.dataset import open_dataset
+    from tracekit.core.dataset import open_dataset
 
     ds = open_dataset(dataset)
     collectives, comms = ds.table("collectives"), ds.table("comms").collect()
@@ -108,7 +108,7 @@ def _child(dataset: str, profile: bool) -> None:
 
 
 def main(profile: bool = False) -> None:
-    from tracekit.dataset import open_dataset
+    from tracekit.core.dataset import open_dataset
 
     ranks = int(os.environ.get("TRACEKIT_BENCH_ATTR_RANKS", "32"))
     iterations = int(os.environ.get("TRACEKIT_BENCH_ATTR_ITERATIONS", "3000"))

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from tracekit import schema
+from tracekit.core import schema
 from tracekit.iterations import reconstruct
 
 PATTERN = (

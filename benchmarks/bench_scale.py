@@ -89,11 +89,11 @@ def run_one(cluster: str | None, ranks: Path, target: Path) -> dict:
     """One configuration, in this (fresh) process: per stage wall time and CPU seconds of the
     client and of the workers, and peak memory."""
     from tracekit.attribute import attribute_dataset
-    from tracekit.dataset import open_dataset
+    from tracekit.core.dataset import open_dataset
+    from tracekit.core.parallel import open_executor
     from tracekit.detect import detect_dataset
     from tracekit.ingest.pipeline import ingest
     from tracekit.iterations import reconstruct_dataset
-    from tracekit.parallel import open_executor
 
     marks = [(time.perf_counter(), *_cpu_s())]
     with open_executor(cluster) as executor:
@@ -158,11 +158,11 @@ def _best_of(runs: list[dict]) -> dict:
 
 def _projected_partitions(stage: str, none: dict, workers: int) -> int:
     """Partitions of ``stage`` for the PROJECTED_RANKS-rank job on ``workers`` workers, by
-    the rules tracekit partitions with (tracekit.parallel.partition_size)."""
+    the rules tracekit partitions with (tracekit.core.parallel.partition_size)."""
     from tracekit.attribute.job_signals import RANKS_PER_BATCH as ATTRIBUTE_RANKS
+    from tracekit.core.parallel import PARTITIONS_PER_WORKER
     from tracekit.detect.episodes import JOB_DETECTORS
     from tracekit.iterations.reconstruct import RANKS_PER_BATCH as ITERATION_RANKS
-    from tracekit.parallel import PARTITIONS_PER_WORKER
 
     def batches(most: int) -> int:
         size = max(1, min(most, math.ceil(PROJECTED_RANKS / (workers * PARTITIONS_PER_WORKER))))

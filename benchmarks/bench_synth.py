@@ -31,7 +31,7 @@ def _spec(layout: str, iterations: int, model: str):
 
 
 def _simulate_only(spec) -> float:
-    from tracekit.synth.job import CHUNK_CYCLES, JobRun
+    from tracekit.synth.run import CHUNK_CYCLES, JobRun
 
     started = time.perf_counter()
     run = JobRun(spec)

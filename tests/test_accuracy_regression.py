@@ -18,16 +18,16 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tracekit.evaluate import (
+from tracekit.evaluate.scoring import (
     Corpus,
     Evaluation,
     corpus_changed,
     evaluate,
-    evaluate_corpus,
     load_corpus,
     read_baseline,
     regressions,
 )
+from tracekit.pipeline.corpus import evaluate_corpus
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "datasets" / "corpus"

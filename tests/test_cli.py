@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from tests.conftest import REPO
 from tracekit import __version__
 from tracekit.cli import app
-from tracekit.cli_support import grouped_messages
+from tracekit.cli.support import grouped_messages
 from tracekit.ingest.hook_csv import HEADER
 
 runner = CliRunner()

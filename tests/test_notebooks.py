@@ -15,12 +15,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from tracekit.fault_trace import (
-    fault_intervals,
-    load_fault_trace,
-    recurrence_per_node,
-    relapse_share,
-)
+from tracekit.characterise.faults import fault_intervals, recurrence_per_node, relapse_share
+from tracekit.ingest.fault_trace import load_fault_trace
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
@@ -71,8 +67,8 @@ def test_fault_trace_notebook(real_dir, tmp_path):
 def test_characterise_and_compare_notebooks(corpus, tmp_path):
     """The notebooks analyse the corpus into ``work``; the library side reads those datasets
     back instead of analysing the corpus again."""
-    from tracekit.characterise import cause_table, job_summary_from_labels
-    from tracekit.evaluate import evaluate, load_corpus
+    from tracekit.characterise.jobs import cause_table, job_summary_from_labels
+    from tracekit.evaluate.scoring import evaluate, load_corpus
 
     work = tmp_path / "work"
     env = {"TRACEKIT_CORPUS": str(corpus), "TRACEKIT_WORK": str(work)}

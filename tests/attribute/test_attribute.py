@@ -10,11 +10,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tracekit import schema
 from tracekit.attribute import attribute_dataset
 from tracekit.attribute.groups import handle_groups
 from tracekit.attribute.links import localise
-from tracekit.dataset import create_dataset, open_dataset
+from tracekit.core import schema
+from tracekit.core.dataset import create_dataset, open_dataset
 from tracekit.detect import detect_dataset
 from tracekit.ingest.pipeline import ingest
 from tracekit.iterations import reconstruct_dataset

@@ -12,9 +12,9 @@ import tarfile
 import polars as pl
 import pytest
 
-from tracekit.dataset import open_dataset
+from tracekit.core.dataset import open_dataset
 from tracekit.detect.verdict import VERDICT_DETECTOR
-from tracekit.evaluate import evaluate_corpus
+from tracekit.pipeline.corpus import evaluate_corpus
 
 EXPECTED = {
     "4690175": [("network-congestion", "link:gpu-p55-gpu-p56")],

@@ -10,7 +10,7 @@ from polars.testing import assert_frame_equal
 
 from tracekit.attribute.groups import handle_groups
 from tracekit.attribute.instances import collective_instances, member_calls
-from tracekit.dataset import open_dataset
+from tracekit.core.dataset import open_dataset
 from tracekit.ingest.pipeline import ingest
 from tracekit.synth.job import JobSpec, generate_job
 from tracekit.synth.layout import Layout

@@ -14,10 +14,10 @@ from tracekit.attribute import attribute_episodes, job_signals
 from tracekit.attribute.arrival import call_gaps
 from tracekit.attribute.groups import handle_groups
 from tracekit.attribute.instances import collective_instances, member_calls
-from tracekit.dataset import open_dataset
-from tracekit.errors import TracekitError
+from tracekit.core.dataset import open_dataset
+from tracekit.core.errors import TracekitError
+from tracekit.core.parallel import LocalExecutor
 from tracekit.ingest.pipeline import ingest
-from tracekit.parallel import LocalExecutor
 from tracekit.synth.faults import Injection
 from tracekit.synth.job import JobSpec, generate_job
 from tracekit.synth.layout import Layout
@@ -128,7 +128,7 @@ def test_verdicts_do_not_depend_on_the_partitioning(dataset, monkeypatch):
 
 
 def _as_episodes(frame: pl.DataFrame) -> pl.DataFrame:
-    from tracekit import schema
+    from tracekit.core import schema
 
     return schema.conform("episodes", frame)
 

@@ -87,7 +87,7 @@ def test_jit_fallback_gives_the_change_points_of_the_ahead_of_time_build(
         monkeypatch, step_series, gradual_series):
     """Where the kernel cannot be built ahead of time (no C compiler), numba's JIT compiles the
     same source with the same flags: the same change points."""
-    from tracekit import compiled
+    from tracekit.core import compiled
     from tracekit.detect import bocd_kernel
 
     pytest.importorskip("numba")

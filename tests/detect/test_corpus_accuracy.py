@@ -4,10 +4,10 @@ the simulator's true job-level iteration times instead of the ACF reconstruction
 import polars as pl
 import pytest
 
-from tracekit import schema
+from tracekit.core import schema
 from tracekit.detect import make_detector
 from tracekit.detect.episodes import find_episodes
-from tracekit.evaluate import evaluate
+from tracekit.evaluate.scoring import evaluate
 from tracekit.synth.corpus import generate_corpus, job_spec
 from tracekit.synth.job import generate_job
 

@@ -5,8 +5,9 @@ import polars as pl
 from typer.testing import CliRunner
 
 from tests.detect.conftest import iteration_times
-from tracekit import create_dataset, open_dataset, schema
+from tracekit import create_dataset, open_dataset
 from tracekit.cli import app
+from tracekit.core import schema
 from tracekit.detect import detect_dataset
 from tracekit.detect.episodes import job_series
 

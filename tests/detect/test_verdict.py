@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracekit import schema
+from tracekit.core import schema
 from tracekit.detect.verdict import VERDICT_DETECTOR, shown_episodes, with_verdict
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import polars as pl
 
-from tracekit import schema
+from tracekit.core import schema
 from tracekit.ingest.base import Chunk, Reader, Source
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from tracekit.errors import InputError
+from tracekit.core.errors import InputError
 from tracekit.ingest import registry
 from tracekit.ingest.acmetrace import AcmeTraceReader
 from tracekit.ingest.base import Source

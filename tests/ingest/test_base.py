@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracekit.errors import InputError
+from tracekit.core.errors import InputError
 from tracekit.ingest.base import (
     LINE_SPLIT_SEPARATORS,
     LineBatch,

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.ingest.collective_helpers import file_source, read_all
-from tracekit.errors import InputError
+from tracekit.core.errors import InputError
 from tracekit.ingest import registry, safe_pickle
 from tracekit.ingest.base import Source
 from tracekit.ingest.flight_recorder import FlightRecorderReader

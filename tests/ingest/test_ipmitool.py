@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tracekit import schema
-from tracekit.errors import InputError
+from tracekit.core import schema
+from tracekit.core.errors import InputError
 from tracekit.ingest import registry
 from tracekit.ingest.base import Source
 from tracekit.ingest.ipmitool import IpmitoolReader

@@ -7,7 +7,7 @@ import json
 import polars as pl
 import pytest
 
-from tracekit.errors import InputError
+from tracekit.core.errors import InputError
 from tracekit.ingest.base import Source
 from tracekit.ingest.megatron import MegatronLogReader
 from tracekit.ingest.pipeline import ingest
@@ -257,7 +257,7 @@ def test_ingest_is_idempotent(formats_dir, tmp_path):
         summary = ingest([formats_dir / "megatron_train.log"], tmp_path / "ds")
     (source,) = summary.sources
     assert source.format == "megatron-log"
-    from tracekit.dataset import open_dataset
+    from tracekit.core.dataset import open_dataset
 
     dataset = open_dataset(tmp_path / "ds")
     assert dataset.table("megatron_steps").collect().height == 10

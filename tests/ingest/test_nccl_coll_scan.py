@@ -261,7 +261,7 @@ def test_jit_fallback_scans_like_the_ahead_of_time_build():
     lines += [coll().replace("op 0", "op  0"), coll(suffix=" task 5 globalrank 3"), "other"]
     code = (
         "import pickle, sys\n"
-        "from tracekit import compiled\n"
+        "from tracekit.core import compiled\n"
         "from tracekit.ingest import nccl_coll_scan as s\n"
         "if sys.argv[1] == 'jit':\n"
         "    compiled.load = lambda *args: None\n"

@@ -227,7 +227,7 @@ def test_ingest_is_idempotent(formats_dir, tmp_path):
     assert first.sources[0].rows == {"collectives": 20, "comms": 8}
     assert first.sources[0].quarantined == 3
     assert again.sources[0].status == "unchanged"
-    from tracekit.dataset import open_dataset
+    from tracekit.core.dataset import open_dataset
 
     assert open_dataset(tmp_path / "ds").table("collectives").collect().height == 20
 

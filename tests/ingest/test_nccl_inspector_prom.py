@@ -8,8 +8,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tracekit import schema
-from tracekit.dataset import open_dataset
+from tracekit.core import schema
+from tracekit.core.dataset import open_dataset
 from tracekit.ingest import nccl_inspector_prom, registry
 from tracekit.ingest.base import Source, iter_line_batches
 from tracekit.ingest.nccl_inspector_prom import NcclInspectorPromReader

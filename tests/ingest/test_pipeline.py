@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from tracekit import open_dataset
-from tracekit.errors import InputError
+from tracekit.core.errors import InputError
 from tracekit.ingest import base, hook_csv, pipeline, sources
 from tracekit.ingest.base import SNIFF_BYTES, Source
 from tracekit.ingest.hook_csv import HEADER
@@ -104,7 +104,7 @@ def test_forced_unknown_format_lists_known_formats(dump, tmp_path):
 def test_rows_take_the_dataset_job_id_whatever_the_source_calls_it(tmp_path):
     import polars as pl
 
-    from tracekit import schema
+    from tracekit.core import schema
 
     labels = schema.conform("labels", pl.DataFrame(
         {"job": ["synth-job-7"], "episode": [0], "fail_slow": [True], "kind": ["compute"]},

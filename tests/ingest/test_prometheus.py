@@ -7,9 +7,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tracekit import schema
-from tracekit.dataset import open_dataset
-from tracekit.errors import InputError
+from tracekit.core import schema
+from tracekit.core.dataset import open_dataset
+from tracekit.core.errors import InputError
 from tracekit.ingest import registry
 from tracekit.ingest.base import Source
 from tracekit.ingest.pipeline import ingest

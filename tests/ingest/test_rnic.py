@@ -5,8 +5,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from tracekit import schema
-from tracekit.errors import InputError
+from tracekit.core import schema
+from tracekit.core.errors import InputError
 from tracekit.ingest import registry
 from tracekit.ingest.base import Source
 from tracekit.ingest.rnic import EthtoolStatsReader, Mlx5HwCountersReader

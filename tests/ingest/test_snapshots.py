@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tracekit.dataset import open_dataset
+from tracekit.core.dataset import open_dataset
 from tracekit.ingest.base import Source
 from tracekit.ingest.pipeline import ingest
 from tracekit.ingest.snapshots import file_host, file_name_ts_ns

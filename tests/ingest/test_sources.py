@@ -7,7 +7,7 @@ import tarfile
 
 import pytest
 
-from tracekit.errors import InputError
+from tracekit.core.errors import InputError
 from tracekit.ingest.sources import iter_sources
 
 

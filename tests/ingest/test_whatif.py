@@ -11,8 +11,8 @@ from polars.testing import assert_frame_equal
 from typer.testing import CliRunner
 
 from tracekit.cli import app
-from tracekit.dataset import create_dataset, open_dataset
-from tracekit.errors import InputError
+from tracekit.core.dataset import create_dataset, open_dataset
+from tracekit.core.errors import InputError
 from tracekit.ingest.base import Source
 from tracekit.ingest.pipeline import ingest
 from tracekit.ingest.whatif import WhatIfTraceReader, export_whatif

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from tracekit import schema
+from tracekit.core import schema
 
 ACT = 4096 * 1 * 1024 * 2
 """Bytes of one activation (seq 4096, micro-batch 1, hidden 1024, bf16)."""

@@ -15,9 +15,9 @@ from tests.iterations.megatron_calls import (
     iteration_calls,
     rank_frame,
 )
-from tracekit import schema
 from tracekit.cli import app
-from tracekit.dataset import create_dataset, open_dataset
+from tracekit.core import schema
+from tracekit.core.dataset import create_dataset, open_dataset
 from tracekit.iterations import (
     QUALITY_DISTURBED,
     QUALITY_OK,

@@ -8,8 +8,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tracekit import schema
-from tracekit.dataset import create_dataset
+from tracekit.core import schema
+from tracekit.core.dataset import create_dataset
 
 T0 = 1_700_000_000 * 10**9
 S = 10**9

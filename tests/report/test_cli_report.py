@@ -9,7 +9,7 @@ import polars as pl
 from typer.testing import CliRunner
 
 from tracekit.cli import app
-from tracekit.dataset import open_dataset
+from tracekit.core.dataset import open_dataset
 
 
 def test_report_on_a_dataset_and_on_a_corpus(job_dataset, corpus_datasets, tmp_path):

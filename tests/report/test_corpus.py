@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from tracekit.evaluate import load_corpus
+from tracekit.evaluate.scoring import load_corpus
 from tracekit.report.corpus import corpus_report
 from tracekit.report.document import write_report
 

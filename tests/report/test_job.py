@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracekit import schema
-from tracekit.dataset import create_dataset
+from tracekit.core import schema
+from tracekit.core.dataset import create_dataset
 from tracekit.report.document import write_report
 from tracekit.report.job import episode_table, job_report
 

@@ -11,10 +11,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tracekit import schema
 from tracekit.attribute import attribute_dataset
-from tracekit.dataset import open_dataset
-from tracekit.errors import TracekitError
+from tracekit.core import schema
+from tracekit.core.dataset import open_dataset
+from tracekit.core.errors import TracekitError
 from tracekit.ingest.pipeline import ingest
 from tracekit.synth.corpus import generate_corpus
 from tracekit.synth.faults import Injection

@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tracekit.dataset import open_dataset
+from tracekit.core.dataset import open_dataset
 from tracekit.ingest.pipeline import ingest
 from tracekit.synth.faults import Injection
 from tracekit.synth.job import JobSpec, generate_job

@@ -10,7 +10,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tracekit.dataset import open_dataset
+from tracekit.core.dataset import open_dataset
 from tracekit.ingest.nccl_debug import INIT_PATTERN, NO_TIMESTAMP_NOTE
 from tracekit.ingest.pipeline import ingest
 from tracekit.synth.faults import Injection

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracekit.dataset import open_dataset
+from tracekit.core.dataset import open_dataset
 from tracekit.ingest.pipeline import ingest
-from tracekit.synth.job import JobSpec, generate_job
+from tracekit.synth.job import generate_job
 from tracekit.synth.layout import Layout
+from tracekit.synth.run import JobSpec
 
 
 def test_one_file_per_scrape_named_by_exporter_host_and_time(tmp_path):

@@ -9,9 +9,9 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from tracekit import schema
 from tracekit.cli import app
-from tracekit.dataset import create_dataset
+from tracekit.core import schema
+from tracekit.core.dataset import create_dataset
 
 runner = CliRunner()
 

@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tracekit.errors import TracekitError
+from tracekit.core.errors import TracekitError
 
 torch = pytest.importorskip("torch")
 

@@ -7,9 +7,9 @@ import json
 import polars as pl
 import pytest
 
-from tracekit import schema
-from tracekit.dataset import create_dataset
-from tracekit.errors import InputError
+from tracekit.core import schema
+from tracekit.core.dataset import create_dataset
+from tracekit.core.errors import InputError
 from tracekit.validate.job import (
     communicator_groups,
     episode_suspects,

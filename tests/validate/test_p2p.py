@@ -6,7 +6,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from tracekit.errors import TracekitError
+from tracekit.core.errors import TracekitError
 
 pytest.importorskip("torch")
 

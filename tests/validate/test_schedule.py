@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tracekit.errors import TracekitError
+from tracekit.core.errors import TracekitError
 from tracekit.validate.schedule import (
     TOPOLOGIES,
     Link,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracekit import schema
-from tracekit.dataset import create_dataset, open_dataset
+from tracekit.core import schema
+from tracekit.core.dataset import create_dataset, open_dataset
 from tracekit.validate.gemm import GemmReport
 from tracekit.validate.job import Suspects
 from tracekit.validate.p2p import P2PReport

@@ -16,14 +16,14 @@ from pathlib import Path
 
 import polars as pl
 
-from tracekit import schema
 from tracekit.attribute.evidence import Window
 from tracekit.attribute.job_signals import JobSignals, scratch_folder, signals_in_windows
 from tracekit.attribute.stages import StageVerdict, stage_imbalance
 from tracekit.attribute.verdict import INSUFFICIENT, Signals, Verdict, decide
-from tracekit.dataset import Dataset, open_dataset
-from tracekit.identity import rank_gpus
-from tracekit.parallel import Executor, LocalExecutor, map_all, record_build
+from tracekit.core import schema
+from tracekit.core.dataset import Dataset, open_dataset
+from tracekit.core.identity import rank_gpus
+from tracekit.core.parallel import Executor, LocalExecutor, map_all, record_build
 
 WARMUP_ITERATIONS = 10
 """The first iterations (autotuning, allocator warm-up) never serve as a healthy baseline."""

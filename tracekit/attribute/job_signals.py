@@ -38,12 +38,12 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from tracekit import schema
 from tracekit.attribute.arrival import call_gaps
 from tracekit.attribute.groups import HANDLE, assign_groups, handle_summary
 from tracekit.attribute.instances import collective_calls, collective_instances, member_calls
-from tracekit.dataset import Dataset, open_dataset, write_parquet
-from tracekit.parallel import Executor, map_all, partition_size
+from tracekit.core import schema
+from tracekit.core.dataset import Dataset, open_dataset, write_parquet
+from tracekit.core.parallel import Executor, map_all, partition_size
 
 RANKS_PER_BATCH = 8
 """Most ranks read by one partition of pass 1 (8 ranks x 10,000 iterations is ~7 M calls)."""
@@ -181,7 +181,7 @@ def _numbered(groups: pl.DataFrame) -> pl.DataFrame:
 
 def _bins(groups: pl.DataFrame, executor: Executor) -> list[pl.DataFrame]:
     """Whole groups packed into bins of about equal cost (as many bins as
-    :func:`~tracekit.parallel.partition_size` asks, of about :data:`CALLS_PER_BIN` calls);
+    :func:`~tracekit.core.parallel.partition_size` asks, of about :data:`CALLS_PER_BIN` calls);
     costliest bin first, so the longest partitions start first.
 
     A bin's cost is the calls it keeps plus :data:`READ_COST` for every call of its member

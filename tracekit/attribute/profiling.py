@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import polars as pl
 
-SUSPECT_RATIO = 1.10
-"""Greyhound's profiling threshold: more than 10 % over the comparable cluster's median."""
+from tracekit.core.thresholds import SUSPECT_RATIO
 
 MIN_CALLS = 3
 """A group needs this many timed calls in a window to be judged."""

@@ -12,10 +12,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from tracekit.attribute.profiling import SUSPECT_RATIO
-
-COMPUTE_OPS = ("forward-compute", "backward-compute")
-"""Megatron timer names of a stage's own work (everything else is communication or waiting)."""
+from tracekit.core.schema import COMPUTE_OPS
+from tracekit.core.thresholds import SUSPECT_RATIO
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracekit.attribute.evidence import CONGESTION_COUNTERS, CPU_RISE_PCT, THERMAL_FLAGS, Window
-from tracekit.ingest.counters import counter_rates
+from tracekit.core.counters import counter_rates
 
 DCGM_LAG_SCRAPES = 4
 """DCGM windows reach this many scrape intervals past the episode's end: two collect intervals

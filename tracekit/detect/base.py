@@ -21,7 +21,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from tracekit.errors import TracekitError
+from tracekit.core.errors import TracekitError
 
 MAD_TO_SIGMA = 1.4826
 """Scale factor that turns a median absolute deviation into a Gaussian standard deviation."""

@@ -5,7 +5,7 @@ one loop over run lengths per point instead of a dozen numpy calls.
 Per point the vectorised numpy recursion pays ~20 numpy calls of fixed overhead whatever the
 number of surviving run lengths (~30), which caps one series near 15-20k points/s. Compiled,
 the same recursion costs what its arithmetic costs. It is built once ahead of time into a
-cached extension module (:mod:`tracekit.compiled`: processes that detect, Dask workers among
+cached extension module (:mod:`tracekit.core.compiled`: processes that detect, Dask workers among
 them, do not import numba), else JIT-compiled. numba is optional: without it
 :func:`compiled` returns None and the numpy recursion runs, giving the same change points
 (tested on every labeled series when numba is installed).
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tracekit import compiled as compiled_kernels
+from tracekit.core import compiled as compiled_kernels
 
 OPTIONS = {"error_model": "numpy"}
 """numba compiler flags of both builds: a zero divisor gives inf / nan as in numpy (the
@@ -122,7 +122,7 @@ def compiled():
 
 
 def _ahead_of_time():
-    """:func:`_steps` and its signature, for :mod:`tracekit.compiled` to build."""
+    """:func:`_steps` and its signature, for :mod:`tracekit.core.compiled` to build."""
     from numba import types
 
     def array(dtype, dimensions, readonly=False):

@@ -21,16 +21,16 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from tracekit import schema
-from tracekit.dataset import Dataset, open_dataset
+from tracekit.core import schema
+from tracekit.core.dataset import Dataset, open_dataset
+from tracekit.core.errors import InputError
+from tracekit.core.parallel import Executor, LocalExecutor, map_all, record_build
 from tracekit.detect.base import Detector
 from tracekit.detect.bocd_verify import MIN_FAIL_SLOW_ITERATIONS
 from tracekit.detect.peers import NAME as PEER_DETECTOR
 from tracekit.detect.peers import straggler_episodes
 from tracekit.detect.registry import make_detector
 from tracekit.detect.verdict import VERDICT_DETECTOR, VERDICT_SOURCES
-from tracekit.errors import InputError
-from tracekit.parallel import Executor, LocalExecutor, map_all, record_build
 
 SOURCE_PREFERENCE = ("acf", "framework")
 """Iteration sources in order of preference: ACF reconstruction sees every rank."""
@@ -302,9 +302,9 @@ def detect_rank_events(job: str, detectors: dict[str, Detector], series: JobSeri
 
 def load_kernels() -> None:
     """Load the compiled kernels of :data:`JOB_DETECTORS` (built ahead of time and cached,
-    :mod:`tracekit.compiled`) by running each on a short series, as a rank block and as the
+    :mod:`tracekit.core.compiled`) by running each on a short series, as a rank block and as the
     job-level series do: a warm Dask worker's first detection partition then pays none of it
-    (``tracekit.parallel.WARM_UP``)."""
+    (``tracekit.core.parallel.WARM_UP``)."""
     points = np.linspace(1.0, 1.1, 2 * WARMUP_ITERATIONS)
     for name in JOB_DETECTORS:
         detector = make_detector(name)

@@ -40,9 +40,9 @@ import numpy as np
 import polars as pl
 from scipy.ndimage import median_filter
 
-from tracekit import schema
-from tracekit.attribute.profiling import SUSPECT_RATIO
-from tracekit.attribute.stages import COMPUTE_OPS
+from tracekit.core import schema
+from tracekit.core.schema import COMPUTE_OPS
+from tracekit.core.thresholds import SUSPECT_RATIO
 from tracekit.detect.base import MAD_TO_SIGMA
 from tracekit.detect.bocd_verify import (
     CONFIDENCE_Z,

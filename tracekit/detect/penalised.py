@@ -21,9 +21,9 @@ from typing import ClassVar
 
 import numpy as np
 
+from tracekit.core.errors import TracekitError
 from tracekit.detect.base import OfflineDetector, as_series
 from tracekit.detect.bocd_map import standardise
-from tracekit.errors import TracekitError
 
 MBIC_CHANGE_PENALTY = 3.0
 """MBIC's penalty per change, in units of ``log N`` (changepoint's ``penalty = "MBIC"``)."""

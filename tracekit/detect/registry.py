@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from tracekit.core.errors import TracekitError
 from tracekit.detect.base import Detector
 from tracekit.detect.bocd import Bocd
 from tracekit.detect.bocd_baseline import BocdBaseline
@@ -16,7 +17,6 @@ from tracekit.detect.consensus import Consensus
 from tracekit.detect.penalised import BinarySegmentation, Pelt
 from tracekit.detect.ruptures_baselines import TwoWindow
 from tracekit.detect.window import SlidingWindow
-from tracekit.errors import TracekitError
 
 DETECTORS: dict[str, type[Detector]] = {
     d.name: d

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from tracekit.core.errors import InputError, TracekitError
 from tracekit.detect.base import Detector
 from tracekit.detect.ruptures_baselines import robust_standardise
-from tracekit.errors import InputError, TracekitError
 
 
 def read_series(path: str | Path, column: str | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 import polars as pl
 
-from tracekit import schema
-from tracekit.errors import InputError
-from tracekit.identity import IdentityMap
+from tracekit.core import schema
+from tracekit.core.errors import InputError
+from tracekit.core.identity import IdentityMap
 from tracekit.ingest import metric_names
 from tracekit.ingest.base import (
     Chunk,

@@ -19,7 +19,7 @@ from typing import BinaryIO, ClassVar, TypeVar
 
 import polars as pl
 
-from tracekit import schema
+from tracekit.core import schema
 
 SNIFF_BYTES = 64 * 1024
 """How much of a file readers see when sniffing its format."""
@@ -276,7 +276,7 @@ parsed at once while other threads read, hash, split by rank and write Parquet."
 def cores() -> int:
     """Cores this process may use: polars' thread pool size, which follows POLARS_MAX_THREADS.
     A Dask worker of ``local:N`` is one core (it sets POLARS_MAX_THREADS=1,
-    :data:`tracekit.parallel.ONE_CORE_ENVIRONMENT`): there the parse, read-ahead and writer
+    :data:`tracekit.core.parallel.ONE_CORE_ENVIRONMENT`): there the parse, read-ahead and writer
     threads would only take turns on that core, and made a one-worker cluster use 1.15 cores,
     so the readers and the writer run in the calling thread instead."""
     return pl.thread_pool_size()

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 import polars as pl
 
-from tracekit.errors import InputError
-from tracekit.identity import short_host
+from tracekit.core.errors import InputError
+from tracekit.core.identity import short_host
 from tracekit.ingest import metric_names
 from tracekit.ingest.base import (
     Chunk,

@@ -20,8 +20,8 @@ from collections.abc import Iterator
 
 import polars as pl
 
-from tracekit import schema
-from tracekit.errors import InputError
+from tracekit.core import schema
+from tracekit.core.errors import InputError
 from tracekit.ingest import nccl_names, safe_pickle
 from tracekit.ingest.base import Chunk, Reader, Source, quarantine_frame
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import numpy as np
 import polars as pl
 
-from tracekit import schema
+from tracekit.core import schema
 from tracekit.ingest import nccl_names
 from tracekit.ingest.base import (
     Chunk,

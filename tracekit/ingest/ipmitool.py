@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import polars as pl
 
-from tracekit import schema
-from tracekit.identity import short_host
+from tracekit.core import schema
+from tracekit.core.identity import short_host
 from tracekit.ingest.base import Chunk, Reader, Source, iter_line_batches, quarantine_frame
 from tracekit.ingest.snapshots import SnapshotClock, missing_time_error
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from tracekit import schema
-from tracekit.errors import InputError
+from tracekit.core import schema
+from tracekit.core.errors import InputError
 from tracekit.ingest.base import Chunk, Reader, Source, iter_line_batches, quarantine_frame
 from tracekit.ingest.numbers import bad_number_note, finite_number, is_bad_number, json_objects
 

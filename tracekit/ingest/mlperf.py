@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import numpy as np
 import polars as pl
 
-from tracekit import schema
+from tracekit.core import schema
 from tracekit.ingest.base import Chunk, Reader, Source, iter_line_batches, quarantine_frame
 from tracekit.ingest.numbers import bad_number_note, finite_number
 

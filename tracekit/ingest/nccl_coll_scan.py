@@ -14,7 +14,7 @@ line, single spaces between fields, numbers that fit their column, and a timesta
 host only in the three forms the polars parser reads (``[%F %T(.frac)]``, ISO 8601 with an
 optional zone, epoch seconds) where they are the first run of four or more digits.
 
-The scan is built once into a cached extension module (:mod:`tracekit.compiled`), or where that
+The scan is built once into a cached extension module (:mod:`tracekit.core.compiled`), or where that
 cannot be built JIT-compiled by numba. numba is optional: without it (or when compiling fails)
 :func:`compiled` returns None and the polars parser reads every line, with the same output.
 """
@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from tracekit import compiled as compiled_kernels
+from tracekit.core import compiled as compiled_kernels
 
 FIELDS = ("line_index", "host_id", "pid", "cuda_dev", "op_id", "op_count", "count", "datatype",
           "root", "comm_id", "nranks", "global_rank", "ts_kind", "ts_seconds", "ts_offset_s",
@@ -502,7 +502,7 @@ to arrive must not build (and wrap the functions) twice."""
 
 def compiled():
     """The compiled scan, or None when numba is missing or cannot compile it. Built once ahead
-    of time into a cached extension module (:mod:`tracekit.compiled`: no numba import, so no
+    of time into a cached extension module (:mod:`tracekit.core.compiled`: no numba import, so no
     0.45 s start per process), else JIT-compiled and cached by numba. A thread arriving while
     another loads it waits: parsing that block with polars instead was measured slower (more
     CPU and more wall time)."""
@@ -535,7 +535,7 @@ def _numba_callees() -> None:
 
 
 def _ahead_of_time():
-    """The scan and its signature, for :mod:`tracekit.compiled` to build."""
+    """The scan and its signature, for :mod:`tracekit.core.compiled` to build."""
     from numba import types
 
     _numba_callees()

@@ -24,7 +24,7 @@ from functools import partial
 
 import polars as pl
 
-from tracekit import schema
+from tracekit.core import schema
 from tracekit.ingest import nccl_coll_scan, nccl_names
 from tracekit.ingest.base import (
     Chunk,

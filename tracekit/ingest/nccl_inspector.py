@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from tracekit import schema
+from tracekit.core import schema
 from tracekit.ingest import nccl_names
 from tracekit.ingest.base import Chunk, Reader, Source, iter_line_batches, quarantine_frame
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from tracekit import schema
-from tracekit.identity import IdentityMap
+from tracekit.core import schema
+from tracekit.core.identity import IdentityMap
 from tracekit.ingest import nccl_names
 from tracekit.ingest.base import (
     Chunk,

@@ -8,7 +8,7 @@ while it is parsed (parts are written under hidden names and renamed once it is 
 hashed beforehand only when an earlier ingest of this path had the same size.
 
 One input file (a log, or an archive read member by member) is one partition: it is read and
-written by :func:`_ingest_file`, on this machine or on a Dask worker (``tracekit.parallel``),
+written by :func:`_ingest_file`, on this machine or on a Dask worker (``tracekit.core.parallel``),
 and only the manifest is written here. Large tables are written partitioned by rank (hive
 layout, ``collectives/rank=3/<part>.parquet``, the ``rank`` column kept inside the files), so
 workers write in parallel and readers skip other ranks' files.
@@ -26,13 +26,13 @@ from typing import Any
 
 import polars as pl
 
-from tracekit import schema
-from tracekit.dataset import Dataset, create_dataset, source_record_key
-from tracekit.errors import InputError, TracekitError
+from tracekit.core import schema
+from tracekit.core.dataset import Dataset, create_dataset, source_record_key
+from tracekit.core.errors import InputError, TracekitError
+from tracekit.core.parallel import Executor, LocalExecutor, Outcome, Report
 from tracekit.ingest import registry
 from tracekit.ingest.base import Chunk, Reader, Source, cores
 from tracekit.ingest.sources import MAX_ARCHIVE_BYTES, input_files, iter_sources
-from tracekit.parallel import Executor, LocalExecutor, Outcome, Report
 
 ProgressCallback = Callable[[str, int, int], None]
 """Called as ``progress(source_name, bytes_done_delta, rows_delta)`` while reading."""

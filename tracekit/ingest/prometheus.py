@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from tracekit import schema
-from tracekit.errors import InputError
-from tracekit.identity import IdentityMap, learn_hosts, normalise_bus_id
+from tracekit.core import schema
+from tracekit.core.counters import collapse_repeats, counter_rates
+from tracekit.core.errors import InputError
+from tracekit.core.identity import IdentityMap, learn_hosts, normalise_bus_id
 from tracekit.ingest import metric_names
 from tracekit.ingest.base import (
     Chunk,
@@ -29,7 +30,6 @@ from tracekit.ingest.base import (
     read_csv_cells,
     split_on_reason,
 )
-from tracekit.ingest.counters import collapse_repeats, counter_rates
 from tracekit.ingest.ipmitool import disambiguate, sensor_metric
 from tracekit.ingest.rnic import nic_rows
 from tracekit.ingest.snapshots import SnapshotClock, epoch_ns, missing_time_error

@@ -12,7 +12,7 @@ import pkgutil
 from functools import cache
 
 import tracekit.ingest as package
-from tracekit.errors import InputError
+from tracekit.core.errors import InputError
 from tracekit.ingest.base import Reader, Source
 
 

@@ -4,7 +4,7 @@ The congestion story of a RoCE fabric is in a few counters (FORMATS.md section 4
 ``np_ecn_marked_roce_packets`` / ``np_cnp_sent`` at the receiver, ``rp_cnp_handled`` at the
 sender, ``out_of_sequence`` / ``packet_seq_err`` for loss, and PFC pause counters in
 ``ethtool -S``. Snapshots become ``nic_counters`` rows with rates (wraps and resets handled by
-:mod:`tracekit.ingest.counters`).
+:mod:`tracekit.core.counters`).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from collections.abc import Iterator
 
 import polars as pl
 
-from tracekit import schema
-from tracekit.identity import short_host
+from tracekit.core import schema
+from tracekit.core.counters import collapse_repeats, counter_rates
+from tracekit.core.identity import short_host
 from tracekit.ingest.base import Chunk, Reader, Source, iter_line_batches, quarantine_frame
-from tracekit.ingest.counters import collapse_repeats, counter_rates
 from tracekit.ingest.snapshots import SnapshotClock, missing_time_error
 
 QUEUE_COUNTERS_32BIT = frozenset({
@@ -150,7 +150,7 @@ class EthtoolStatsReader(Reader):
 
 
 def _no_device_error(source: Source) -> Exception:
-    from tracekit.errors import InputError
+    from tracekit.core.errors import InputError
 
     return InputError("cannot tell which netdev these ethtool statistics belong to; keep the "
                       "'$ ethtool -S <dev>' line or pass --option device=NAME", source.name)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import pickle
 
-from tracekit.errors import InputError
+from tracekit.core.errors import InputError
 
 MAX_PICKLE_BYTES = 512 * 1024 * 1024
 """Larger files are refused before unpickling (a Flight Recorder dump is a few MB)."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from tracekit.errors import InputError
+from tracekit.core.errors import InputError
 from tracekit.ingest.base import Source
 
 _NUMERIC = r"\d{9,19}(?:\.\d+)?"

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import polars as pl
 
-from tracekit import schema
-from tracekit.errors import InputError
+from tracekit.core import schema
+from tracekit.core.errors import InputError
 from tracekit.ingest.base import (
     Chunk,
     Reader,

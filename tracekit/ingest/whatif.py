@@ -18,9 +18,9 @@ from pathlib import Path
 import polars as pl
 import yaml
 
-from tracekit import schema
-from tracekit.dataset import atomic_path, open_dataset
-from tracekit.errors import InputError
+from tracekit.core import schema
+from tracekit.core.dataset import atomic_path, open_dataset
+from tracekit.core.errors import InputError
 from tracekit.ingest.base import Chunk, Reader, Source, quarantine_frame
 
 TRACE_COLUMNS: dict[str, pl.DataType] = {

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracekit.dataset import Dataset
-from tracekit.errors import InputError
+from tracekit.core.dataset import Dataset
+from tracekit.core.errors import InputError
+from tracekit.core.parallel import Executor, LocalExecutor, record_build
 from tracekit.iterations.compare import Comparison, RankComparison, compare
 from tracekit.iterations.period import ACF_THRESHOLD, Period, find_period, match_acf
 from tracekit.iterations.reconstruct import (
@@ -23,7 +24,6 @@ from tracekit.iterations.reconstruct import (
     Reconstruction,
     reconstruct,
 )
-from tracekit.parallel import Executor, LocalExecutor, record_build
 
 __all__ = [
     "ACF_THRESHOLD", "QUALITY_DISTURBED", "QUALITY_OK", "QUALITY_RESYNC", "SOURCE", "Comparison",

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from tracekit import schema
-from tracekit.errors import TracekitError
+from tracekit.core import schema
+from tracekit.core.errors import TracekitError
+from tracekit.core.parallel import Executor, LocalExecutor, map_all, partition_size
 from tracekit.iterations.period import (
     ACF_THRESHOLD,
     Period,
@@ -29,7 +30,6 @@ from tracekit.iterations.period import (
     interval_ratio,
     mark_anchor,
 )
-from tracekit.parallel import Executor, LocalExecutor, map_all, partition_size
 
 SOURCE = "acf"
 """Value of ``iterations.source`` for reconstructed rows."""
@@ -137,7 +137,7 @@ def symbol_expr() -> pl.Expr:
 RANKS_PER_BATCH = 16
 """Most ranks read from the table at a time: bounds memory on jobs of thousands of ranks while
 the Parquet scan still skips the row groups of other ranks (fewer per batch when a cluster's
-workers need more partitions, :func:`tracekit.parallel.partition_size`)."""
+workers need more partitions, :func:`tracekit.core.parallel.partition_size`)."""
 
 
 def reconstruct(
@@ -152,7 +152,7 @@ def reconstruct(
     error naming the rank and the cause (rows of some ranks only would be compared as if the
     others had none).
     ``ranks``: the ranks in ``collectives`` when known without reading it (a dataset's
-    :meth:`~tracekit.dataset.Dataset.ranks`)."""
+    :meth:`~tracekit.core.dataset.Dataset.ranks`)."""
     frame = collectives.lazy() if isinstance(collectives, pl.DataFrame) else collectives
     if ranks is None:
         ranks = (frame.select(pl.col("rank").drop_nulls().unique().sort()).collect()

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracekit.characterise import (
+from tracekit.characterise.jobs import (
     cause_table,
     fail_slow_durations,
     job_summary_from_episodes,
     job_summary_from_labels,
 )
 from tracekit.detect.verdict import VERDICT_DETECTOR
-from tracekit.evaluate import Corpus, Evaluation, evaluate
+from tracekit.evaluate.scoring import Corpus, Evaluation, evaluate
 from tracekit.report.document import Report, ReportFigure, ReportTable
 from tracekit.report.figures import cdf_figure
 from tracekit.report.tables import accuracy_table, episode_accuracy_table, percent

@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 from matplotlib.figure import Figure
 
-from tracekit.dataset import atomic_path
+from tracekit.core.dataset import atomic_path
 from tracekit.report.tables import html_table, markdown_table
 
 FIGURE_DPI = 110

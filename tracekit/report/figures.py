@@ -11,7 +11,7 @@ import polars as pl
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from tracekit.characterise import ecdf
+from tracekit.characterise.jobs import ecdf
 
 MAX_LINES = 16
 """Above this many series (ranks, GPUs) a panel shows the median with a min-max band instead

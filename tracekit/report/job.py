@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracekit.dataset import Dataset
+from tracekit.core.dataset import Dataset
 from tracekit.detect.verdict import change_point_detector, shown_episodes, with_verdict
-from tracekit.evaluate import NOT_ATTRIBUTED, episode_matches
+from tracekit.evaluate.scoring import NOT_ATTRIBUTED, episode_matches
 from tracekit.report.document import Report, ReportFigure, ReportTable
 from tracekit.report.figures import EVIDENCE_PANELS, iteration_timeline
 from tracekit.report.tables import percent

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from tracekit.errors import TracekitError
+from tracekit.core.errors import TracekitError
 from tracekit.synth.faults import Component, Injection, duration_distribution_s
 from tracekit.synth.job import JobSpec, generate_job
 from tracekit.synth.layout import HARDWARE, MODELS, Layout
@@ -174,7 +174,7 @@ def generate_corpus(out: Path, preset_name: str, jobs: int, seed: int,
                     monitoring_files: str = "series") -> pl.DataFrame:
     """Write ``jobs`` job folders under ``out`` and ``corpus.csv`` (job, category, seed);
     return that summary."""
-    from tracekit.synth.job import JobRun
+    from tracekit.synth.run import JobRun
 
     if preset_name not in PRESETS:
         raise TracekitError(f"unknown corpus preset {preset_name!r}; known: {', '.join(PRESETS)}")

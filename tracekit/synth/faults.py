@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tracekit.errors import TracekitError
+from tracekit.core.errors import TracekitError
 from tracekit.synth.layout import Layout
 
 CAUSES = {

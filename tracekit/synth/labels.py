@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
-from tracekit import schema
+from tracekit.core import schema
 from tracekit.synth.faults import KIND_OF_CAUSE, Fault
 
 if TYPE_CHECKING:
-    from tracekit.synth.job import JobRun, JobSpec
+    from tracekit.synth.run import JobRun, JobSpec
 
 TRUTH_SCHEMA = {
     "job": pl.String, "iteration": pl.Int64, "t_start_ns": pl.Int64, "t_end_ns": pl.Int64,

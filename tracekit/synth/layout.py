@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from tracekit.errors import TracekitError
+from tracekit.core.errors import TracekitError
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import socket
 from dataclasses import dataclass
 from types import ModuleType
 
-from tracekit.errors import TracekitError
+from tracekit.core.errors import TracekitError
 
 INSTALL_HINT = (
     "the validators need PyTorch, the optional `gpu` extra: install it with "

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from tracekit.errors import TracekitError
+from tracekit.core.errors import TracekitError
 from tracekit.validate.backend import device_info, local_host, require_torch
 from tracekit.validate.peers import (
     BUDGET_S,

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from tracekit.dataset import Dataset
-from tracekit.errors import InputError
+from tracekit.core.dataset import Dataset
+from tracekit.core.errors import InputError
 from tracekit.validate.gemm import ModelShape
 from tracekit.validate.p2p import P2PGroup
 from tracekit.validate.schedule import Topology

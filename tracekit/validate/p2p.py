@@ -26,7 +26,7 @@ from datetime import timedelta
 import numpy as np
 import polars as pl
 
-from tracekit.errors import TracekitError
+from tracekit.core.errors import TracekitError
 from tracekit.validate.backend import device_info, require_torch
 from tracekit.validate.peers import (
     BUDGET_S,

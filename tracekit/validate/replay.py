@@ -8,8 +8,8 @@ from pathlib import Path
 
 import polars as pl
 
-from tracekit.dataset import open_dataset
-from tracekit.errors import TracekitError
+from tracekit.core.dataset import open_dataset
+from tracekit.core.errors import TracekitError
 from tracekit.validate import job as job_facts
 from tracekit.validate.gemm import (
     CPU_SHAPES,

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from tracekit.errors import TracekitError
+from tracekit.core.errors import TracekitError
 
 Topology = Literal["ring", "tree"]
 TOPOLOGIES: tuple[Topology, ...] = ("ring", "tree")

@@ -13,8 +13,8 @@ import time
 
 import polars as pl
 
-from tracekit import schema
-from tracekit.dataset import Dataset
+from tracekit.core import schema
+from tracekit.core.dataset import Dataset
 from tracekit.validate.gemm import GemmReport
 from tracekit.validate.job import Suspects
 from tracekit.validate.p2p import P2PReport

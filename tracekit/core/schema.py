@@ -15,7 +15,7 @@ from functools import cached_property
 
 import polars as pl
 
-from tracekit.errors import SchemaError
+from tracekit.core.errors import SchemaError
 
 
 @dataclass(frozen=True)
@@ -393,6 +393,10 @@ OP_TRACES = Table(
     key=("job", "rank", "step", "op", "seq"),
     time_column="t_start_ns",
 )
+
+COMPUTE_OPS = ("forward-compute", "backward-compute")
+"""``op_traces.op`` timer names of a stage's own work (everything else is communication or
+waiting)."""
 
 STRAGGLER_REPORTS = Table(
     "straggler_reports",

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from tracekit import cli_support
+from tracekit.cli import support as cli_support
 
 synth_app = typer.Typer(name="synth", no_args_is_help=True,
                         help="Generate labeled synthetic jobs in the real raw formats.")

@@ -6,7 +6,7 @@ import polars as pl
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tracekit.ingest.counters import collapse_repeats, counter_rates
+from tracekit.core.counters import collapse_repeats, counter_rates
 
 S = 10**9
 

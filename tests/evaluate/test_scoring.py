@@ -9,9 +9,9 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from tracekit import schema
-from tracekit.errors import InputError
-from tracekit.evaluate import (
+from tracekit.core import schema
+from tracekit.core.errors import InputError
+from tracekit.evaluate.scoring import (
     Fraction,
     MetricChange,
     corpus_changed,
@@ -349,7 +349,7 @@ def test_cause_accuracy_counts_missed_and_unattributed_as_wrong():
                                          "cpu-contention"],
         "detected": [True, True, False, True],
         "target_correct": [True, None, None, False], "cause_correct": [True, None, None, True]})
-    from tracekit.evaluate import cause_accuracy
+    from tracekit.evaluate.scoring import cause_accuracy
     rows = cause_accuracy(matches).select("cause", "recall_text", "culprit_text",
                                           "cause_right_text").rows()
     assert rows == [("cpu-contention", "100.0 (1/1)", "0.0 (0/1)", "100.0 (1/1)"),

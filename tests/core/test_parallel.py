@@ -16,14 +16,14 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from tracekit import schema
 from tracekit.cli import app
-from tracekit.dataset import create_dataset, open_dataset
+from tracekit.core import schema
+from tracekit.core.dataset import create_dataset, open_dataset
+from tracekit.core.errors import TracekitError
+from tracekit.core.parallel import LocalExecutor, map_all, open_executor, partition_size
 from tracekit.detect import detect_dataset, episodes, make_detector
 from tracekit.detect.episodes import JOB_DETECTORS, JobSeries, detect_series
-from tracekit.errors import TracekitError
 from tracekit.ingest import pipeline
-from tracekit.parallel import LocalExecutor, map_all, open_executor, partition_size
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
 
@@ -118,7 +118,7 @@ def test_a_local_worker_is_one_core_and_the_client_keeps_its_environment(dask_ex
 def _quiet_settings() -> dict[str, object]:
     import dask
 
-    from tracekit.parallel import QUIET_DASK_CONFIG
+    from tracekit.core.parallel import QUIET_DASK_CONFIG
 
     return {key: dask.config.get(key) for key in QUIET_DASK_CONFIG}
 
@@ -126,7 +126,7 @@ def _quiet_settings() -> dict[str, object]:
 def test_local_workers_run_without_dask_background_sampling(dask_executor):
     """Workers of a cluster tracekit starts neither profile nor poll several times a second
     (an idle 2-worker cluster cost 5 % of the machine)."""
-    from tracekit.parallel import QUIET_DASK_CONFIG
+    from tracekit.core.parallel import QUIET_DASK_CONFIG
 
     settings = dask_executor.client.run(_quiet_settings)
     assert list(settings.values()) == [QUIET_DASK_CONFIG] * 2
@@ -138,7 +138,7 @@ def _warmed_up(timeout_s: float = 60.0) -> list[str]:
     import threading
     import time
 
-    from tracekit.parallel import WARM_UP
+    from tracekit.core.parallel import WARM_UP
 
     deadline = time.monotonic() + timeout_s
     while (any(t.name == "tracekit-warm-up" for t in threading.enumerate())
@@ -149,8 +149,8 @@ def _warmed_up(timeout_s: float = 60.0) -> list[str]:
 
 
 def test_workers_are_warmed_up_as_the_executor_opens(dask_executor):
+    from tracekit.core.parallel import WARM_UP
     from tracekit.detect import bocd_kernel
-    from tracekit.parallel import WARM_UP
 
     warmed = dask_executor.client.run(_warmed_up)
     assert list(warmed.values()) == [[t.partition(":")[0] for t in WARM_UP]] * 2
@@ -159,13 +159,13 @@ def test_workers_are_warmed_up_as_the_executor_opens(dask_executor):
 
 
 def test_warm_up_imports_modules_and_calls_loaders(monkeypatch):
-    from tracekit import parallel
+    from tracekit.core import parallel
 
     calls = []
     monkeypatch.setattr(episodes, "load_kernels", lambda: calls.append("loaded"))
-    monkeypatch.delitem(sys.modules, "tracekit.identity", raising=False)
-    parallel.warm_up(("tracekit.identity", "tracekit.detect.episodes:load_kernels"))
-    assert "tracekit.identity" in sys.modules and calls == ["loaded"]
+    monkeypatch.delitem(sys.modules, "tracekit.core.identity", raising=False)
+    parallel.warm_up(("tracekit.core.identity", "tracekit.detect.episodes:load_kernels"))
+    assert "tracekit.core.identity" in sys.modules and calls == ["loaded"]
 
 
 def _free_port() -> int:
@@ -207,7 +207,7 @@ def test_without_cluster_nothing_of_dask_is_imported(tmp_path):
     (tmp_path / "rank0.csv").write_text(HOOK_HEADER + "\n")
     script = (
         "import sys\nfrom pathlib import Path\nfrom tracekit.ingest.pipeline import ingest\n"
-        "from tracekit.parallel import open_executor\nimport tracekit.cli\n"
+        "from tracekit.core.parallel import open_executor\nimport tracekit.cli\n"
         f"with open_executor(None) as executor:\n"
         f"    ingest([Path({str(tmp_path / 'rank0.csv')!r})], Path({str(tmp_path / 'ds')!r}),"
         " executor=executor)\n"
@@ -442,7 +442,7 @@ def slow_job(tmp_path_factory) -> Path:
 
 
 def test_analyze_is_identical_with_and_without_a_cluster(slow_job, tmp_path, dask_executor):
-    from tracekit.analyze import analyze
+    from tracekit.pipeline.analyze import analyze
 
     tables = ("collectives", "iterations", "events", "episodes", "gpu_metrics")
     keys = {"collectives": ["rank", "seq", "t_start_ns"], "iterations": ["source", "rank",

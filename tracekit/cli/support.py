@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
-from tracekit.errors import TracekitError
+from tracekit.core.errors import TracekitError
 
 console = Console()
 errors = Console(stderr=True)

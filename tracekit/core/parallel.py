@@ -29,8 +29,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tracekit.dataset import Dataset
-from tracekit.errors import TracekitError
+from tracekit.core.dataset import Dataset
+from tracekit.core.errors import TracekitError
 
 RETRIES = 1
 """A partition that raises is run this many more times before it is reported as failed: a
@@ -52,10 +52,10 @@ WARM_UP = ("tracekit.ingest.pipeline", "tracekit.iterations", "tracekit.attribut
 """What every Dask worker imports (``module``) and loads (``module:function``) as soon as the
 executor opens, in a thread beside its task thread, so that the first partition of each stage
 starts warm. Measured per worker process (one thread): the detectors' imports (scipy.special)
-~0.45 s of CPU, the compiled kernels ~2 ms each (built ahead of time, :mod:`tracekit.compiled`),
-the rest ~0.1 s. A worker pays this once either way; warming moves it out of the first
-detection partition into the cluster's start and the client's own work, when the worker would
-idle."""
+~0.45 s of CPU, the compiled kernels ~2 ms each (built ahead of time,
+:mod:`tracekit.core.compiled`), the rest ~0.1 s. A worker pays this once either way; warming
+moves it out of the first detection partition into the cluster's start and the client's own
+work, when the worker would idle."""
 
 QUIET_DASK_CONFIG = {
     "distributed.worker.profile.enabled": False,

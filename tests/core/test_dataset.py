@@ -7,9 +7,10 @@ import json
 import polars as pl
 import pytest
 
-from tracekit import create_dataset, open_dataset, schema
-from tracekit import dataset as dataset_module
-from tracekit.errors import InputError, SchemaError
+from tracekit import create_dataset, open_dataset
+from tracekit.core import dataset as dataset_module
+from tracekit.core import schema
+from tracekit.core.errors import InputError, SchemaError
 
 
 def iterations_frame(n: int, job: str = "job-a") -> pl.DataFrame:

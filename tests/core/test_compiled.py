@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tracekit import compiled
+from tracekit.core import compiled
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
                                 reason="no C compiler: kernels are JIT-compiled instead")
@@ -72,11 +72,11 @@ def test_built_kernel_computes_what_the_python_function_does(spin, kernel_source
 
 
 def test_a_later_process_loads_it_without_importing_numba(spin, kernel_source):
-    code = ("import sys\nfrom pathlib import Path\nfrom tracekit import compiled\n"
+    code = ("import sys\nfrom pathlib import Path\nfrom tracekit.core import compiled\n"
             f"kernel = compiled.load('spin', Path({str(kernel_source)!r}), None)\n"
             "print(kernel(1), 'numba' in sys.modules)\n")
     output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            check=True, cwd=Path(__file__).parents[1]).stdout.split()
+                            check=True, cwd=Path(__file__).parents[2]).stdout.split()
     assert output == [str(python_spin(1)), "False"]
 
 

@@ -3,13 +3,12 @@ attribute, report.
 
 Each stage is the library function its own CLI verb calls, run on the same dataset in order.
 A stage whose input is absent is *skipped* with the reason (a dump without collectives has no
-ACF reconstruction; a tracekit build without attribution leaves episodes "not attributed"), so
-the pipeline gives the most a dump allows instead of stopping at the first gap.
+ACF reconstruction; a dump without episodes has nothing to attribute), so the pipeline gives the
+most a dump allows instead of stopping at the first gap.
 """
 
 from __future__ import annotations
 
-import importlib
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -18,19 +17,26 @@ from typing import Any
 
 import polars as pl
 
-from tracekit.dataset import Dataset, create_dataset
-from tracekit.errors import InputError
-from tracekit.parallel import Executor, LocalExecutor
+from tracekit.attribute import attribute_dataset
+from tracekit.core.dataset import Dataset, create_dataset
+from tracekit.core.errors import InputError
+from tracekit.core.parallel import Executor, LocalExecutor
+from tracekit.detect import detect_dataset
+from tracekit.detect.verdict import shown_episodes
+from tracekit.ingest.pipeline import ingest
+from tracekit.iterations import reconstruct_dataset
+from tracekit.report.document import write_report
+from tracekit.report.job import job_report
 
 STAGES = ("ingest", "iterations", "detect", "attribute", "report")
 
-STAGE_FUNCTIONS = {
-    "iterations": ("tracekit.iterations", "reconstruct_dataset"),
-    "detect": ("tracekit.detect", "detect_dataset"),
-    "attribute": ("tracekit.attribute", "attribute_dataset"),
+STAGE_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "iterations": reconstruct_dataset,
+    "detect": detect_dataset,
+    "attribute": attribute_dataset,
 }
-"""Where each analysis stage lives: ``module, function(dataset, executor=...)``, the functions
-behind the ``tracekit iterations|detect|attribute`` verbs."""
+"""The analysis stages in order, each ``function(dataset, executor=...)``: the functions behind
+the ``tracekit iterations|detect|attribute`` verbs."""
 
 StageProgress = Callable[[str, str, dict[str, Any]], None]
 """Called as ``progress(stage, event, info)`` with event ``start``, ``advance`` (ingest bytes:
@@ -41,7 +47,7 @@ StageProgress = Callable[[str, str, dict[str, Any]], None]
 class StageResult:
     name: str
     status: str
-    """done, skipped or unavailable (this build lacks the stage)."""
+    """done or skipped (with the reason in ``detail``)."""
     seconds: float
     detail: str = ""
 
@@ -58,17 +64,6 @@ class Analysis:
     report_html: Path | None = None
     report_markdown: Path | None = None
     failed_sources: list[str] = field(default_factory=list)
-
-
-def _stage_function(stage: str) -> Callable[..., Any] | None:
-    module_name, function_name = STAGE_FUNCTIONS[stage]
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
-        if error.name and module_name.startswith(error.name):
-            return None
-        raise
-    return getattr(module, function_name, None)
 
 
 def _rows(dataset: Dataset, name: str) -> int:
@@ -116,11 +111,6 @@ def analyze(
     evaluation). Analysis stages named in ``skip`` are skipped ("not asked for").
     ``executor`` runs every stage's partitions (default: a local loop). Re-running is
     idempotent like ingest."""
-    from tracekit.detect.verdict import shown_episodes
-    from tracekit.ingest.pipeline import ingest
-    from tracekit.report.document import write_report
-    from tracekit.report.job import job_report
-
     def notify(stage: str, event: str, **info: Any) -> None:
         if progress is not None:
             progress(stage, event, info)
@@ -146,15 +136,11 @@ def analyze(
             f"{len(summary.sources)} source(s), {ingested:,} rows, "
             f"{len(summary.failed)} failed")
 
-    for stage in ("iterations", "detect", "attribute"):
+    for stage, function in STAGE_FUNCTIONS.items():
         started = time.perf_counter()
         notify(stage, "start")
-        function = _stage_function(stage)
         reason = "not asked for" if stage in skip else _skip_reason(stage, dataset)
-        if function is None:
-            _finish(result, notify, stage, started, "unavailable",
-                    f"{'.'.join(STAGE_FUNCTIONS[stage])} is not in this build")
-        elif reason:
+        if reason:
             _finish(result, notify, stage, started, "skipped", reason)
         else:
             value = function(dataset, executor=executor)
@@ -173,52 +159,6 @@ def analyze(
     result.report_html, result.report_markdown = written.html, written.markdown
     _finish(result, notify, "report", started, "done", str(written.html))
     return result
-
-
-def is_dataset(path: Path) -> bool:
-    from tracekit.dataset import MANIFEST
-
-    return (Path(path) / MANIFEST).is_file()
-
-
-def corpus_jobs(corpus: Path) -> list[tuple[str, list[Path]]]:
-    """The jobs of a corpus folder, each a name and what to ingest: one sub-folder per job (a
-    dataset or a dump), or labeled dumps as a team keeps them, ``dumps/<job>.tar.xz`` (or a
-    folder) beside ``truth/<job>/`` (``labels.json``, ``iterations.csv``)."""
-    dumps, truth = corpus / "dumps", corpus / "truth"
-    if dumps.is_dir() and truth.is_dir():
-        jobs = []
-        for dump in sorted(p for p in dumps.iterdir() if not p.name.startswith(".")):
-            name = dump.name.split(".")[0]
-            jobs.append((name, [dump] + ([truth / name] if (truth / name).is_dir() else [])))
-        return jobs
-    return [(p.name, [p]) for p in sorted(corpus.iterdir())
-            if p.is_dir() and not p.name.startswith(".")]
-
-
-def analyze_corpus(corpus: Path, work: Path,
-                   progress: Callable[[str, int, int], None] | None = None,
-                   skip: Collection[str] = ()) -> list[Path]:
-    """Datasets of every job of ``corpus``: job folders that already are datasets are used as
-    they are; raw job folders (dumps) are analysed into ``work/<job>`` (no per-job report,
-    analysis stages in ``skip`` skipped). ``progress(job, done, total)`` after each job."""
-    corpus = Path(corpus)
-    if not corpus.is_dir():
-        raise InputError("a corpus is a folder with one sub-folder per job", str(corpus))
-    jobs = corpus_jobs(corpus)
-    if not jobs:
-        raise InputError("no job folders in this corpus", str(corpus))
-    datasets = []
-    for done, (name, sources) in enumerate(jobs, start=1):
-        if len(sources) == 1 and is_dataset(sources[0]):
-            datasets.append(sources[0])
-        else:
-            target = Path(work) / name
-            analyze(sources, target, job=name, write_job_report=False, skip=skip)
-            datasets.append(target)
-        if progress is not None:
-            progress(name, done, len(jobs))
-    return datasets
 
 
 def _finish(result: Analysis, notify: Callable[..., None], stage: str, started: float,

@@ -28,8 +28,8 @@ from typing import Any
 
 import polars as pl
 
-from tracekit import schema
-from tracekit.errors import InputError
+from tracekit.core import schema
+from tracekit.core.errors import InputError
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
@@ -68,7 +68,7 @@ def write_parquet(frame: pl.DataFrame, final: Path,
 
 
 def _tracekit_version() -> str:
-    from tracekit import __version__
+    from tracekit.core import __version__
 
     return __version__
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
-from tracekit.errors import InputError
+from tracekit.core.errors import InputError
 
 _IPV4 = r"^\d{1,3}(?:\.\d{1,3}){3}$"
 

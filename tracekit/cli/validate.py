@@ -9,8 +9,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tracekit import cli_support
-from tracekit.errors import TracekitError
+from tracekit.cli import support as cli_support
+from tracekit.core.errors import TracekitError
 from tracekit.validate.backend import require_torch
 
 validate_app = typer.Typer(
@@ -113,7 +113,7 @@ def p2p(
     topology: Annotated[list[str] | None, typer.Option(help="ring or tree (repeatable); "
                         "default ring.")] = None,
     size_mb: Annotated[list[int] | None, typer.Option(help="Message size in MiB (repeatable); "
-                       "default 16, 32, 64 on GPUs, 1, 2, 4 on CPUs.")] = None,
+                       "default 16, 32, 64 on GPUs, 4, 8, 16 on CPUs.")] = None,
     budget_s: Budget = None,
     threshold: Threshold = 0.10,
     self_test: SelfTestFlag = False,
@@ -123,8 +123,8 @@ def p2p(
                       "one ring over these ranks.")] = None,
     backend: Annotated[str | None, typer.Option(help="nccl or gloo (default: nccl when GPUs "
                        "are visible).")] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds before a silent rank is an "
-                       "error.")] = 60.0,
+    timeout: Annotated[float, typer.Option(help="Seconds (beyond the budget) before a silent "
+                       "rank is an error.")] = 60.0,
     inject_delay: Annotated[list[str] | None, typer.Option(help="By hand: SRC-DST=SECONDS "
                             "delays every transfer from SRC to DST.")] = None,
 ) -> None:
@@ -139,8 +139,9 @@ def p2p(
                                seed=seed, timeout_s=timeout)
         _print_self_test(result, _p2p_table)
         return
-    groups = ([_ranks(g) for g in group] if group else
-              [tuple(range(nprocs))] if nprocs and dataset is None else None)
+    groups = [_ranks(g) for g in group or []]
+    if not groups and nprocs and dataset is None:
+        groups = [tuple(range(nprocs))]
     delays = {}
     for link, seconds in cli_support.parse_options(inject_delay).items():
         src, _, dst = link.partition("-")

@@ -5,14 +5,14 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from tracekit import schema
-from tracekit.characterise import (
+from tracekit.characterise.jobs import (
     cause_table,
     ecdf,
     fail_slow_durations,
     job_summary_from_episodes,
     job_summary_from_labels,
 )
+from tracekit.core import schema
 
 S = 10**9
 JOBS = pl.DataFrame({"job": ["a", "b", "c", "d", "e", "f"],

@@ -28,7 +28,7 @@ from typing import Any
 
 import polars as pl
 
-from tracekit.errors import InputError
+from tracekit.core.errors import InputError
 
 ALL = "all"
 """Category name of the row that pools every job."""
@@ -511,8 +511,8 @@ def episode_alarms(dataset) -> pl.DataFrame:
 def load_corpus(datasets: list[Path]) -> Corpus:
     """Pool the labels, episodes (with the job verdict's, :mod:`tracekit.detect.verdict`) and
     reconstruction errors of ``datasets``."""
-    from tracekit import schema
-    from tracekit.dataset import open_dataset
+    from tracekit.core import schema
+    from tracekit.core.dataset import open_dataset
     from tracekit.detect.verdict import with_verdict
 
     jobs, labels, episodes, errors = [], [], [], []
@@ -539,25 +539,16 @@ def load_corpus(datasets: list[Path]) -> Corpus:
     )
 
 
-def evaluate_corpus(corpus: Path, work: Path, include_detectors: list[str] | None = None,
-                    progress=None, attribute: bool = True) -> tuple[Corpus, Evaluation]:
-    """Analyse every job of a labeled corpus (raw jobs into ``work``) and evaluate every
-    detector that reported an episode, plus ``include_detectors`` (those of a baseline: a
-    detector gone silent then counts as missing every fail-slow instead of vanishing).
-
-    Raw jobs run the whole pipeline, attribution included whenever this build has it and the
-    job has episodes, so localisation and cause accuracy are measured; ``attribute=False``
-    skips it (detection accuracy only). ``progress(job, done, total)`` after each job."""
-    from tracekit.analyze import analyze_corpus
-
-    skip = () if attribute else ("attribute",)
-    corpus_data = load_corpus(analyze_corpus(Path(corpus), Path(work), progress, skip=skip))
-    if corpus_data.labels.height == 0:
+def score_corpus(corpus: Corpus, source: Path,
+                 include_detectors: list[str] | None = None) -> Evaluation:
+    """Evaluate every detector that reported an episode in ``corpus`` (loaded from ``source``),
+    plus ``include_detectors`` (those of a baseline: a detector gone silent then counts as
+    missing every fail-slow instead of vanishing)."""
+    if corpus.labels.height == 0:
         raise InputError("no job of this corpus has labels; evaluation needs a labeled corpus "
-                         "(`tracekit synth corpus`)", str(corpus))
-    detectors = sorted(set(_detectors(corpus_data.episodes, None)) | set(include_detectors or []))
-    return corpus_data, evaluate(corpus_data.jobs, corpus_data.labels, corpus_data.episodes,
-                                 detectors)
+                         "(`tracekit synth corpus`)", str(source))
+    detectors = sorted(set(_detectors(corpus.episodes, None)) | set(include_detectors or []))
+    return evaluate(corpus.jobs, corpus.labels, corpus.episodes, detectors)
 
 
 # -- regression baseline -------------------------------------------------------------------
@@ -661,7 +652,7 @@ def baseline_document(metrics: dict[str, Any], corpus: Path) -> dict[str, Any]:
 
 def write_baseline(path: Path, metrics: dict[str, Any], corpus: Path) -> None:
     """Write (replace) a baseline file; the only way a baseline changes."""
-    from tracekit.dataset import atomic_path
+    from tracekit.core.dataset import atomic_path
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,7 @@ from rich.progress import (
 )
 
 from tracekit import __version__
-from tracekit.cli_support import (
+from tracekit.cli.support import (
     JsonOption,
     console,
     errors,
@@ -38,7 +38,7 @@ from tracekit.cli_support import (
     state,
     working,
 )
-from tracekit.cli_support import command as command_on
+from tracekit.cli.support import command as command_on
 
 app = typer.Typer(
     name="tracekit",
@@ -47,7 +47,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 command = functools.partial(command_on, app)
-"""Register a top-level command (see :func:`tracekit.cli_support.command`)."""
+"""Register a top-level command (see :func:`tracekit.cli.support.command`)."""
 
 
 def _version(value: bool) -> None:
@@ -69,8 +69,8 @@ def main(
 def info(dataset: Annotated[Path, typer.Argument(help="Dataset folder.")],
          as_json: JsonOption = False) -> None:
     """Summarise a dataset: its tables, rows, time span, ranks, hosts and sources."""
-    from tracekit.dataset import open_dataset
-    from tracekit.identity import rank_gpus
+    from tracekit.core.dataset import open_dataset
+    from tracekit.core.identity import rank_gpus
 
     opened = open_dataset(dataset)
     manifest = opened.manifest
@@ -130,7 +130,7 @@ def quarantine(
     """List the input lines ingest could not parse, with file, line number and reason."""
     import polars as pl
 
-    from tracekit.dataset import open_dataset
+    from tracekit.core.dataset import open_dataset
 
     lines = open_dataset(dataset).table("quarantine").sort("source", "line_no").collect()
     if as_json:
@@ -163,8 +163,8 @@ def ingest(
     as_json: JsonOption = False,
 ) -> None:
     """Normalise cluster dumps into a Parquet dataset (re-running is idempotent)."""
+    from tracekit.core.parallel import open_executor
     from tracekit.ingest.pipeline import ingest as run_ingest
-    from tracekit.parallel import open_executor
 
     options = parse_options(option)
     _check_options(options, format)
@@ -187,7 +187,7 @@ def ingest(
 def _check_options(options: dict[str, str], forced: str | None) -> None:
     """Refuse an ``--option`` key that the forced format (or, sniffing, every format) ignores:
     a misspelt key would otherwise be dropped silently."""
-    from tracekit.errors import TracekitError
+    from tracekit.core.errors import TracekitError
     from tracekit.ingest.registry import reader_for_format, readers
 
     candidates = [reader_for_format(forced)] if forced else readers()
@@ -244,7 +244,7 @@ def _mixed_jobs(path: Path) -> str | None:
     which would otherwise show up later as a spurious imbalance. None when it does not."""
     import polars as pl
 
-    from tracekit.dataset import open_dataset
+    from tracekit.core.dataset import open_dataset
 
     opened = open_dataset(path)
     by_prefix = {s["key"][:16]: s for s in opened.manifest["sources"] if "key" in s}
@@ -338,9 +338,9 @@ def iterations(
     summary of the job."""
     import dataclasses
 
-    from tracekit.dataset import open_dataset
+    from tracekit.core.dataset import open_dataset
+    from tracekit.core.parallel import open_executor
     from tracekit.iterations import compare_dataset, reconstruct_dataset
-    from tracekit.parallel import open_executor
 
     opened = open_dataset(dataset)
     with open_executor(cluster) as executor, working("reconstructing iterations"):
@@ -436,9 +436,9 @@ def analyze(
     """Ingest, reconstruct iterations, detect, attribute and report in one go."""
     import dataclasses
 
-    from tracekit.analyze import STAGES
-    from tracekit.analyze import analyze as run_analyze
-    from tracekit.parallel import open_executor
+    from tracekit.core.parallel import open_executor
+    from tracekit.pipeline.analyze import STAGES
+    from tracekit.pipeline.analyze import analyze as run_analyze
 
     with open_executor(cluster) as executor, Progress(
             TextColumn("[bold]{task.description:<10}"), BarColumn(),
@@ -498,8 +498,8 @@ def report(
     as_json: JsonOption = False,
 ) -> None:
     """Write an HTML page and a Markdown report with figures for a job or a corpus."""
-    from tracekit.errors import InputError
-    from tracekit.report import build_report
+    from tracekit.core.errors import InputError
+    from tracekit.pipeline.corpus import build_report
 
     if not source.is_dir():
         raise InputError("no such dataset or corpus folder", str(source))
@@ -529,16 +529,16 @@ def eval_command(
 ) -> None:
     """Accuracy, FPR, FNR, culprit and cause accuracy per category and detector; episode
     precision, recall, delay."""
+    from tracekit.core.errors import InputError
     from tracekit.detect.verdict import VERDICT_DETECTOR
-    from tracekit.errors import InputError
-    from tracekit.evaluate import (
+    from tracekit.evaluate.scoring import (
         corpus_changed,
-        evaluate_corpus,
         improvements,
         read_baseline,
         regressions,
         write_baseline,
     )
+    from tracekit.pipeline.corpus import evaluate_corpus
     from tracekit.report.tables import (
         cause_accuracy_table,
         episode_accuracy_table,
@@ -599,9 +599,9 @@ def detect(
     """Find change points and fail-slow episodes; writes the events and episodes tables."""
     import polars as pl
 
+    from tracekit.core.parallel import open_executor
     from tracekit.detect import detect_dataset
     from tracekit.detect.verdict import shown_episodes
-    from tracekit.parallel import open_executor
 
     with open_executor(cluster) as executor, working("detecting change points"):
         found = detect_dataset(dataset, detector, parse_options(param), executor=executor)
@@ -644,11 +644,11 @@ def changepoints(
     print(json.dumps(found) if as_json else "\n".join(map(str, found)))
 
 
-from tracekit.synth.cli import synth_app  # noqa: E402  (sub-app: tracekit synth job|corpus)
+from tracekit.cli.synth import synth_app  # noqa: E402  (sub-app: tracekit synth job|corpus)
 
 app.add_typer(synth_app, name="synth")
 
-from tracekit.validate.cli import validate_app  # noqa: E402  (sub-app: tracekit validate gemm|p2p)
+from tracekit.cli.validate import validate_app  # noqa: E402  (sub-app: tracekit validate gemm|p2p)
 
 app.add_typer(validate_app, name="validate")
 
@@ -664,7 +664,7 @@ def attribute(
     import dataclasses
 
     from tracekit.attribute import attribute_dataset
-    from tracekit.parallel import open_executor
+    from tracekit.core.parallel import open_executor
 
     with open_executor(cluster) as executor, working("attributing episodes"):
         result = attribute_dataset(dataset, executor)
@@ -681,7 +681,7 @@ def attribute(
         say(f"[bold]pipeline stages[/]: {result.stages.cause}, "
             f"{result.stages.target or 'no culprit'}\n  {result.stages.evidence}")
     if result.episodes.is_empty() and result.stages is None:
-        from tracekit.dataset import open_dataset
+        from tracekit.core.dataset import open_dataset
 
         detected = "detect" in open_dataset(dataset).manifest.get("build", {})
         say("no episodes to attribute: " + ("detection found no fail-slow" if detected else

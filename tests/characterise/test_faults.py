@@ -7,15 +7,14 @@ import json
 import polars as pl
 import pytest
 
-from tracekit.errors import InputError
-from tracekit.fault_trace import (
+from tracekit.characterise.faults import (
     duration_summary,
     fault_count_distribution,
     fault_intervals,
-    load_fault_trace,
     recurrence_per_node,
     relapse_share,
 )
+from tracekit.ingest.fault_trace import load_fault_trace
 
 
 @pytest.fixture(scope="module")
@@ -67,16 +66,3 @@ def test_recurrence(intervals):
     assert distribution.filter(pl.col("faults") == 1)["nodes"].item() == 96
     assert distribution["nodes"].sum() == 231
     assert relapse_share(intervals, 7.0) == pytest.approx(182 / 584)
-
-
-def test_bad_trace_is_a_clear_error(tmp_path):
-    bad = tmp_path / "trace.json"
-    bad.write_text('{"not": "a list"}')
-    with pytest.raises(InputError, match="JSON list"):
-        load_fault_trace(bad)
-    bad.write_text('[{"node_id": "n", "event_time": 1.0, "event_type": "boom", "fault_type": '
-                   '{"Level": "a", "Class": "b", "Desc": "c"}}]')
-    with pytest.raises(InputError, match="unknown event_type 'boom'"):
-        load_fault_trace(bad)
-    with pytest.raises(InputError, match="no such fault trace"):
-        load_fault_trace(tmp_path / "missing.json")

@@ -10,13 +10,14 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from tracekit import analyze as pipeline
-from tracekit import schema
 from tracekit.cli import app
+from tracekit.core import schema
+from tracekit.core.errors import InputError
 from tracekit.detect.verdict import VERDICT_DETECTOR
-from tracekit.errors import InputError
+from tracekit.pipeline import analyze as pipeline
+from tracekit.pipeline.corpus import analyze_corpus
 
-SAMPLE = Path(__file__).resolve().parents[1] / "datasets" / "sample"
+SAMPLE = Path(__file__).resolve().parents[2] / "datasets" / "sample"
 
 
 @pytest.fixture(scope="module")
@@ -47,14 +48,22 @@ def _fake_detect(dataset, detector="bocd+b", **_stage_options):
     dataset.save_manifest()
 
 
-def test_analyze_sample_runs_every_stage_it_can(tmp_path, monkeypatch):
-    monkeypatch.setitem(pipeline.STAGE_FUNCTIONS, "attribute", ("tracekit.no_such_stage", "f"))
+def _only_detect(monkeypatch, detect) -> None:
+    """Detection replaced by ``detect``, the other analysis stages by nothing, none skipped."""
+    for stage in pipeline.STAGE_FUNCTIONS:
+        monkeypatch.setitem(pipeline.STAGE_FUNCTIONS, stage,
+                            detect if stage == "detect" else lambda dataset, executor: None)
+    monkeypatch.setattr(pipeline, "_skip_reason", lambda stage, dataset: None)
+
+
+def test_analyze_sample_runs_every_stage_it_can(tmp_path):
     seen = []
-    result = pipeline.analyze([SAMPLE], tmp_path / "ds",
+    result = pipeline.analyze([SAMPLE], tmp_path / "ds", skip={"attribute"},
                               progress=lambda stage, event, info: seen.append((stage, event)))
     status = {s.name: s.status for s in result.stages}
     assert status["ingest"] == "done" and status["report"] == "done"
-    assert status["attribute"] == "unavailable"
+    assert status["attribute"] == "skipped"
+    assert result.stages[3].detail == "not asked for"
     assert [s.name for s in result.stages] == list(pipeline.STAGES)
     assert ("ingest", "start") in seen and ("report", "end") in seen
     assert result.report_html.is_file() and result.report_markdown.is_file()
@@ -63,9 +72,7 @@ def test_analyze_sample_runs_every_stage_it_can(tmp_path, monkeypatch):
 
 
 def test_analyze_shows_detected_episodes(dataset_path, monkeypatch):
-    monkeypatch.setattr(pipeline, "_stage_function",
-                        lambda stage: _fake_detect if stage == "detect" else None)
-    monkeypatch.setattr(pipeline, "_skip_reason", lambda stage, dataset: None)
+    _only_detect(monkeypatch, _fake_detect)
     result = pipeline.analyze([SAMPLE], dataset_path)
     assert result.detector == VERDICT_DETECTOR
     assert result.episodes["cause"].to_list() == ["network-congestion"]
@@ -74,9 +81,7 @@ def test_analyze_shows_detected_episodes(dataset_path, monkeypatch):
 
 
 def test_analyze_cli_prints_episodes_and_report(dataset_path, monkeypatch):
-    monkeypatch.setattr(pipeline, "_stage_function",
-                        lambda stage: _fake_detect if stage == "detect" else None)
-    monkeypatch.setattr(pipeline, "_skip_reason", lambda stage, dataset: None)
+    _only_detect(monkeypatch, _fake_detect)
     out = CliRunner().invoke(app, ["analyze", str(SAMPLE), "-o", str(dataset_path)],
                              terminal_width=200)
     assert out.exit_code == 0, out.output
@@ -87,9 +92,7 @@ def test_analyze_cli_prints_episodes_and_report(dataset_path, monkeypatch):
 
 def test_verdict_is_none_when_only_other_detectors_found_episodes(dataset_path, monkeypatch):
     """No fallback: the window's episode stays in the table, the verdict says none."""
-    monkeypatch.setattr(pipeline, "_stage_function", lambda stage: functools.partial(
-        _fake_detect, detector="window") if stage == "detect" else None)
-    monkeypatch.setattr(pipeline, "_skip_reason", lambda stage, dataset: None)
+    _only_detect(monkeypatch, functools.partial(_fake_detect, detector="window"))
     out = CliRunner().invoke(app, ["analyze", str(SAMPLE), "-o", str(dataset_path)],
                              terminal_width=200)
     assert out.exit_code == 0, out.output
@@ -114,4 +117,4 @@ def test_missing_dump_is_a_clear_error(tmp_path):
 
 def test_corpus_of_nothing_is_a_clear_error(tmp_path):
     with pytest.raises(InputError, match="no job folders"):
-        pipeline.analyze_corpus(tmp_path, tmp_path / "work")
+        analyze_corpus(tmp_path, tmp_path / "work")

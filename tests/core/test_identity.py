@@ -5,8 +5,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from tracekit.errors import InputError
-from tracekit.identity import (
+from tracekit.core.errors import InputError
+from tracekit.core.identity import (
     IdentityMap,
     gpu_directory,
     normalise_bus_id,
@@ -42,7 +42,7 @@ def test_mapping_file_and_gpu_resolution(tmp_path):
 def test_rank_gpus_come_from_bus_ids_not_the_process_local_cuda_device():
     """Under CUDA_VISIBLE_DEVICES every process prints cudaDev 0: the GPU is the DCGM index of
     its bus id, else NVML's index; DCGM's index wins where the two differ."""
-    from tracekit.identity import rank_gpus
+    from tracekit.core.identity import rank_gpus
 
     comms = pl.DataFrame({
         "rank": [0, 1, 2, 0], "host": ["h1", "h1", "h1", "h1"], "cuda_dev": [0, 0, 0, 0],

@@ -5,8 +5,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from tracekit import schema
-from tracekit.errors import SchemaError
+from tracekit.core import schema
+from tracekit.core.errors import SchemaError
 
 SAMPLE_VALUES = {
     pl.Int32(): 7,
