@@ -1,22 +1,40 @@
-"""The CLI through typer's runner: version, info, ingest and the error paths."""
+"""The CLI through typer's runner: output that is never cut, ``--json``, and exit codes that say
+whether the command did what was asked (each "failure that looks like success" of issue 23)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
+import pytest
 from typer.testing import CliRunner
 
+from tests.conftest import REPO
 from tracekit import __version__
 from tracekit.cli import app
+from tracekit.cli.support import grouped_messages
 from tracekit.ingest.hook_csv import HEADER
 
 runner = CliRunner()
+T0_NS = 1_700_000_000_000_000_000
 
 
-def write_dump(folder):
+def write_dump(folder, calls: int = 6, t0_ns: int = T0_NS):
+    """A hook CSV of two ranks, ``calls`` calls in all, and one bad line (line ``calls + 2``)."""
     folder.mkdir()
-    rows = [f"{i},{1_700_000_000_000_000_000 + i},10,h,1,{i % 2},0,0xa,2,{i // 2},AllReduce,4,7,"
-            f"0x1,0x1,-1" for i in range(6)]
+    rows = [f"{i},{t0_ns + i},10,h,1,{i % 2},0,0xa,2,{i // 2},AllReduce,4,7,0x1,0x1,-1"
+            for i in range(calls)]
     (folder / "calls.csv").write_text("\n".join([HEADER, *rows, "bad"]) + "\n")
     return folder
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    result = runner.invoke(app, ["ingest", str(write_dump(tmp_path / "dump")), "-o",
+                                 str(tmp_path / "ds")])
+    assert result.exit_code == 0, result.output
+    return tmp_path / "ds"
 
 
 def test_version():
@@ -25,18 +43,74 @@ def test_version():
     assert result.output.strip() == f"tracekit {__version__}"
 
 
-def test_ingest_then_info_shows_tables_ranks_and_quarantine(tmp_path):
-    dump = write_dump(tmp_path / "dump")
-    result = runner.invoke(app, ["ingest", str(dump), "-o", str(tmp_path / "ds")])
+def test_python_dash_m_tracekit():
+    done = subprocess.run([sys.executable, "-m", "tracekit", "--version"], capture_output=True,
+                          text=True, cwd=REPO, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"tracekit {__version__}"
+
+
+def test_ingest_summary_is_one_line_per_format_and_a_total(tmp_path):
+    result = runner.invoke(app, ["ingest", str(write_dump(tmp_path / "dump")), "-o",
+                                 str(tmp_path / "ds")])
     assert result.exit_code == 0, result.output
-    assert "hook-csv" in result.output
-    info = runner.invoke(app, ["info", str(tmp_path / "ds")], terminal_width=200)
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"ingested into {tmp_path / 'ds'}"
+    span = "2023-11-14 22:13:20 .. 2023-11-14 22:13:20 (0 s)"
+    assert lines[1:] == [
+        f"  hook-csv: sources 1, unchanged 0, failed 0, rows 6, skipped 1, quarantined 1, "
+        f"time span {span}",
+        f"  total: sources 1, unchanged 0, failed 0, rows 6, skipped 1, quarantined 1, "
+        f"time span {span}"]
+
+
+def test_info_shows_rows_ranks_and_quarantine_in_full(dataset):
+    info = runner.invoke(app, ["info", str(dataset)])
     assert info.exit_code == 0
-    assert "collectives" in info.output
-    assert "1 quarantined lines" in info.output
     line = next(line for line in info.output.splitlines() if "collectives" in line)
-    assert line.split("│")[2].strip() == "6"  # rows
-    assert line.split("│")[4].strip() == "2"  # ranks
+    assert line == ("  collectives: rows 6, time span 2023-11-14 22:13:20 .. 2023-11-14 "
+                    "22:13:20 (0 s), ranks 2, hosts 1")
+    assert "1 source, 1 quarantined line, 1 skipped line" in info.output
+    assert "ranks 0" not in info.output
+
+
+def test_quarantine_lists_file_and_line(dataset):
+    result = runner.invoke(app, ["quarantine", str(dataset)])
+    assert result.exit_code == 0
+    first, total = result.stdout.splitlines()
+    assert first.startswith(f"{dataset.parent / 'dump' / 'calls.csv'}:8: ")
+    assert first.endswith(": bad")
+    assert total == "1 quarantined line"
+    listed = json.loads(runner.invoke(app, ["quarantine", str(dataset), "--json"]).stdout)
+    assert [(row["line_no"], row["raw"]) for row in listed] == [(8, "bad")]
+
+
+@pytest.mark.parametrize("verb", [["info"], ["quarantine"], ["formats"]])
+def test_json_is_one_document(dataset, verb):
+    result = runner.invoke(app, [*verb, *([str(dataset)] if verb != ["formats"] else []),
+                                 "--json"])
+    assert result.exit_code == 0, result.output
+    json.loads(result.stdout)
+
+
+def test_ingest_json_lists_every_source(tmp_path):
+    result = runner.invoke(app, ["ingest", str(write_dump(tmp_path / "dump")), "-o",
+                                 str(tmp_path / "ds"), "--json"])
+    assert result.exit_code == 0
+    sources = json.loads(result.stdout)["sources"]
+    assert [(s["format"], s["rows"], s["quarantined"]) for s in sources] == [
+        ("hook-csv", {"collectives": 6}, 1)]
+
+
+def test_narrow_output_keeps_every_figure(dataset):
+    """80 columns (a pipe, a CI log): the formats' descriptions are not cut to ``…``."""
+    from tracekit.ingest.registry import readers
+
+    result = runner.invoke(app, ["formats"], env={"COLUMNS": "80"})
+    assert "…" not in result.stdout
+    for reader in readers():
+        assert f"  {reader.format}: tables {', '.join(reader.tables)}, description " \
+               f"{reader.description}" in result.stdout
 
 
 def test_missing_path_is_one_line_and_status_2(tmp_path):
@@ -52,18 +126,94 @@ def test_info_on_missing_dataset_is_status_2(tmp_path):
     assert "no such dataset folder" in result.output
 
 
+def test_report_on_a_missing_folder_says_so(tmp_path):
+    result = runner.invoke(app, ["report", str(tmp_path / "nope"), "-o", str(tmp_path / "r")])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"error: {tmp_path / 'nope'}: no such dataset or corpus folder"
+
+
 def test_debug_shows_the_traceback(tmp_path):
     result = runner.invoke(app, ["--debug", "info", str(tmp_path / "nope")])
     assert result.exit_code != 0
     assert result.exception is not None
 
 
-def test_unrecognised_file_exits_1_after_ingesting_the_rest(tmp_path):
+def test_empty_folder_ingests_nothing_and_exits_2(tmp_path):
+    (tmp_path / "empty").mkdir()
+    result = runner.invoke(app, ["ingest", str(tmp_path / "empty"), "-o", str(tmp_path / "ds")])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (
+        f"error: {tmp_path / 'ds'}: nothing was ingested (no files under the given paths); "
+        "check the dump holds files tracekit reads (`tracekit formats`)")
+
+
+def test_wrong_forced_format_exits_2_with_a_hint(tmp_path):
     dump = write_dump(tmp_path / "dump")
-    (dump / "readme.txt").write_text("hello\n")
+    result = runner.invoke(app, ["ingest", str(dump), "-o", str(tmp_path / "ds"),
+                                 "--format", "nccl-debug"])
+    assert result.exit_code == 2
+    assert (f"note: {dump / 'calls.csv'}: --format nccl-debug read no rows from it: is it a "
+            "nccl-debug file? (leave --format out to sniff the format)") in result.stderr
+    assert "nothing was ingested (none of its 1 source held rows)" in result.stderr
+
+
+def test_unknown_option_key_is_refused(tmp_path):
+    dump = write_dump(tmp_path / "dump")
+    result = runner.invoke(app, ["ingest", str(dump), "-o", str(tmp_path / "ds"),
+                                 "--option", "bogus=1"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: --option bogus: no format uses it; accepted keys: ")
+    assert not (tmp_path / "ds").exists()
+
+
+def test_option_of_another_format_is_refused(tmp_path):
+    dump = write_dump(tmp_path / "dump")
+    result = runner.invoke(app, ["ingest", str(dump), "-o", str(tmp_path / "ds"),
+                                 "--format", "hook-csv", "--option", "tz=UTC"])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == ("error: --option tz: format hook-csv does not use it "
+                                     "(used by nccl-debug); accepted keys: none")
+
+
+def test_option_the_format_uses_is_accepted(tmp_path):
+    dump = write_dump(tmp_path / "dump")
+    result = runner.invoke(app, ["ingest", str(dump), "-o", str(tmp_path / "ds"),
+                                 "--option", "tz=UTC"])
+    assert result.exit_code == 0, result.output
+
+
+def test_unrecognised_files_exit_1_with_one_grouped_error(tmp_path):
+    dump = write_dump(tmp_path / "dump")
+    for name in ("a.txt", "b.txt", "c.txt"):
+        (dump / name).write_text("hello\n")
     result = runner.invoke(app, ["ingest", str(dump), "-o", str(tmp_path / "ds")])
     assert result.exit_code == 1
-    assert "cannot tell the format" in result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1
+    assert "cannot tell the format" in errors[0]
+    assert f"(3 sources, e.g. {dump / 'a.txt'}, {dump / 'b.txt'}, {dump / 'c.txt'})" in errors[0]
+
+
+def test_two_jobs_in_one_folder_are_refused(tmp_path):
+    folder = tmp_path / "two"
+    folder.mkdir()
+    write_dump(folder / "job1", calls=6)
+    write_dump(folder / "job2", calls=8)
+    result = runner.invoke(app, ["ingest", str(folder), "-o", str(tmp_path / "ds")])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (
+        f"error: {tmp_path / 'ds'}: rank 0 has calls from {folder / 'job1' / 'calls.csv'} and "
+        f"{folder / 'job2' / 'calls.csv'} at the same time: they look like two jobs; ingest each "
+        "job into its own dataset (-o), after removing this one")
+
+
+def test_a_restarted_job_is_not_two_jobs(tmp_path):
+    folder = tmp_path / "restarted"
+    folder.mkdir()
+    write_dump(folder / "run1", calls=6)
+    write_dump(folder / "run2", calls=6, t0_ns=T0_NS + 10**12)
+    result = runner.invoke(app, ["ingest", str(folder), "-o", str(tmp_path / "ds")])
+    assert result.exit_code == 0, result.output
 
 
 def test_bad_option_syntax_is_refused(tmp_path):
@@ -71,3 +221,20 @@ def test_bad_option_syntax_is_refused(tmp_path):
     result = runner.invoke(app, ["ingest", str(dump), "-o", str(tmp_path / "ds"), "--option", "x"])
     assert result.exit_code == 2
     assert "not KEY=VALUE" in result.output
+
+
+def test_repeated_messages_are_counted_once():
+    groups = grouped_messages([("a", "a: no timestamps"), ("b", "b: no timestamps"),
+                               ("c", "c: other")])
+    assert groups == [("no timestamps", 2, ["a", "b"]), ("other", 1, ["c"])]
+
+
+def test_analyze_of_two_jobs_exits_2_after_saying_so(tmp_path):
+    folder = tmp_path / "two"
+    folder.mkdir()
+    write_dump(folder / "job1", calls=6)
+    write_dump(folder / "job2", calls=8)
+    result = runner.invoke(app, ["analyze", str(folder), "-o", str(tmp_path / "ds")])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[-1].startswith(
+        f"error: {tmp_path / 'ds'}: rank 0 has calls from {folder / 'job1' / 'calls.csv'} and ")

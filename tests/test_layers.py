@@ -19,10 +19,11 @@ LAYERS = (
     ("evaluation", ("tracekit.evaluate", "tracekit.characterise", "tracekit.synth")),
     ("reports", ("tracekit.report",)),
     ("pipeline", ("tracekit.pipeline",)),
-    ("cli", ("tracekit.cli",)),
+    ("cli", ("tracekit.cli", "tracekit.__main__")),
 )
 """Lowest first: a module imports its own layer or lower ones. ``tracekit`` is the package's
-front door (``open_dataset``), which only hands on foundations."""
+front door (``open_dataset``), which only hands on foundations; ``tracekit.__main__`` (``python -m
+tracekit``) is the command line."""
 
 INDEPENDENT = ("stages",)
 """Layers whose packages do not import each other: stages hand data on through the dataset's

@@ -90,3 +90,17 @@ def test_investigate_job_notebook(tmp_path):
     shown = run_notebook("03_investigate_job.ipynb", env, tmp_path)
     assert shown["stages"]["ingest"] == "done"
     assert (tmp_path / "job" / "manifest.json").is_file()
+
+
+def test_fault_trace_notebook_without_the_public_trace(tmp_path):
+    """A clone without ``../shared`` runs the notebook: each cell says why it is skipped."""
+    missing = tmp_path / "fault_trace.json"
+    notebook = nbformat.read(NOTEBOOKS / "04_fault_trace.ipynb", as_version=4)
+    NotebookClient(notebook, timeout=TIMEOUT_S, kernel_name="python3",
+                   resources={"metadata": {"path": str(NOTEBOOKS)}}).execute(
+        env={**os.environ, "TRACEKIT_FAULT_TRACE": str(missing)})
+    skipped = [cell for cell in notebook.cells[2:]
+               if "".join(o.get("text", "") for o in cell["outputs"]).strip()
+               == f"skipped: the InfiniteHBD fault trace is not at {missing} (it sits in "
+                  "../shared/real/)"]
+    assert len(skipped) == len(notebook.cells) - 2 == 5

@@ -41,6 +41,15 @@ def test_create_then_open_gives_tables_as_lazy_frames(tmp_path):
     assert opened["collectives"].collect().schema == schema.COLLECTIVES.schema
 
 
+def test_dataset_is_a_short_repr_and_a_mapping_of_its_tables(tmp_path):
+    dataset = create_dataset(tmp_path / "ds", job="job-a")
+    dataset.write_table("iterations", iterations_frame(4))
+    assert repr(dataset) == f"Dataset({str(tmp_path / 'ds')!r}, job='job-a', tables=['iterations'])"
+    assert list(dataset) == ["iterations"] and len(dataset) == 1
+    assert "iterations" in dataset
+    assert "collectives" not in dataset and "no-such-table" not in dataset
+
+
 def test_manifest_records_table_rows_span_and_ranks(tmp_path):
     dataset = create_dataset(tmp_path / "ds", job="job-a")
     dataset.write_table("iterations", iterations_frame(5))

@@ -20,25 +20,30 @@ from rich.progress import (
     TimeRemainingColumn,
     TransferSpeedColumn,
 )
-from rich.table import Table
 
 from tracekit import __version__
-from tracekit.cli.support import command as command_on
 from tracekit.cli.support import (
+    JsonOption,
     console,
     errors,
     format_ns,
     format_span,
+    grouped_messages,
     parse_options,
+    plural,
     print_error,
+    print_json,
+    say,
+    show_table,
     state,
+    working,
 )
+from tracekit.cli.support import command as command_on
 
 app = typer.Typer(
     name="tracekit",
     help="Find, measure and explain fail-slows in large hybrid-parallel training jobs.",
     no_args_is_help=True,
-    add_completion=False,
     pretty_exceptions_enable=False,
 )
 command = functools.partial(command_on, app)
@@ -61,53 +66,82 @@ def main(
 
 
 @command()
-def info(dataset: Annotated[Path, typer.Argument(help="Dataset folder.")]) -> None:
+def info(dataset: Annotated[Path, typer.Argument(help="Dataset folder.")],
+         as_json: JsonOption = False) -> None:
     """Summarise a dataset: its tables, rows, time span, ranks, hosts and sources."""
     from tracekit.core.dataset import open_dataset
+    from tracekit.core.identity import rank_gpus
 
     opened = open_dataset(dataset)
     manifest = opened.manifest
-    table = Table(title=f"dataset {dataset} — job {opened.job}")
-    for column in ("table", "rows", "time span", "ranks", "hosts"):
-        numeric = column in ("rows", "ranks", "hosts")
-        table.add_column(column, justify="right" if numeric else "left")
-    for name, stats in manifest["tables"].items():
-        span = format_span(stats["t_min_ns"], stats["t_max_ns"]) if "t_min_ns" in stats else ""
-        table.add_row(name, f"{stats['rows']:,}", span, str(stats.get("ranks", "")),
-                      str(stats.get("hosts", "")))
-    console.print(table)
     sources = manifest["sources"]
     quarantined = sum(s["quarantined"] for s in sources)
     skipped = sum(s["skipped"] for s in sources)
-    console.print(f"{len(sources)} sources, {quarantined:,} quarantined lines, "
-                  f"{skipped:,} skipped lines; tracekit {manifest.get('tracekit_version')}")
-    _print_rank_gpus(opened)
+    ranks = rank_gpus(opened.table("comms").collect(), opened.table("gpu_metrics"))
+    if as_json:
+        print_json({"dataset": str(dataset), "job": opened.job, "tables": manifest["tables"],
+                    "sources": len(sources), "quarantined_lines": quarantined,
+                    "skipped_lines": skipped, "tracekit_version": manifest.get("tracekit_version"),
+                    "ranks": ranks.to_dicts()})
+        return
+    show_table(f"dataset {dataset} — job {opened.job}",
+               ("table", "rows", "time span", "ranks", "hosts"),
+               ([name, f"{stats['rows']:,}",
+                 format_span(stats["t_min_ns"], stats["t_max_ns"]) if "t_min_ns" in stats else "-",
+                 stats.get("ranks") or "-", stats.get("hosts") or "-"]
+                for name, stats in manifest["tables"].items()),
+               right=("rows", "ranks", "hosts"))
+    say(f"{plural(len(sources), 'source')}, {plural(quarantined, 'quarantined line')}, "
+        f"{plural(skipped, 'skipped line')}; tracekit {manifest.get('tracekit_version')}"
+        + (" (`tracekit quarantine` lists them)" if quarantined else ""))
+    _print_rank_gpus(ranks)
 
 
 RANK_ROWS_SHOWN = 16
 """``tracekit info`` lists each rank's GPU up to this many ranks, and summarises beyond."""
 
 
-def _print_rank_gpus(opened) -> None:
+def _print_rank_gpus(ranks) -> None:
     """Which physical GPU each rank runs on (NCCL Init lines matched to DCGM by bus id)."""
-    from tracekit.core.identity import rank_gpus
-
-    ranks = rank_gpus(opened.table("comms").collect(), opened.table("gpu_metrics"))
     if ranks.is_empty():
         return
     if ranks.height > RANK_ROWS_SHOWN:
         origin = ", ".join(f"{n} by {how}" for how, n in
                            ranks.group_by("gpu_from").len().sort("gpu_from").iter_rows()
                            if how is not None)
-        console.print(f"GPUs of {ranks.height} ranks on {ranks['host'].n_unique()} hosts: "
-                      f"{origin or 'not named by NCCL Init lines'}")
+        say(f"GPUs of {ranks.height} ranks on {ranks['host'].n_unique()} hosts: "
+            f"{origin or 'not named by NCCL Init lines'}")
         return
-    table = Table(title="ranks")
-    for column in ("rank", "host", "GPU", "bus id", "UUID", "GPU from"):
-        table.add_column(column, justify="right" if column in ("rank", "GPU") else "left")
-    for row in ranks.iter_rows(named=True):
-        table.add_row(*("" if v is None else str(v) for v in row.values()))
-    console.print(table)
+    show_table("ranks", ("rank", "host", "GPU", "bus id", "UUID", "GPU from"), ranks.iter_rows(),
+               right=("rank", "GPU"))
+
+
+QUARANTINE_SHOWN = 50
+"""``tracekit quarantine`` prints this many bad lines unless ``--all`` (JSON has them all)."""
+
+
+@command()
+def quarantine(
+    dataset: Annotated[Path, typer.Argument(help="Dataset folder.")],
+    show_all: Annotated[bool, typer.Option("--all", help="Every line, not only the first "
+                                           f"{QUARANTINE_SHOWN}.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """List the input lines ingest could not parse, with file, line number and reason."""
+    import polars as pl
+
+    from tracekit.core.dataset import open_dataset
+
+    lines = open_dataset(dataset).table("quarantine").sort("source", "line_no").collect()
+    if as_json:
+        print_json(lines.to_dicts())
+        return
+    shown = lines if show_all else lines.head(QUARANTINE_SHOWN)
+    for row in shown.with_columns(pl.col("raw").str.slice(0, 120)).iter_rows(named=True):
+        print(f"{row['source']}:{row['line_no']}: {row['reason']}: {row['raw']}")
+    say(f"{plural(lines.height, 'quarantined line')}"
+        + (f" ({shown.height} shown; --all for every one)" if shown.height < lines.height
+           else ""))
 
 
 ClusterOption = Annotated[str | None, typer.Option(
@@ -126,12 +160,14 @@ def ingest(
     option: Annotated[list[str] | None, typer.Option("--option", help="Reader option KEY=VALUE "
                                                      "(repeatable).")] = None,
     cluster: ClusterOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Normalise cluster dumps into a Parquet dataset (re-running is idempotent)."""
     from tracekit.core.parallel import open_executor
     from tracekit.ingest.pipeline import ingest as run_ingest
 
     options = parse_options(option)
+    _check_options(options, format)
     with open_executor(cluster) as executor, Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(),
         TransferSpeedColumn(), TextColumn("{task.fields[rows]:,} rows"), TimeRemainingColumn(),
@@ -145,36 +181,145 @@ def ingest(
 
         summary = run_ingest(sources, output, job=job, format=format, options=options,
                              progress=advance, executor=executor)
-    table = Table(title=f"ingested into {summary.dataset}")
-    for column in ("source", "format", "rows", "skipped", "quarantined", "ranks", "time span",
-                   "status"):
-        table.add_column(column)
-    for s in summary.sources:
-        table.add_row(s.path, s.format or "?", f"{s.total_rows:,}", f"{s.skipped:,}",
-                      f"{s.quarantined:,}", str(s.ranks or ""), format_span(s.t_min_ns, s.t_max_ns)
-                      if s.status == "ingested" else "", s.status)
-    console.print(table)
-    for s in summary.sources:
-        for note in s.notes:
-            console.print(f"[yellow]note:[/] {s.path}: {note}", highlight=False)
-    for s in summary.failed:
-        print_error(s.error)
-    if summary.failed:
+    _print_ingest(summary, format, as_json)
+
+
+def _check_options(options: dict[str, str], forced: str | None) -> None:
+    """Refuse an ``--option`` key that the forced format (or, sniffing, every format) ignores:
+    a misspelt key would otherwise be dropped silently."""
+    from tracekit.core.errors import TracekitError
+    from tracekit.ingest.registry import reader_for_format, readers
+
+    candidates = [reader_for_format(forced)] if forced else readers()
+    accepted = {key for reader in candidates for key in reader.options}
+    for key in options:
+        if key not in accepted:
+            readers_of = [r.format for r in readers() if key in r.options]
+            raise TracekitError(
+                f"--option {key}: " + (f"format {forced} does not use it" if forced else
+                                        "no format uses it")
+                + (f" (used by {', '.join(readers_of)})" if readers_of else "")
+                + f"; accepted keys: {', '.join(sorted(accepted)) or 'none'}")
+
+
+def _print_ingest(summary, forced: str | None, as_json: bool) -> None:
+    """The ingest summary by format, each note and error once; exit 1 when some sources failed,
+    2 when nothing was ingested (a run that read nothing is not a success)."""
+    import dataclasses
+
+    empty = [s for s in summary.sources if s.status == "ingested" and not s.total_rows]
+    if forced:
+        for s in empty:
+            s.notes.append(f"--format {forced} read no rows from it: is it a {forced} file? "
+                           "(leave --format out to sniff the format)")
+    read = [s for s in summary.sources if s.status != "failed" and s not in empty]
+    if as_json:
+        print_json({"dataset": str(summary.dataset),
+                    "sources": [dataclasses.asdict(s) for s in summary.sources]})
+    else:
+        _print_ingest_table(summary)
+    for message, count, paths in grouped_messages((s.path, note) for s in summary.sources
+                                                  for note in s.notes):
+        errors.print(f"[yellow]note:[/] {_grouped(message, count, paths)}", highlight=False,
+                     soft_wrap=True)
+    for message, count, paths in grouped_messages((s.path, s.error) for s in summary.failed):
+        print_error(_grouped(message, count, paths))
+    if not read:
+        found = (f"none of its {plural(len(summary.sources), 'source')} held rows"
+                 if summary.sources else "no files under the given paths")
+        print_error(f"{summary.dataset}: nothing was ingested ({found}); check the dump holds "
+                    "files tracekit reads (`tracekit formats`)")
+        raise typer.Exit(2)
+    mixed = _mixed_jobs(summary.dataset)
+    if mixed:
+        print_error(mixed)
+        raise typer.Exit(2)
+    if summary.failed or (forced and empty):
         raise typer.Exit(1)
 
 
+def _mixed_jobs(path: Path) -> str | None:
+    """Why the dataset looks like two jobs merged: one rank's calls from two sources of one
+    format at overlapping times (a restarted job's logs follow each other; two jobs' overlap),
+    which would otherwise show up later as a spurious imbalance. None when it does not."""
+    import polars as pl
+
+    from tracekit.core.dataset import open_dataset
+
+    opened = open_dataset(path)
+    by_prefix = {s["key"][:16]: s for s in opened.manifest["sources"] if "key" in s}
+    parts = pl.DataFrame({"part": [str(p) for p in opened.parts("collectives")]},
+                         schema={"part": pl.String})
+    parts = parts.with_columns(
+        rank=pl.col("part").str.extract(r"rank=(-?\d+)"),
+        prefix=pl.col("part").str.extract(r"([0-9a-f]{16})-\d+\.parquet$"))
+    for (rank,), group in parts.group_by("rank", maintain_order=True):
+        if group["prefix"].n_unique() < 2:
+            continue
+        spans = {}
+        for prefix, files in group.group_by("prefix").agg("part").iter_rows():
+            source = by_prefix.get(prefix)
+            span = pl.scan_parquet(files).select(
+                pl.col("t_start_ns").min().alias("lo"), pl.col("t_start_ns").max().alias("hi")
+            ).collect().row(0)
+            if source is not None and None not in span:
+                spans.setdefault(source["format"], []).append((span, source["path"]))
+        for runs in spans.values():
+            runs.sort()
+            for (first, a), (second, b) in zip(runs, runs[1:], strict=False):
+                if second[0] <= first[1]:
+                    return (f"{path}: rank {rank} has calls from {a} and {b} at the same time: "
+                            "they look like two jobs; ingest each job into its own dataset "
+                            "(-o), after removing this one")
+    return None
+
+
+def _grouped(message: str, count: int, paths: list[str]) -> str:
+    if count == 1:
+        return f"{paths[0]}: {message}"
+    return f"{message} ({count} sources, e.g. {', '.join(paths)})"
+
+
+def _print_ingest_table(summary) -> None:
+    """One row per format (a 300-file dump is a few lines) and a total."""
+    import polars as pl
+
+    frame = pl.DataFrame(
+        [{"format": s.format or "?", "status": s.status, "rows": s.total_rows,
+          "skipped": s.skipped, "quarantined": s.quarantined, "t_min_ns": s.t_min_ns,
+          "t_max_ns": s.t_max_ns} for s in summary.sources],
+        schema={"format": pl.String, "status": pl.String, "rows": pl.Int64,
+                "skipped": pl.Int64, "quarantined": pl.Int64, "t_min_ns": pl.Int64,
+                "t_max_ns": pl.Int64})
+    sums = [pl.len().alias("sources"), pl.col("rows", "skipped", "quarantined").sum(),
+            pl.col("t_min_ns").min(), pl.col("t_max_ns").max(),
+            *(pl.col("status").filter(pl.col("status") == status).len().alias(status)
+              for status in ("ingested", "unchanged", "failed"))]
+    groups = frame.group_by("format").agg(sums).sort("format")
+    total = frame.select(pl.lit("total").alias("format"), *sums)
+    show_table(f"ingested into {summary.dataset}",
+               ("format", "sources", "unchanged", "failed", "rows", "skipped", "quarantined",
+                "time span"),
+               ([row["format"], f"{row['sources']:,}", f"{row['unchanged']:,}",
+                 f"{row['failed']:,}", f"{row['rows']:,}", f"{row['skipped']:,}",
+                 f"{row['quarantined']:,}", format_span(row["t_min_ns"], row["t_max_ns"])
+                 if row["ingested"] else "-"]
+                for row in pl.concat([groups, total]).iter_rows(named=True)),
+               right=("sources", "unchanged", "failed", "rows", "skipped", "quarantined"))
+
+
 @command()
-def formats() -> None:
+def formats(as_json: JsonOption = False) -> None:
     """List the input formats tracekit reads."""
     from tracekit.ingest.registry import readers
 
-    table = Table(title="input formats")
-    table.add_column("format")
-    table.add_column("tables")
-    table.add_column("description")
-    for reader in readers():
-        table.add_row(reader.format, ", ".join(reader.tables), reader.description)
-    console.print(table)
+    found = [{"format": r.format, "tables": list(r.tables), "description": r.description}
+             for r in readers()]
+    if as_json:
+        print_json(found)
+        return
+    show_table("input formats", ("format", "tables", "description"),
+               ([f["format"], ", ".join(f["tables"]), f["description"]] for f in found))
 
 
 @command()
@@ -187,22 +332,35 @@ def iterations(
                                              "(reported when it disagrees with the period).")]
     = 0.95,
     cluster: ClusterOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Reconstruct per-rank iteration times from collective calls (source acf) and print a
     summary of the job."""
+    import dataclasses
+
     from tracekit.core.dataset import open_dataset
     from tracekit.core.parallel import open_executor
     from tracekit.iterations import compare_dataset, reconstruct_dataset
 
     opened = open_dataset(dataset)
-    with open_executor(cluster) as executor:
+    with open_executor(cluster) as executor, working("reconstructing iterations"):
         result = reconstruct_dataset(opened, threshold, executor)
+    comparison = compare_dataset(opened, compare, missing_ok=compare == "framework")
     ranks = result.ranks
+    if as_json:
+        print_json({"job": opened.job, "periods": result.periods, "warnings": result.warnings,
+                    "baseline_note": result.baseline_note,
+                    "ranks": [dataclasses.asdict(r) for r in ranks],
+                    "comparison": None if comparison is None else {
+                        "reference": compare, "matched": comparison.matched,
+                        "missed": comparison.missed, "extra": comparison.extra,
+                        "median_rel_error": comparison.rel_error_quantile(0.5),
+                        "p99_rel_error": comparison.rel_error_quantile(0.99)}})
+        return
     timed = [r for r in ranks if r.iterations]
-    periods = ", ".join(f"{calls:,} calls on {count} rank{'s' if count > 1 else ''}"
+    periods = ", ".join(f"{calls:,} calls on {plural(count, 'rank')}"
                         for calls, count in result.periods.items()) or "none found"
-    say = functools.partial(console.print, highlight=False, soft_wrap=True)
-    say(f"job {opened.job}: {len(ranks)} rank{'s' if len(ranks) > 1 else ''}; period {periods}")
+    say(f"job {opened.job}: {plural(len(ranks), 'rank')}; period {periods}")
     if timed:
         counts = sorted(r.iterations for r in timed)
         recovered = sum(r.recovered for r in timed) / sum(counts)
@@ -217,7 +375,6 @@ def iterations(
         say(f"note: {result.baseline_note}")
     for warning in result.warnings:
         say(f"[yellow]warning:[/] {warning}")
-    comparison = compare_dataset(opened, compare, missing_ok=compare == "framework")
     if comparison is None:
         return
     median, p99 = comparison.rel_error_quantile(0.5), comparison.rel_error_quantile(0.99)
@@ -232,36 +389,33 @@ def export_whatif(
     output: Annotated[Path, typer.Option("-o", "--output", help="Folder to write into.")],
     trial: Annotated[str | None, typer.Option(help="Trial name in the file names (default: the "
                                               "ingested meta's, else the job id).")] = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Write op traces as the ByteDance what-if analyser's trace-*.parquet and meta-*.yaml."""
     from tracekit.ingest.whatif import export_whatif as run_export
 
-    for path in run_export(dataset, output, trial=trial):
-        console.print(f"wrote {path}", highlight=False)
+    written = [str(path) for path in run_export(dataset, output, trial=trial)]
+    if as_json:
+        print_json({"written": written})
+        return
+    for path in written:
+        say(f"wrote {path}")
 
 
-def _episode_summary(episodes, title: str) -> Table:
-    """Episodes as the terminal shows them: times, slowdown, culprit, cause."""
-    table = Table(title=title)
-    for column in ("#", "start (UTC)", "duration", "slowdown", "JCT", "culprit", "cause"):
-        table.add_column(column, justify="right" if column in ("#", "duration", "slowdown",
-                                                                "JCT") else "left")
-    for row in episodes.iter_rows(named=True):
-        table.add_row(str(row["episode"]), format_ns(row["t_start_ns"]),
-                      "-" if row["duration_s"] is None else f"{row['duration_s']:.0f} s",
-                      "-" if row["slowdown"] is None else f"x{row['slowdown']:.2f}",
-                      "-" if row["jct_slowdown"] is None else f"{row['jct_slowdown']:.2%}",
-                      row["target"] or "-", row["cause"] or "not attributed")
-    return table
+def _show_episodes(episodes, title: str) -> None:
+    """Episodes as the terminal shows them: times, slowdown, culprit, cause (never cut)."""
+    show_table(title, ("#", "start (UTC)", "duration", "slowdown", "JCT", "culprit", "cause"),
+               ([row["episode"], format_ns(row["t_start_ns"]),
+                 "-" if row["duration_s"] is None else f"{row['duration_s']:.0f} s",
+                 "-" if row["slowdown"] is None else f"x{row['slowdown']:.2f}",
+                 "-" if row["jct_slowdown"] is None else f"{row['jct_slowdown']:.2%}",
+                 row["target"] or "-", row["cause"] or "not attributed"]
+                for row in episodes.iter_rows(named=True)),
+               right=("#", "duration", "slowdown", "JCT"))
 
 
-def _frame_table(frame, title: str) -> Table:
-    table = Table(title=title)
-    for column in frame.columns:
-        table.add_column(column)
-    for row in frame.iter_rows():
-        table.add_row(*("-" if v is None else str(v) for v in row))
-    return table
+def _show_frame(frame, title: str) -> None:
+    show_table(title, frame.columns, frame.iter_rows())
 
 
 @command()
@@ -277,8 +431,11 @@ def analyze(
                                                  "(default: the job verdict, bocd+b+peers).")]
     = None,
     cluster: ClusterOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Ingest, reconstruct iterations, detect, attribute and report in one go."""
+    import dataclasses
+
     from tracekit.core.parallel import open_executor
     from tracekit.pipeline.analyze import STAGES
     from tracekit.pipeline.analyze import analyze as run_analyze
@@ -299,16 +456,34 @@ def analyze(
 
         result = run_analyze(dump, output, job=job, report_dir=report, detector=detector,
                              progress=advance, executor=executor)
-    for failure in result.failed_sources:
-        errors.print(f"[yellow]skipped source:[/] {failure}", highlight=False, soft_wrap=True)
-    if not any(s.name == "detect" and s.status == "done" for s in result.stages):
-        console.print("detection did not run: no verdict")
+    for message, count, paths in grouped_messages(
+            (failure.partition(": ")[0], failure) for failure in result.failed_sources):
+        errors.print(f"[yellow]skipped source:[/] {_grouped(message, count, paths)}",
+                     highlight=False, soft_wrap=True)
+    detected = any(s.name == "detect" and s.status == "done" for s in result.stages)
+    if as_json:
+        print_json({"dataset": str(result.dataset), "report": result.report_html,
+                    "stages": [dataclasses.asdict(s) for s in result.stages],
+                    "failed_sources": result.failed_sources, "detector": result.detector,
+                    "episodes": result.episodes.to_dicts() if detected else None})
+    elif not detected:
+        detect_stage = next(s for s in result.stages if s.name == "detect")
+        say(f"detection did not run ({detect_stage.detail}): no verdict")
     elif result.episodes.height == 0:
-        console.print(f"verdict ({result.detector}): none")
+        say(f"verdict ({result.detector}): none")
     else:
-        console.print(_episode_summary(result.episodes, f"fail-slow episodes ({result.detector})"))
-    console.print(f"dataset: {result.dataset}\nreport:  {result.report_html}", highlight=False,
-                  soft_wrap=True)
+        _show_episodes(result.episodes, f"fail-slow episodes ({result.detector})")
+    if not as_json:
+        say(f"dataset: {result.dataset}\nreport:  {result.report_html}")
+    mixed = _mixed_jobs(result.dataset)
+    if mixed:
+        print_error(mixed)
+        raise typer.Exit(2)
+    failed = [s for s in result.stages if s.status == "failed"]
+    for stage in failed:
+        print_error(f"stage {stage.name} failed: {stage.detail}")
+    if failed or result.failed_sources:
+        raise typer.Exit(1)
 
 
 @command()
@@ -320,13 +495,22 @@ def report(
     = None,
     work: Annotated[Path | None, typer.Option(help="Where raw corpus jobs are analysed "
                                               "(default: build/corpus/NAME).")] = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Write an HTML page and a Markdown report with figures for a job or a corpus."""
+    from tracekit.core.errors import InputError
     from tracekit.pipeline.corpus import build_report
 
-    written = build_report(source, output, detector=detector, work=work)
-    console.print(f"report: {written.html}\nmarkdown: {written.markdown} "
-                  f"({len(written.figures)} figure files)", highlight=False, soft_wrap=True)
+    if not source.is_dir():
+        raise InputError("no such dataset or corpus folder", str(source))
+    with working("writing the report"):
+        written = build_report(source, output, detector=detector, work=work)
+    if as_json:
+        print_json({"html": written.html, "markdown": written.markdown,
+                    "figures": [str(f) for f in written.figures]})
+        return
+    say(f"report: {written.html}\nmarkdown: {written.markdown} "
+        f"({plural(len(written.figures), 'figure file')})")
 
 
 @command("eval")
@@ -341,9 +525,11 @@ def eval_command(
         "--update-baseline", help="Write the measured metrics as the new baseline file.")] = None,
     attribute: Annotated[bool, typer.Option(help="Attribute episodes (culprit and cause "
                                             "accuracy).")] = True,
+    as_json: JsonOption = False,
 ) -> None:
     """Accuracy, FPR, FNR, culprit and cause accuracy per category and detector; episode
     precision, recall, delay."""
+    from tracekit.core.errors import InputError
     from tracekit.detect.verdict import VERDICT_DETECTOR
     from tracekit.evaluate.scoring import (
         corpus_changed,
@@ -359,32 +545,43 @@ def eval_command(
         job_level_table,
     )
 
+    if not corpus.is_dir():
+        raise InputError("no such corpus folder", str(corpus))
     work = work or Path("build") / "corpus" / corpus.name
     expected = read_baseline(baseline) if baseline else None
-    _, result = evaluate_corpus(corpus, work, include_detectors=list(
-        expected["metrics"]["job"]) if expected else None, attribute=attribute)
-    console.print(_frame_table(job_level_table(result.job_table, result.episode_table),
-                               "job level"))
-    console.print(_frame_table(episode_accuracy_table(result.episode_table), "episode level"))
-    console.print(_frame_table(cause_accuracy_table(result.cause_table, VERDICT_DETECTOR),
-                               f"by labeled cause ({VERDICT_DETECTOR})"))
+    with working(f"analysing and scoring the jobs of {corpus}"):
+        _, result = evaluate_corpus(corpus, work, include_detectors=list(
+            expected["metrics"]["job"]) if expected else None, attribute=attribute)
+    job_level = job_level_table(result.job_table, result.episode_table)
+    episode_level = episode_accuracy_table(result.episode_table)
+    by_cause = cause_accuracy_table(result.cause_table, VERDICT_DETECTOR)
     if update_baseline:
         write_baseline(update_baseline, result.metrics(), corpus)
-        console.print(f"baseline written: {update_baseline}", highlight=False, soft_wrap=True)
+    better = improvements(result.metrics(), expected) if expected else []
+    worse = regressions(result.metrics(), expected) if expected else []
+    if as_json:
+        print_json({"job_level": job_level.to_dicts(), "episode_level": episode_level.to_dicts(),
+                    "by_cause": by_cause.to_dicts(), "metrics": result.metrics(),
+                    "improvements": better, "regressions": worse})
+    else:
+        _show_frame(job_level, "job level")
+        _show_frame(episode_level, "episode level")
+        _show_frame(by_cause, f"by labeled cause ({VERDICT_DETECTOR})")
+        if update_baseline:
+            say(f"baseline written: {update_baseline}")
+        for improved in better:
+            say(f"[green]improved:[/] {improved} (lock it in with --update-baseline)")
     if expected:
         changed = corpus_changed(expected, corpus)
         if changed:
             errors.print(f"[yellow]warning:[/] {changed}", highlight=False, soft_wrap=True)
-        for better in improvements(result.metrics(), expected):
-            console.print(f"[green]improved:[/] {better} (lock it in with --update-baseline)",
-                          highlight=False, soft_wrap=True)
-        worse = regressions(result.metrics(), expected)
         for regression in worse:
             errors.print(f"[bold red]regression:[/] {regression}", highlight=False,
                          soft_wrap=True)
         if worse:
             raise typer.Exit(1)
-        console.print(f"no regression against {baseline}", highlight=False, soft_wrap=True)
+        if not as_json:
+            say(f"no regression against {baseline}")
 
 
 @command()
@@ -397,26 +594,31 @@ def detect(
     param: Annotated[list[str] | None, typer.Option(
         "--param", help="Detector parameter KEY=VALUE (repeatable).")] = None,
     cluster: ClusterOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Find change points and fail-slow episodes; writes the events and episodes tables."""
     import polars as pl
 
     from tracekit.core.parallel import open_executor
     from tracekit.detect import detect_dataset
+    from tracekit.detect.verdict import shown_episodes
 
-    with open_executor(cluster) as executor:
+    with open_executor(cluster) as executor, working("detecting change points"):
         found = detect_dataset(dataset, detector, parse_options(param), executor=executor)
-    for name in found.episodes["detector"].unique(maintain_order=True).to_list():
-        console.print(_episode_summary(found.episodes.filter(pl.col("detector") == name),
-                                       f"fail-slow episodes ({name})"))
-    console.print(f"{found.events.height} change events, {found.episodes.height} episodes "
-                  f"written to {dataset}", highlight=False)
-    if detector is None:
-        from tracekit.detect.verdict import shown_episodes
-
-        name, verdict = shown_episodes(found.episodes)
-        console.print(f"verdict ({name}): {verdict.height or 'none'} "
-                      f"{'episode(s)' if verdict.height else ''}".rstrip(), highlight=False)
+    name, verdict = shown_episodes(found.episodes) if detector is None else (None, None)
+    if as_json:
+        print_json({"dataset": str(dataset), "events": found.events.height,
+                    "episodes": found.episodes.to_dicts(), "verdict_detector": name,
+                    "verdict": None if verdict is None else verdict.to_dicts()})
+        return
+    for shown in found.episodes["detector"].unique(maintain_order=True).to_list():
+        _show_episodes(found.episodes.filter(pl.col("detector") == shown),
+                       f"fail-slow episodes ({shown})")
+    say(f"{plural(found.events.height, 'change event')}, "
+        f"{plural(found.episodes.height, 'episode')} written to {dataset}")
+    if verdict is not None:
+        say(f"verdict ({name}): "
+            + (plural(verdict.height, "episode") if verdict.height else "none"))
 
 
 @command()
@@ -456,21 +658,31 @@ def attribute(
     dataset: Annotated[Path, typer.Argument(help="Dataset folder with episodes (tracekit detect) "
                                             "or op traces.")],
     cluster: ClusterOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Name each episode's culprit (rank, GPU, host, link) and cause, with the evidence."""
+    import dataclasses
+
     from tracekit.attribute import attribute_dataset
     from tracekit.core.parallel import open_executor
 
-    with open_executor(cluster) as executor:
+    with open_executor(cluster) as executor, working("attributing episodes"):
         result = attribute_dataset(dataset, executor)
+    if as_json:
+        print_json({"episodes": result.episodes.to_dicts(), "stages": None if result.stages
+                    is None else dataclasses.asdict(result.stages)})
+        return
     for row in result.episodes.iter_rows(named=True):
-        console.print(f"[bold]{row['detector']} episode {row['episode']}[/]: {row['kind']}, "
-                      f"{row['cause']}, {row['target'] or 'no culprit'} (confidence "
-                      f"{row['confidence']:.2f}, JCT +{row['jct_slowdown'] or 0:.1%})\n  "
-                      f"{row['evidence']}", highlight=False, soft_wrap=True)
+        say(f"[bold]{row['detector']} episode {row['episode']}[/]: {row['kind']}, "
+            f"{row['cause']}, {row['target'] or 'no culprit'} (confidence "
+            f"{row['confidence']:.2f}, JCT +{row['jct_slowdown'] or 0:.1%})\n  "
+            f"{row['evidence']}")
     if result.stages is not None:
-        console.print(f"[bold]pipeline stages[/]: {result.stages.cause}, "
-                      f"{result.stages.target or 'no culprit'}\n  {result.stages.evidence}",
-                      highlight=False, soft_wrap=True)
+        say(f"[bold]pipeline stages[/]: {result.stages.cause}, "
+            f"{result.stages.target or 'no culprit'}\n  {result.stages.evidence}")
     if result.episodes.is_empty() and result.stages is None:
-        console.print("no episodes to attribute (run `tracekit detect` first)")
+        from tracekit.core.dataset import open_dataset
+
+        detected = "detect" in open_dataset(dataset).manifest.get("build", {})
+        say("no episodes to attribute: " + ("detection found no fail-slow" if detected else
+                                            "run `tracekit detect` first"))

@@ -7,11 +7,16 @@ import cycle through the main app.
 from __future__ import annotations
 
 import functools
+import json
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
+from rich.table import Table
 
 from tracekit.core.errors import TracekitError
 
@@ -41,6 +46,63 @@ def command(on: typer.Typer, *args, **kwargs):
     return decorate
 
 
+JsonOption = Annotated[bool, typer.Option(
+    "--json", help="Print one JSON document on stdout instead of tables (for scripts and CI).")]
+
+
+def print_json(document: Any) -> None:
+    """One JSON document on plain stdout: rich would wrap it at the terminal width (80 columns
+    in a pipe), which breaks the document."""
+    print(json.dumps(document, default=str))
+
+
+UNBOUNDED_WIDTH = 100_000
+"""Width a table is measured within to learn how wide it wants to be uncut."""
+
+
+def show_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[str]],
+               right: Iterable[str] = ()) -> None:
+    """A table where it fits the terminal; otherwise (a narrow terminal, a pipe, a CI log) one
+    line per row, ``first: column value, column value, ...``, that the terminal may wrap but
+    never cuts: no name or figure is lost."""
+    rows = [["-" if value is None else str(value) for value in row] for row in rows]
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column, justify="right" if column in set(right) else "left")
+    for row in rows:
+        table.add_row(*row)
+    unbounded = console.options.update_width(UNBOUNDED_WIDTH)  # a table measures within its bound
+    if console.is_terminal and Measurement.get(console, unbounded, table).maximum <= console.width:
+        console.print(table)
+        return
+    print(title)
+    for first, *rest in rows:
+        print(f"  {first}: " + ", ".join(f"{column} {value}" for column, value in
+                                         zip(columns[1:], rest, strict=True)))
+
+
+def working(what: str):
+    """A spinner on stderr while a stage without its own progress runs (attribution takes ~20 s
+    on a large job); nothing in a pipe."""
+    return errors.status(f"{what}...")
+
+
+def say(text: str) -> None:
+    """A result line on stdout with rich markup, wrapped by the terminal rather than cut."""
+    console.print(text, highlight=False, soft_wrap=True)
+
+
+def grouped_messages(messages: Iterable[tuple[str, str]], examples: int = 3
+                     ) -> list[tuple[str, int, list[str]]]:
+    """``(path, message)`` pairs as each distinct message once: its count and a few of the paths
+    it came from, most frequent first (a 300-file dump repeats one note 300 times)."""
+    paths: dict[str, list[str]] = {}
+    for path, message in messages:
+        paths.setdefault(message.removeprefix(f"{path}: "), []).append(path)
+    return sorted(((message, len(where), where[:examples]) for message, where in paths.items()),
+                  key=lambda group: -group[1])
+
+
 def print_error(message: str) -> None:
     """One red line on stderr; the message is escaped so ``tracekit[gpu]`` stays visible."""
     errors.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
@@ -55,6 +117,11 @@ def parse_options(pairs: list[str] | None) -> dict[str, str]:
             raise TracekitError(f"option {pair!r} is not KEY=VALUE")
         options[key.strip()] = value
     return options
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 episode``, ``2 episodes``."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
 def format_ns(ns: int | None) -> str:

@@ -181,6 +181,20 @@ class Dataset:
 
     __getitem__ = table
 
+    def __iter__(self) -> Iterator[str]:
+        """The names of the tables that have rows, as a mapping of name to table would."""
+        return (name for name in schema.TABLES if self.has_table(name))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __contains__(self, name: object) -> bool:
+        return name in schema.TABLES and self.has_table(name)
+
+    def __repr__(self) -> str:
+        """One line (the manifest would print kilobytes)."""
+        return f"Dataset({str(self.path)!r}, job={self.job!r}, tables={list(self)})"
+
     @property
     def tables(self) -> dict[str, pl.LazyFrame]:
         """Every table that has at least one part, by name."""

@@ -55,6 +55,7 @@ def metric_of(source: Source, options: dict[str, str]) -> str:
 
 class AcmeTraceReader(Reader):
     format = "acmetrace"
+    options = ("metric", "identity_map")
     version = "1"
     tables = ("gpu_metrics", "nic_counters", "host_metrics")
     priority = 55

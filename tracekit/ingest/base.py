@@ -133,6 +133,8 @@ class Reader:
     priority: ClassVar[int] = 100
     """Lower sniffs first; give specific formats a lower number than catch-all ones."""
     description: ClassVar[str] = ""
+    options: ClassVar[tuple[str, ...]] = ()
+    """The ``--option`` keys the reader uses: any other key is refused before ingest starts."""
     rows_depend_on_name: ClassVar[bool] = False
     """The file's name supplies its rows' time or host (snapshot dumps): the same bytes under
     two names are two sources, e.g. two scrapes 15 s apart that served the same values."""

@@ -47,6 +47,7 @@ def parse_interval_ns(text: str, source: Source) -> int:
 
 class DcgmiDmonReader(Reader):
     format = "dcgmi-dmon"
+    options = ("host", "start", "interval")
     version = "1"
     tables = ("gpu_metrics",)
     priority = 35

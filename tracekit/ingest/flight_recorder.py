@@ -54,6 +54,7 @@ RANK_IN_NAME = re.compile(r"(\d+)(?:\.\w+)?$")
 
 class FlightRecorderReader(Reader):
     format = "flight-recorder"
+    options = ("rank",)
     version = "1"
     tables = ("collectives", "comms")
     priority = 20

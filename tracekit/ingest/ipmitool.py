@@ -72,6 +72,7 @@ def disambiguate(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
 
 class IpmitoolReader(Reader):
     format = "ipmitool"
+    options = ("ts", "host")
     version = "1"
     tables = ("host_metrics",)
     priority = 50

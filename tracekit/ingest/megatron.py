@@ -121,6 +121,7 @@ class _Carry:
 
 class MegatronLogReader(Reader):
     format = "megatron-log"
+    options = ("timezone", "log_interval")
     version = "1"
     tables = ("megatron_steps", "megatron_timers", "iterations", "straggler_reports",
               "training_events", "parallel_layout")

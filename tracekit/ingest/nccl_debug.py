@@ -137,6 +137,7 @@ class _JoinState:
 
 class NcclDebugReader(Reader):
     format = "nccl-debug"
+    options = ("tz",)
     version = "2"
     """2: a leading byte-order mark is not part of the first host name; Init numbers too large
     for their column are quarantined instead of failing the file."""

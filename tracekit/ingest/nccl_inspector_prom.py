@@ -58,6 +58,7 @@ class _State:
 
 class NcclInspectorPromReader(Reader):
     format = "nccl-inspector-prom"
+    options = ("ts", "identity_map")
     version = "1"
     tables = ("collective_buckets",)
     priority = 55

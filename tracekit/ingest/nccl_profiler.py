@@ -48,6 +48,7 @@ def comm_hash_hex(decimal: pl.Expr) -> pl.Expr:
 
 class NcclProfilerReader(Reader):
     format = "nccl-profiler"
+    options = ("t0_ns",)
     version = "1"
     tables = ("collectives",)
     priority = 20

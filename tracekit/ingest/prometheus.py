@@ -411,6 +411,7 @@ def _is_json(text: str) -> bool:
 
 class PrometheusTextReader(Reader):
     format = "prometheus-text"
+    options = ("ts", "host", "identity_map")
     version = "2"
     tables = ("gpu_metrics", "nic_counters", "host_metrics")
     priority = 60
@@ -443,6 +444,7 @@ class PrometheusTextReader(Reader):
 
 class PrometheusJsonReader(Reader):
     format = "prometheus-json"
+    options = ("host", "identity_map")
     version = "1"
     tables = ("gpu_metrics", "nic_counters", "host_metrics")
     priority = 30
@@ -496,6 +498,7 @@ class PrometheusJsonReader(Reader):
 
 class PrometheusCsvReader(Reader):
     format = "prometheus-csv"
+    options = ("host", "identity_map")
     version = "1"
     tables = ("gpu_metrics", "nic_counters", "host_metrics")
     priority = 30

@@ -72,6 +72,7 @@ def _counter_chunk(source: Source, lines: pl.DataFrame, samples: pl.DataFrame,
 
 class Mlx5HwCountersReader(Reader):
     format = "mlx5-hw-counters"
+    options = ("ts", "host")
     version = "1"
     tables = ("nic_counters",)
     priority = 40
@@ -111,6 +112,7 @@ _ETHTOOL_STAT = r"^\s+([A-Za-z0-9_.\[\]:-]+):\s*(\S*)\s*$"
 
 class EthtoolStatsReader(Reader):
     format = "ethtool-stats"
+    options = ("ts", "host", "device")
     version = "1"
     tables = ("nic_counters",)
     priority = 45

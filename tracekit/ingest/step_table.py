@@ -45,6 +45,7 @@ NS_PER_UNIT = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
 
 class StepTableReader(Reader):
     format = "step-table"
+    options = ("worker", "step", "duration", "duration_unit", "time", "time_unit")
     version = "1"
     tables = ("iterations",)
     priority = 80
