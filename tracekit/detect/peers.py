@@ -225,7 +225,9 @@ def straggler_episodes(job: str, iterations: pl.DataFrame, op_traces: pl.DataFra
     for group in np.unique(times.groups):
         members = times.groups == group
         peers[members] = peer_medians(times.own_s[members])
-    ratio = times.own_s / peers
+    # no ratio where the peers' median is 0 or missing (a group of one, an idle stretch)
+    ratio = np.divide(times.own_s, peers, out=np.full_like(peers, np.nan),
+                      where=np.isfinite(peers) & (peers > 0))
     # a rank's ratio over a fail-slow's length: single slow iterations (a GC pause) do not count
     smooth = median_filter(np.nan_to_num(ratio, nan=1.0), size=(1, ROLLING_ITERATIONS),
                            mode="nearest")
