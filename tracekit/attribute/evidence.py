@@ -60,6 +60,14 @@ def _stats(frame: pl.DataFrame, window: Window, value: pl.Expr, by: list[str]) -
         .median().alias("before"))
 
 
+def scrape_interval_ns(frame: pl.DataFrame) -> int:
+    """The median time between a host's scrapes (15 s when the frame has too few)."""
+    times = frame.select("host", "ts_ns").unique().sort("host", "ts_ns")
+    gaps = times.select(pl.col("ts_ns").diff().over("host").alias("gap")).drop_nulls()
+    gap = gaps["gap"].filter(gaps["gap"] > 0).median() if gaps.height else None
+    return int(gap) if gap else 15_000_000_000
+
+
 def gpu_finding(gpu_metrics: pl.DataFrame, host: str, gpu: int, window: Window) -> Finding:
     """Thermal throttling or degradation of GPU ``gpu`` on ``host``."""
     where = f"{host}/{gpu}"
@@ -95,6 +103,11 @@ def gpu_finding(gpu_metrics: pl.DataFrame, host: str, gpu: int, window: Window) 
                                f"{flags[n]:.0%} of samples" for n in thermal))
         return Finding("gpu-thermal", f"GPU {where}: " + "; ".join(parts))
     text = f"GPU {where}: " + ("; ".join(parts) if parts else "DCGM samples present")
+    interval = scrape_interval_ns(gpu_metrics)
+    if not dropped and window.end_ns - window.start_ns < 2 * interval:
+        return Finding(None, text, f"the episode is shorter than two DCGM scrapes "
+                       f"({interval / 1e9:.0f} s apart): normal clocks in its samples cannot "
+                       "rule out throttling between them")
     if dropped:
         return Finding("gpu-degradation", text + "; no thermal clock-event reason")
     return Finding("gpu-degradation", text + "; clocks and throttle reasons normal, so the GPU "

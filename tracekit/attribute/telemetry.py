@@ -21,7 +21,13 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from tracekit.attribute.evidence import CONGESTION_COUNTERS, CPU_RISE_PCT, THERMAL_FLAGS, Window
+from tracekit.attribute.evidence import (
+    CONGESTION_COUNTERS,
+    CPU_RISE_PCT,
+    THERMAL_FLAGS,
+    Window,
+    scrape_interval_ns,
+)
 from tracekit.core.counters import counter_rates
 
 DCGM_LAG_SCRAPES = 4
@@ -47,14 +53,6 @@ class Suspect:
     target: str
     signals: int
     text: str
-
-
-def scrape_interval_ns(frame: pl.DataFrame) -> int:
-    """The median time between a host's scrapes (15 s when the frame has too few)."""
-    times = frame.select("host", "ts_ns").unique().sort("host", "ts_ns")
-    gaps = times.select(pl.col("ts_ns").diff().over("host").alias("gap")).drop_nulls()
-    gap = gaps["gap"].filter(gaps["gap"] > 0).median() if gaps.height else None
-    return int(gap) if gap else 15_000_000_000
 
 
 @dataclass(frozen=True)
