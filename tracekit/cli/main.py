@@ -320,13 +320,18 @@ def report(
     = None,
     work: Annotated[Path | None, typer.Option(help="Where raw corpus jobs are analysed "
                                               "(default: build/corpus/NAME).")] = None,
+    export: Annotated[bool, typer.Option(help="Also write OUTPUT/export/: a Perfetto / Chrome "
+                                         "trace, episode, evidence and accuracy tables as CSV "
+                                         "and Parquet, one JSON summary per job.")] = True,
 ) -> None:
     """Write an HTML page and a Markdown report with figures for a job or a corpus."""
     from tracekit.pipeline.corpus import build_report
 
-    written = build_report(source, output, detector=detector, work=work)
+    written = build_report(source, output, detector=detector, work=work, export=export)
     console.print(f"report: {written.html}\nmarkdown: {written.markdown} "
                   f"({len(written.figures)} figure files)", highlight=False, soft_wrap=True)
+    if export:
+        console.print(f"exports: {written.folder / 'export'}", highlight=False, soft_wrap=True)
 
 
 @command("eval")
