@@ -230,26 +230,28 @@ def _plain_number(value: float, _position=None) -> str:
 
 def cdf_figure(frame: pl.DataFrame, value: str, by: str, title: str, xlabel: str,
                log_x: bool = False, percent_x: bool = False,
-               references: tuple[tuple[str, float, float | None], ...] = ()) -> Figure:
+               references: tuple[tuple[str | None, str, float, float | None], ...] = ()
+               ) -> Figure:
     """Empirical CDFs of ``value``, one step line per ``by`` group (the paper's Figure 1).
 
-    ``references`` are published figures drawn beside the curves: ``(label, x, None)`` a
-    dashed vertical line (a mean), ``(label, x, y)`` a point of a published CDF. A log axis
-    gets ticks at 1, 2 and 5 of every decade, written as plain numbers."""
+    ``references`` are published figures drawn beside the curves, ``(group, label, x, y)``:
+    with ``y`` None a dotted vertical line (a mean) in its group's colour, else a point of a
+    published CDF. A log axis gets ticks at 1, 2 and 5 of every decade, as plain numbers."""
     figure = Figure(figsize=(6.4, 4), layout="constrained")
     ax = figure.subplots()
     curves = ecdf(frame, value, by)
+    colours = {}
     for name in curves[by].unique(maintain_order=True).to_list():
         part = curves.filter(pl.col(by) == name)
-        ax.step(part[value], part["fraction"], where="post", label=f"{name} (n={part.height})")
-    for label, x, y in references:
+        (line,) = ax.step(part[value], part["fraction"], where="post",
+                          label=f"{name} (n={part.height})")
+        colours[name] = line.get_color()
+    for group, label, x, y in references:
+        colour = colours.get(group, INTERLUDE_COLOUR)
         if y is None:
-            ax.axvline(x, color=INTERLUDE_COLOUR, ls=":", lw=1.0)
-            ax.annotate(label, xy=(x, 0.02), xycoords=("data", "axes fraction"), rotation=90,
-                        fontsize=7, color=INTERLUDE_COLOUR, xytext=(-3, 0),
-                        textcoords="offset points", ha="right", va="bottom")
+            ax.axvline(x, color=colour, ls=":", lw=1.4, label=label)
         else:
-            ax.plot([x], [y], marker="D", ls="none", color=INTERLUDE_COLOUR, label=label)
+            ax.plot([x], [y], marker="D", ls="none", color=colour, label=label)
     if log_x:
         ax.set_xscale("log")
         ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
