@@ -74,15 +74,27 @@ def culprits(episodes: pl.DataFrame) -> dict[str, set[str]]:
     return found
 
 
-def _band(ax: Axes, frame: pl.DataFrame, value: str, step: str, what: str) -> None:
-    """The median and spread band of ``frame``'s ``value`` per ``step`` (a time bin)."""
+def _gaps(values: pl.Series, top: float | None) -> np.ndarray:
+    """``values`` with those above ``top`` as NaN: the line breaks there instead of running
+    to the edge and back."""
+    values = values.to_numpy().astype(float)
+    return values if top is None else np.where(values > top, np.nan, values)
+
+
+def _band(ax: Axes, frame: pl.DataFrame, value: str, step: str, what: str,
+          top: float | None = None) -> None:
+    """The median and spread band of ``frame``'s ``value`` per ``step`` (a time bin); steps
+    whose median is above ``top`` are left out (gaps)."""
     lo, hi = SPREAD_QUANTILES
     banded = (frame.group_by(step).agg(pl.col("t_min").mean(), mid=pl.col(value).median(),
                                        lo=pl.col(value).quantile(lo), hi=pl.col(value).quantile(hi))
               .sort(step))
-    ax.fill_between(banded["t_min"], banded["lo"], banded["hi"], color=PEER_COLOUR, alpha=0.25,
-                    lw=0, label=f"{what}: {lo:.0%}-{hi:.0%} band")
-    ax.plot(banded["t_min"], banded["mid"], color=PEER_COLOUR, lw=1.0, label=f"{what}: median")
+    off = np.isnan(_gaps(banded["mid"], top))
+    ax.fill_between(banded["t_min"], np.where(off, np.nan, banded["lo"]),
+                    np.where(off, np.nan, banded["hi"]), color=PEER_COLOUR, alpha=0.25, lw=0,
+                    label=f"{what}: {lo:.0%}-{hi:.0%} band")
+    ax.plot(banded["t_min"], _gaps(banded["mid"], top), color=PEER_COLOUR, lw=1.0,
+            label=f"{what}: median")
 
 
 def _versus_peers(ax: Axes, frame: pl.DataFrame, value: str, series: str, marked: set[str],
@@ -113,11 +125,12 @@ def _iteration_panel(ax: Axes, iterations: pl.DataFrame, episodes: pl.DataFrame,
     """Culprit ranks against the peers' band, on an axis the interludes do not set; off-scale
     iterations are marked at the top edge with their count and the longest one."""
     series, noun = _rank_series(iterations)
-    series = series.with_columns(_minutes("t_start_ns", t0_ns))
+    series = series.with_columns(_minutes("t_start_ns", t0_ns),
+                                 ((pl.col("t_end_ns") - t0_ns) / NS_PER_MIN).alias("t_end_min"))
     peers = series.filter(~pl.col("series").is_in(list(ranks)))
     if peers.is_empty():
         peers = series
-    median = peers.group_by("iteration").agg(pl.col("t_min").mean(),
+    median = peers.group_by("iteration").agg(pl.col("t_min").mean(), pl.col("t_end_min").mean(),
                                              pl.col("duration_s").median())
     levels = [AXIS_HEADROOM * median["duration_s"].quantile(AXIS_QUANTILE)]
     levels += [AXIS_HEADROOM * r["baseline_s"] * r["slowdown"]
@@ -126,16 +139,18 @@ def _iteration_panel(ax: Axes, iterations: pl.DataFrame, episodes: pl.DataFrame,
     bottom = min(series["duration_s"].quantile(1 - AXIS_QUANTILE) / AXIS_HEADROOM, top / 2)
     names = series["series"].unique().to_list()
     _band(ax, peers, "duration_s", "iteration",
-          f"{len(names) - len(set(names) & ranks) or len(names)} {noun}s")
+          f"{len(names) - len(set(names) & ranks) or len(names)} {noun}s", top)
     for name in sorted(set(names) & ranks, key=lambda n: (len(n), n)):
         part = series.filter(pl.col("series") == name).sort("t_min")
-        ax.plot(part["t_min"], part["duration_s"].clip(upper_bound=top), color=EPISODE_COLOUR,
-                lw=1.2, label=f"culprit {noun} {name}")
+        ax.plot(part["t_min"], _gaps(part["duration_s"], top), color=EPISODE_COLOUR, lw=1.2,
+                label=f"culprit {noun} {name}")
     off = median.filter(pl.col("duration_s") > top)
+    for row in off.iter_rows(named=True):
+        ax.axvspan(row["t_min"], row["t_end_min"], color=INTERLUDE_COLOUR, alpha=0.25, lw=0)
     if off.height:
         ax.plot(off["t_min"], np.full(off.height, top), ls="none", marker="v", ms=5,
                 color=INTERLUDE_COLOUR, clip_on=False,
-                label=f"{off.height} interlude(s) off scale (eval, checkpoint; "
+                label=f"{off.height} interlude(s) off scale, shaded grey (eval, checkpoint; "
                       f"longest {off['duration_s'].max():.1f} s)")
     ax.set_ylim(bottom, top)
 
