@@ -19,17 +19,18 @@ def test_corpus_report_tables_and_figures(corpus_datasets, tmp_path):
     assert [t.caption.split(":")[0] for t in tables[:3]] == [
         "communication jobs", "compute jobs", "all jobs"]
     assert tables[1].frame.columns == ["detector", "accuracy", "FPR", "FNR", "culprit", "cause"]
-    assert tables[1].frame.row(0) == ("bocd+b", "100.0 (2/2)", "0.0 (0/1)", "0.0 (0/1)",
-                                      "100.0 (1/1)", "100.0 (1/1)")
-    assert tables[0].frame.row(0, named=True)["FPR"] == "0.0 (0/1)"
-    assert tables[2].frame.row(0, named=True)["FNR"] == "0.0 (0/1)"
+    assert tables[1].frame.row(0) == ("bocd+b", "100.0 % (2/2)", "0.0 % (0/1)", "0.0 % (0/1)",
+                                      "100.0 % (1/1)", "100.0 % (1/1)")
+    assert tables[0].frame.row(0, named=True)["FPR"] == "0.0 % (0/1)"
+    assert tables[2].frame.row(0, named=True)["FNR"] == "0.0 % (0/1)"
     by_cause = tables[-1].frame
-    assert by_cause.rows() == [("gpu-thermal", 1, "100.0 (1/1)", "100.0 (1/1)", "100.0 (1/1)")]
+    assert by_cause.rows() == [
+        ("gpu-thermal", 1, "100.0 % (1/1)", "100.0 % (1/1)", "100.0 % (1/1)")]
     written = write_report(report, tmp_path / "corpus")
     assert sorted(p.name for p in written.figures) == [
         "duration_cdf.png", "duration_cdf.svg", "jct_slowdown_cdf.png", "jct_slowdown_cdf.svg"]
     page = written.html.read_text()
-    for text in ("3 jobs: 1 communication, 2 compute.", "100.0 (2/2)", "Table 1",
+    for text in ("3 jobs: 1 communication, 2 compute.", "100.0 % (2/2)", "Table 1",
                  "Fail-slow duration per category", "JCT slowdown per category"):
         assert text in page, text
 

@@ -29,6 +29,10 @@ def test_verdict_of_several_unattributed_and_no_episodes():
     assert sentences[1] == ("The job ran 20 % slower for 50 s from 09:14:15 UTC (not attributed:"
                             " no culprit or cause was found); it cost 4.3 s (0.7 % of the job).")
     assert sentences[2] == "In all, 2 episodes cost 50.0 s (7.5 % of the job)."
+    straggler = unattributed | {"lost_s": None, "jct_slowdown": None, "duration_s": None}
+    assert verdict_sentences(pl.DataFrame([straggler]), 1.41)[0].endswith(
+        "from 09:14:15 UTC (not attributed: no culprit or cause was found); its cost was not "
+        "measured.")
     assert verdict_sentences(pl.DataFrame(), 1.411) == [
         "No fail-slow: the job ran at its own pace (median iteration 1.411 s)."]
 

@@ -124,8 +124,8 @@ def render_markdown(report: Report) -> str:
 _STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 1100px; margin: 2em auto; color: #222; }
 h1 { border-bottom: 2px solid #444; } h2 { margin-top: 2em; border-bottom: 1px solid #ccc; }
-table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.85em;
-        display: block; max-width: 100%; overflow-x: auto; }
+div.table { max-width: 100%; overflow-x: auto; margin: 0.5em 0 1.5em; }
+table { border-collapse: collapse; font-size: 0.85em; }
 th, td { border: 1px solid #bbb; padding: 0.25em 0.6em; text-align: right; }
 th { background: #eee; } td:first-child, th:first-child { text-align: left; }
 figure { margin: 1em 0 2em; } figure svg { max-width: 100%; height: auto; }

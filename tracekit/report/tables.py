@@ -28,7 +28,14 @@ def html_table(frame: pl.DataFrame, caption: str | None = None) -> str:
     rows = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
                    for row in _cells(frame))
     cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
-    return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+    return (f'<div class="table"><table>{cap}<thead><tr>{head}</tr></thead><tbody>{rows}'
+            "</tbody></table></div>")
+
+
+def with_percent_sign(expr: pl.Expr) -> pl.Expr:
+    """A rate with its fraction as scoring writes it, ``99.1 (106/107)``, as
+    ``99.1 % (106/107)``."""
+    return expr.str.replace(r"^(-?[\d.]+) \(", "$1 % (")
 
 
 def percent(expr: pl.Expr, digits: int = 1) -> pl.Expr:
@@ -63,8 +70,9 @@ def accuracy_tables(job_table: pl.DataFrame, episode_table: pl.DataFrame | None 
                          on=["detector", "category"], how="left", maintain_order="left")
     categories = _shown_categories(job_table)
     return {category: wide.filter(pl.col("category") == category).select(
-        "detector", *(pl.col(name).alias(label) for name, label in ACCURACY_COLUMNS.items()
-                      if name in wide.columns)) for category in categories}
+        "detector", *(with_percent_sign(pl.col(name)).alias(label)
+                      for name, label in ACCURACY_COLUMNS.items() if name in wide.columns))
+        for category in categories}
 
 
 def job_level_table(job_table: pl.DataFrame, episode_table: pl.DataFrame) -> pl.DataFrame:
@@ -84,15 +92,15 @@ def episode_accuracy_table(episode_table: pl.DataFrame) -> pl.DataFrame:
     iterations)."""
     return episode_table.filter(pl.col("category").is_in(_shown_categories(episode_table))).select(
         "detector", "category",
-        pl.col("precision_text").alias("precision"),
-        pl.col("recall_text").alias("recall"),
+        with_percent_sign(pl.col("precision_text")).alias("precision"),
+        with_percent_sign(pl.col("recall_text")).alias("recall"),
         pl.col("delay_iterations_median").round(1).alias("delay (it)"),
         pl.col("delay_s_median").round(1).alias("delay (s)"),
         pl.col("delay_s_max").round(1).alias("worst delay (s)"),
         pl.col("alarm_delay_iterations_median").round(1).alias("alarm delay (it)"),
         pl.col("alarm_delay_s_median").round(1).alias("alarm delay (s)"),
-        pl.col("localisation_text").alias("culprit"),
-        pl.col("cause_accuracy_text").alias("cause"),
+        with_percent_sign(pl.col("localisation_text")).alias("culprit"),
+        with_percent_sign(pl.col("cause_accuracy_text")).alias("cause"),
     )
 
 
@@ -101,5 +109,6 @@ def cause_accuracy_table(cause_table: pl.DataFrame, detector: str) -> pl.DataFra
     over all the labels of that cause."""
     return cause_table.filter(pl.col("detector") == detector).select(
         pl.col("cause").alias("labeled cause"), pl.col("labels").alias("fail-slows"),
-        pl.col("recall_text").alias("found"), pl.col("culprit_text").alias("culprit right"),
-        pl.col("cause_right_text").alias("cause right"))
+        with_percent_sign(pl.col("recall_text")).alias("found"),
+        with_percent_sign(pl.col("culprit_text")).alias("culprit right"),
+        with_percent_sign(pl.col("cause_right_text")).alias("cause right"))

@@ -52,7 +52,8 @@ def episode_sentence(row: dict) -> str:
     """One episode as a sentence: when, how much, how long, who and why, what it cost."""
     start = datetime.fromtimestamp(row["t_start_ns"] / 1e9, UTC).strftime("%H:%M:%S UTC")
     slower = f"{100 * (row['slowdown'] - 1):.0f} % slower" if row.get("slowdown") else "slower"
-    text = f"The job ran {slower} for {_duration(row['duration_s'])} from {start}"
+    span = f" for {_duration(row['duration_s'])}" if row.get("duration_s") is not None else ""
+    text = f"The job ran {slower}{span} from {start}"
     cause, who = row.get("cause"), culprit_in_words(row.get("target"))
     if cause:
         text += " because of " + " and ".join(c.replace("-", " ") for c in cause.split("+"))
@@ -63,6 +64,8 @@ def episode_sentence(row: dict) -> str:
             text += " (" + "; ".join(quoted[:QUOTED_CLAUSES]) + ")"
     else:
         text += " (not attributed: no culprit or cause was found)"
+    if row.get("lost_s") is None:
+        return text + "; its cost was not measured."
     share = (f" ({100 * row['jct_slowdown']:.1f} % of the job)"
              if row.get("jct_slowdown") is not None else "")
     return text + f"; it cost {row['lost_s']:.1f} s{share}."
@@ -78,7 +81,7 @@ def verdict_sentences(episodes: pl.DataFrame, median_iteration_s: float | None) 
     rows = list(episodes.sort("t_start_ns").iter_rows(named=True))
     sentences = [episode_sentence(row) for row in rows]
     if len(rows) > 1:
-        lost = sum(r["lost_s"] for r in rows)
+        lost = sum(r["lost_s"] or 0.0 for r in rows)
         share = sum(r["jct_slowdown"] or 0.0 for r in rows)
         sentences.append(f"In all, {len(rows)} episodes cost {lost:.1f} s "
                          f"({100 * share:.1f} % of the job).")
