@@ -2,9 +2,13 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracekit.report.figures import culprits
 from tracekit.report.job import job_report
-from tracekit.report.verdict import culprit_in_words, evidence_clauses, verdict_sentences
+from tracekit.report.verdict import (
+    culprit_in_words,
+    culprits,
+    evidence_clauses,
+    verdict_sentences,
+)
 
 T0 = 1_760_432_655 * 10**9  # 2025-10-14 09:04:15 UTC
 LINK = {"episode": 1, "t_start_ns": T0, "duration_s": 269.1, "slowdown": 1.2043, "lost_s": 45.66,
@@ -51,6 +55,7 @@ def test_job_report_opens_with_the_verdict_and_its_evidence(job_dataset):
     verdict = report.sections[0]
     assert verdict.title == "Verdict (bocd+b+peers)" and verdict.lead
     assert verdict.paragraphs == [
-        "The job ran 50 % slower for 42 s from 22:14:23 UTC because of gpu thermal on rank 2 "
-        "(SM clock of gpu h0/2 1410 -> 990 MHz); it cost 14.0 s (11.7 % of the job)."]
+        "The job ran 50 % slower for 42 s from 22:14:23 UTC because of GPU thermal throttling on "
+        "rank 2, GPU h0/2 (SM clock of gpu h0/2 1410 -> 990 MHz); it cost 14.0 s (11.7 % of "
+        "the job)."]
     assert verdict.items == ["#1: SM clock of gpu h0/2 1410 -> 990 MHz"]

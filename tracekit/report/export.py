@@ -21,8 +21,7 @@ import polars as pl
 from tracekit.core.dataset import Dataset, atomic_path
 from tracekit.detect.verdict import shown_episodes
 from tracekit.evaluate.scoring import Corpus, Evaluation
-from tracekit.report.figures import culprits
-from tracekit.report.verdict import evidence_clauses, verdict_sentences
+from tracekit.report.verdict import culprits, evidence_clauses, verdict_sentences
 
 EXPORT_FOLDER = "export"
 """Where a report's exports go, beside ``index.html``."""

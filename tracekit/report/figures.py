@@ -11,8 +11,6 @@ telemetry panels show the very series the evidence quotes.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import polars as pl
 from matplotlib.axes import Axes
@@ -21,6 +19,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, PercentFormatter
 
 from tracekit.attribute.evidence import CONGESTION_COUNTERS
 from tracekit.characterise.jobs import ecdf
+from tracekit.report.verdict import culprits
 
 SPREAD_QUANTILES = (0.05, 0.95)
 """The peers' band: 5th-95th percentile per time step (a min-max band at 1,024 ranks is the
@@ -51,27 +50,8 @@ EVIDENCE_PANELS = (
 """GPU metrics shown under the iteration times: thermal throttling shows as a clock drop with a
 temperature rise on the culprit GPU."""
 
-_GPU = re.compile(r"\bgpu[: ]([\w.-]+/\d+)", re.IGNORECASE)
-
-
 def _minutes(column: str, t0_ns: int) -> pl.Expr:
     return ((pl.col(column) - t0_ns) / NS_PER_MIN).alias("t_min")
-
-
-def culprits(episodes: pl.DataFrame) -> dict[str, set[str]]:
-    """What the episodes name: ranks, GPUs (``host/gpu``, from the target or the evidence) and
-    hosts (of links, NICs, hosts and named GPUs)."""
-    found: dict[str, set[str]] = {"rank": set(), "gpu": set(), "host": set()}
-    for row in episodes.iter_rows(named=True):
-        for part in (row.get("target") or "").split("+"):
-            kind, _, name = part.partition(":")
-            if kind == "rank":
-                found["rank"].add(name)
-            elif kind in ("link", "host", "nic"):
-                found["host"].update(name.split("-") if kind == "link" else [name])
-        found["gpu"].update(_GPU.findall(f"{row.get('target') or ''} {row.get('evidence') or ''}"))
-    found["host"].update(g.split("/")[0] for g in found["gpu"])
-    return found
 
 
 def _gaps(values: pl.Series, top: float | None) -> np.ndarray:

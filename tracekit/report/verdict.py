@@ -21,6 +21,28 @@ QUOTED_CLAUSES = 2
 the rest are in the evidence list."""
 
 _CHANGE = re.compile(r"->")
+_GPU = re.compile(r"\bgpu[: ]([\w.-]+/\d+)", re.IGNORECASE)
+
+CAUSE_WORDS = {"gpu-thermal": "GPU thermal throttling", "gpu-degradation": "GPU degradation",
+               "cpu-contention": "CPU contention", "network-congestion": "network congestion"}
+"""Causes as a sentence says them; others lose their hyphens."""
+
+
+def culprits(episodes: pl.DataFrame) -> dict[str, set[str]]:
+    """What the episodes name: ranks, GPUs (``host/gpu``, from the target or the evidence) and
+    hosts (of links, NICs, hosts and named GPUs)."""
+    found: dict[str, set[str]] = {"rank": set(), "gpu": set(), "host": set()}
+    for row in episodes.iter_rows(named=True):
+        for part in (row.get("target") or "").split("+"):
+            kind, _, name = part.partition(":")
+            if kind == "rank":
+                found["rank"].add(name)
+            elif kind in ("link", "host", "nic"):
+                found["host"].update(name.split("-") if kind == "link" else [name])
+        found["gpu"].update(_GPU.findall(f"{row.get('target') or ''} {row.get('evidence') or ''}"))
+    found["host"].update(g.split("/")[0] for g in found["gpu"])
+    return found
+
 
 
 def culprit_in_words(target: str | None) -> str | None:
@@ -56,9 +78,13 @@ def episode_sentence(row: dict) -> str:
     text = f"The job ran {slower}{span} from {start}"
     cause, who = row.get("cause"), culprit_in_words(row.get("target"))
     if cause:
-        text += " because of " + " and ".join(c.replace("-", " ") for c in cause.split("+"))
+        text += " because of " + " and ".join(CAUSE_WORDS.get(c, c.replace("-", " "))
+                                              for c in cause.split("+"))
         if who:
-            text += f" on {who}"
+            gpus = sorted(culprits(pl.DataFrame([row]))["gpu"])
+            named = row.get("target") or ""
+            text += f" on {who}" + (f", GPU {', '.join(gpus)}"
+                                    if gpus and "gpu:" not in named else "")
         quoted = [c for c in evidence_clauses(row.get("evidence")) if _CHANGE.search(c)]
         if quoted:
             text += " (" + "; ".join(quoted[:QUOTED_CLAUSES]) + ")"
