@@ -86,3 +86,18 @@ def test_cdf_axes_read_as_numbers_and_percent():
     assert {"1", "2", "5", "10", "20"} <= set(ticks)
     assert {"0%", "40%", "100%"} <= {t.get_text() for t in ax.get_yticklabels()}
     assert ax.get_legend_handles_labels()[1] == ["communication (n=4)", "paper mean 24 min"]
+
+
+def test_small_multiples_per_host_from_four_hosts():
+    from tracekit.report.figures import EPISODE_COLOUR, host_multiples
+
+    iterations, episodes, gpu, _ = _job(1024, 1021)
+    figure = host_multiples(gpu, episodes, T0)
+    shown = [ax for ax in figure.axes if ax.axison]
+    assert len(shown) == 128 and len(figure.axes) == 128  # 16 full rows of 8
+    red = [ax.get_title(loc="left") for ax in shown
+           if any(line.get_color() == EPISODE_COLOUR for line in ax.get_lines())]
+    assert red == ["h127"]
+    assert all(len(ax.get_lines()) == 8 for ax in shown)
+    assert host_multiples(gpu.filter(pl.col("host").is_in(["h0", "h1", "h2"])), episodes,
+                          T0) is None

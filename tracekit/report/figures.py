@@ -219,6 +219,55 @@ def _episode_label(row: dict) -> str:
     return f"#{row['episode']} {cause}{target}{slowdown}"
 
 
+MULTIPLES_MIN_HOSTS = 4
+"""From this many hosts a job report adds small multiples of the SM clock per host: the band
+of the timeline says *that* a GPU left its peers, the grid says where, host by host."""
+
+MULTIPLES_COLUMNS = 8
+"""Panels per row of the per-host grid (128 hosts of a 1,024-GPU job make 16 rows)."""
+
+
+def host_multiples(gpu_metrics: pl.DataFrame, episodes: pl.DataFrame, t0_ns: int,
+                   metric: str = "sm_clock_mhz") -> Figure | None:
+    """One small panel per host with its GPUs' ``metric`` (shared axes), the culprit GPU in
+    red, episodes shaded; None without the metric or with fewer than
+    :data:`MULTIPLES_MIN_HOSTS` hosts."""
+    frame = gpu_metrics.filter(pl.col("metric") == metric, pl.col("ts_ns").is_not_null())
+    hosts = sorted(frame["host"].unique().to_list())
+    if len(hosts) < MULTIPLES_MIN_HOSTS:
+        return None
+    frame = frame.with_columns(_minutes("ts_ns", t0_ns), series=pl.format("{}/{}", "host", "gpu"))
+    columns = min(MULTIPLES_COLUMNS, len(hosts))
+    rows = -(-len(hosts) // columns)
+    figure = Figure(figsize=(11, 0.4 + 1.3 * rows), layout="constrained")
+    axes = figure.subplots(rows, columns, sharex=True, sharey=True, squeeze=False).ravel()
+    marked = culprits(episodes)["gpu"]
+    spans = [((r["t_start_ns"] - t0_ns) / NS_PER_MIN,
+              None if r["t_end_ns"] is None else (r["t_end_ns"] - t0_ns) / NS_PER_MIN)
+             for r in episodes.iter_rows(named=True)]
+    for ax, host in zip(axes, hosts, strict=False):
+        mine = frame.filter(pl.col("host") == host)
+        for name, part in sorted(mine.partition_by("series", as_dict=True).items()):
+            culprit = name[0] in marked
+            part = part.sort("t_min")
+            ax.plot(part["t_min"], part["value"], lw=1.2 if culprit else 0.6,
+                    color=EPISODE_COLOUR if culprit else PEER_COLOUR, zorder=3 if culprit else 2)
+        for start, end in spans:
+            ax.axvspan(start, frame["t_min"].max() if end is None else end,
+                       color=EPISODE_COLOUR, alpha=0.10, lw=0)
+        ax.set_title(host, fontsize=7, loc="left", pad=2,
+                     color=EPISODE_COLOUR if any(g.startswith(f"{host}/") for g in marked)
+                     else "black")
+        ax.tick_params(labelsize=6)
+        ax.grid(alpha=0.3)
+    for ax in axes[len(hosts):]:
+        ax.set_axis_off()
+    label = dict((p[0], p[1]) for p in EVIDENCE_PANELS).get(metric, metric)
+    figure.suptitle(f"{label} per host, one line per GPU (culprit GPU red; time in min)",
+                    fontsize=10)
+    return figure
+
+
 def _plain_number(value: float, _position=None) -> str:
     return f"{value:g}"
 

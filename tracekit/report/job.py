@@ -13,7 +13,7 @@ from tracekit.core.dataset import Dataset
 from tracekit.detect.verdict import change_point_detector, shown_episodes, with_verdict
 from tracekit.evaluate.scoring import NOT_ATTRIBUTED, episode_matches
 from tracekit.report.document import Report, ReportFigure, ReportTable
-from tracekit.report.figures import EVIDENCE_PANELS, iteration_timeline
+from tracekit.report.figures import EVIDENCE_PANELS, host_multiples, iteration_timeline
 from tracekit.report.tables import percent
 from tracekit.report.verdict import evidence_clauses, verdict_sentences
 
@@ -158,6 +158,12 @@ def job_report(dataset: Dataset, detector: str | None = None) -> Report:
             f"Iteration time per rank with {change_point_detector(detector)} change points "
             "(dashed) and fail-slow episodes (shaded, labeled with cause, culprit and "
             "slowdown), over the evidence recorded at the time."))
+        multiples = host_multiples(gpu, episodes, timed["t_start_ns"].min())
+        if multiples is not None:
+            report.sections[-1].figures.append(ReportFigure(
+                "sm_clock_per_host", multiples,
+                "SM clock per host, one small panel each: where the GPU that left its peers "
+                "sits."))
     if labels.height:
         truth = report.section("Ground truth")
         matches = episode_matches(labels, episodes, [detector])
