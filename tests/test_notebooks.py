@@ -1,19 +1,24 @@
 """The four notebooks execute top to bottom (nbclient) and print the library's numbers.
 
 Each notebook's last cell prints one JSON line of its key outputs; the tests recompute them
-with the library and compare. Corpus notebooks use the committed corpus when it exists, else a
-small corpus generated from a fixed seed.
+with the library and compare. Every cell that builds a figure must show it as an image (a
+figure left as its text repr, ``<Figure size 600x400 with 1 Axes>``, is what a reader saw
+before). Corpus notebooks use the committed corpus when it exists, else a small corpus
+generated from a fixed seed. The committed notebooks carry their outputs: re-run them with
+``jupyter nbconvert --to notebook --execute --inplace notebooks/*.ipynb``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
 
 from tracekit.characterise.faults import fault_intervals, recurrence_per_node, relapse_share
 from tracekit.ingest.fault_trace import load_fault_trace
@@ -21,9 +26,18 @@ from tracekit.ingest.fault_trace import load_fault_trace
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
 TIMEOUT_S = 120
+FIGURE_CALL = re.compile(r"\w+_figure\(|iteration_timeline\(|\.figure\b")
+"""Source of a cell that builds (or shows) a figure."""
 
 
-def run_notebook(name: str, env: dict[str, str], tmp_path: Path) -> dict:
+def figure_cells_without_image(notebook) -> list[int]:
+    """Indices of the code cells that build a figure but have no image/png output."""
+    return [i for i, cell in enumerate(notebook.cells)
+            if cell.cell_type == "code" and FIGURE_CALL.search(cell.source)
+            and not any("image/png" in o.get("data", {}) for o in cell.outputs)]
+
+
+def executed(name: str, env: dict[str, str]):
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
     old = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
@@ -36,6 +50,15 @@ def run_notebook(name: str, env: dict[str, str], tmp_path: Path) -> dict:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+    return notebook
+
+
+def run_notebook(name: str, env: dict[str, str], tmp_path: Path) -> dict:
+    """Execute ``name``, check its figures came out as images, return its JSON line."""
+    notebook = executed(name, env)
+    assert any(FIGURE_CALL.search(c.source) for c in notebook.cells if c.cell_type == "code") \
+        == (name != "02_compare_detectors.ipynb")
+    assert figure_cells_without_image(notebook) == [], name
     last = notebook.cells[-1]["outputs"]
     text = "".join(o.get("text", "") for o in last if o["output_type"] == "stream")
     return json.loads(text)
@@ -62,6 +85,23 @@ def test_fault_trace_notebook(real_dir, tmp_path):
     assert shown["relapse_7d"] == pytest.approx(relapse_share(intervals, 7.0))
     assert shown["median_h"][0]["fault_class"] == "GPU"
     assert shown["median_h"][0]["median_h"] == pytest.approx(16.7892)
+
+
+def test_fault_trace_notebook_stops_cleanly_without_the_public_data(tmp_path):
+    missing = tmp_path / "absent" / "fault_trace.json"
+    with pytest.raises(CellExecutionError) as stopped:
+        executed("04_fault_trace.ipynb", {"TRACEKIT_FAULT_TRACE": str(missing)})
+    assert stopped.value.ename == "MissingData"
+    assert f"the public fault trace is not at {missing}" in stopped.value.evalue
+
+
+def test_committed_notebooks_show_their_figures():
+    """The notebooks in the repository were executed: every figure cell holds its image."""
+    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
+        notebook = nbformat.read(path, as_version=4)
+        # executed: the last cell printed its JSON line
+        assert notebook.cells[-1].outputs[0]["output_type"] == "stream", path.name
+        assert figure_cells_without_image(notebook) == [], path.name
 
 
 def test_characterise_and_compare_notebooks(corpus, tmp_path):
@@ -91,16 +131,3 @@ def test_investigate_job_notebook(tmp_path):
     assert shown["stages"]["ingest"] == "done"
     assert (tmp_path / "job" / "manifest.json").is_file()
 
-
-def test_fault_trace_notebook_without_the_public_trace(tmp_path):
-    """A clone without ``../shared`` runs the notebook: each cell says why it is skipped."""
-    missing = tmp_path / "fault_trace.json"
-    notebook = nbformat.read(NOTEBOOKS / "04_fault_trace.ipynb", as_version=4)
-    NotebookClient(notebook, timeout=TIMEOUT_S, kernel_name="python3",
-                   resources={"metadata": {"path": str(NOTEBOOKS)}}).execute(
-        env={**os.environ, "TRACEKIT_FAULT_TRACE": str(missing)})
-    skipped = [cell for cell in notebook.cells[2:]
-               if "".join(o.get("text", "") for o in cell["outputs"]).strip()
-               == f"skipped: the InfiniteHBD fault trace is not at {missing} (it sits in "
-                  "../shared/real/)"]
-    assert len(skipped) == len(notebook.cells) - 2 == 5

@@ -56,3 +56,13 @@ def test_eval_refuses_an_unlabeled_corpus(corpus_datasets, tmp_path):
         dataset.write_table("labels", dataset.table("labels").collect().filter(pl.lit(False)))
     out = CliRunner().invoke(app, ["eval", str(corpus)])
     assert out.exit_code == 2 and "needs a labeled corpus" in out.output
+
+
+def test_report_writes_exports_unless_told_not_to(job_dataset, tmp_path):
+    runner = CliRunner()
+    out = runner.invoke(app, ["report", str(job_dataset.path), "-o", str(tmp_path / "job")])
+    assert out.exit_code == 0 and f"exports: {tmp_path / 'job' / 'export'}" in out.output
+    assert json.loads((tmp_path / "job" / "export" / "summary.json").read_text())["job"] == "j1"
+    out = runner.invoke(app, ["report", str(job_dataset.path), "-o", str(tmp_path / "bare"),
+                              "--no-export"])
+    assert out.exit_code == 0 and not (tmp_path / "bare" / "export").exists()

@@ -15,15 +15,42 @@ def test_corpus_report_tables_and_figures(corpus_datasets, tmp_path):
     rows = {r["cause"]: (r["compute"], r["communication"]) for r in causes.iter_rows(named=True)}
     assert rows == {"no fail-slow": ("1", "1"), "gpu-thermal": ("1", "0"), "jobs": ("2", "1"),
                     "mean JCT slowdown": ("5.83 %", "0.00 %")}
-    accuracy = report.sections[2].tables[0].frame.row(0, named=True)
-    assert accuracy["detector"] == "bocd+b"
-    assert accuracy["compute: accuracy"] == "100.0 (2/2)"
-    assert accuracy["communication: FPR"] == "0.0 (0/1)"
-    assert accuracy["all: FNR"] == "0.0 (0/1)"
+    tables = report.sections[2].tables
+    assert [t.caption.split(":")[0] for t in tables[:3]] == [
+        "communication jobs", "compute jobs", "all jobs"]
+    assert tables[1].frame.columns == ["detector", "accuracy", "FPR", "FNR", "culprit", "cause"]
+    assert tables[1].frame.row(0) == ("bocd+b", "100.0 % (2/2)", "0.0 % (0/1)", "0.0 % (0/1)",
+                                      "100.0 % (1/1)", "100.0 % (1/1)")
+    assert tables[0].frame.row(0, named=True)["FPR"] == "0.0 % (0/1)"
+    assert tables[2].frame.row(0, named=True)["FNR"] == "0.0 % (0/1)"
+    by_cause = tables[-1].frame
+    assert by_cause.rows() == [
+        ("gpu-thermal", 1, "100.0 % (1/1)", "100.0 % (1/1)", "100.0 % (1/1)")]
     written = write_report(report, tmp_path / "corpus")
     assert sorted(p.name for p in written.figures) == [
         "duration_cdf.png", "duration_cdf.svg", "jct_slowdown_cdf.png", "jct_slowdown_cdf.svg"]
     page = written.html.read_text()
-    for text in ("3 jobs: 1 communication, 2 compute.", "100.0 (2/2)", "Table 1",
+    for text in ("3 jobs: 1 communication, 2 compute.", "100.0 % (2/2)", "Table 1",
                  "Fail-slow duration per category", "JCT slowdown per category"):
         assert text in page, text
+
+
+def test_one_category_is_not_shown_twice(corpus_datasets):
+    from tracekit.evaluate.scoring import evaluate
+    from tracekit.report.tables import accuracy_tables
+
+    corpus = load_corpus(corpus_datasets[:2])
+    evaluation = evaluate(corpus.jobs, corpus.labels, corpus.episodes)
+    tables = accuracy_tables(evaluation.job_table, evaluation.episode_table)
+    assert list(tables) == ["compute"]
+    assert tables["compute"]["detector"].to_list() == ["bocd+b", "bocd+b+peers"]
+
+
+def test_paper_references_for_the_categories_present():
+    from tracekit.report.corpus import PAPER_MEAN_JCT_SLOWDOWN_PCT, paper_references
+
+    assert paper_references(["compute", "large"], PAPER_MEAN_JCT_SLOWDOWN_PCT, " %",
+                            point=True) == (
+        ("compute", "paper: compute mean 11.79 %", 11.79, None),
+        ("large", "paper: large mean 34.59 %", 34.59, None),
+        ("large", "paper: 20 % of large jobs > 50 %", 50.0, 0.8))

@@ -26,7 +26,8 @@ def test_job_report_files_figures_and_numbers(job_dataset, tmp_path):
     # panel titles, axis units and the episode label are drawn (svg keeps text as glyph ids,
     # so check the page's embedded figure caption and the title comments instead)
     assert "<svg" in page and "http://" not in page.split("<svg", 1)[0]
-    assert svg.count("<g id=\"axes_") == 4  # iterations, SM clock, temperature, CNP
+    # iterations, SM clock, temperature: a compute episode's evidence has no CNP panel
+    assert svg.count("<g id=\"axes_") == 3
     assert "![Iteration time per rank" in markdown
 
 

@@ -496,6 +496,9 @@ def report(
     work: Annotated[Path | None, typer.Option(help="Where raw corpus jobs are analysed "
                                               "(default: build/corpus/NAME).")] = None,
     as_json: JsonOption = False,
+    export: Annotated[bool, typer.Option(help="Also write OUTPUT/export/: a Perfetto / Chrome "
+                                         "trace, episode, evidence and accuracy tables as CSV "
+                                         "and Parquet, one JSON summary per job.")] = True,
 ) -> None:
     """Write an HTML page and a Markdown report with figures for a job or a corpus."""
     from tracekit.core.errors import InputError
@@ -504,13 +507,16 @@ def report(
     if not source.is_dir():
         raise InputError("no such dataset or corpus folder", str(source))
     with working("writing the report"):
-        written = build_report(source, output, detector=detector, work=work)
+        written = build_report(source, output, detector=detector, work=work, export=export)
+    exports = written.folder / "export" if export else None
     if as_json:
         print_json({"html": written.html, "markdown": written.markdown,
-                    "figures": [str(f) for f in written.figures]})
+                    "figures": [str(f) for f in written.figures],
+                    "export": None if exports is None else str(exports)})
         return
     say(f"report: {written.html}\nmarkdown: {written.markdown} "
-        f"({plural(len(written.figures), 'figure file')})")
+        f"({plural(len(written.figures), 'figure file')})"
+        + (f"\nexports: {exports}" if exports is not None else ""))
 
 
 @command("eval")

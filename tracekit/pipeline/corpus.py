@@ -13,10 +13,11 @@ from pathlib import Path
 
 from tracekit.core.dataset import MANIFEST, open_dataset
 from tracekit.core.errors import InputError
-from tracekit.evaluate.scoring import Corpus, Evaluation, load_corpus, score_corpus
+from tracekit.evaluate.scoring import Corpus, Evaluation, evaluate, load_corpus, score_corpus
 from tracekit.pipeline.analyze import analyze
 from tracekit.report.corpus import corpus_report
 from tracekit.report.document import write_report
+from tracekit.report.export import EXPORT_FOLDER, export_corpus, export_job
 from tracekit.report.job import job_report
 
 
@@ -79,13 +80,22 @@ def evaluate_corpus(corpus: Path, work: Path, include_detectors: list[str] | Non
 
 
 def build_report(source: Path, output: Path, detector: str | None = None,
-                 work: Path | None = None, progress=None):
+                 work: Path | None = None, progress=None, export: bool = True):
     """Write the report of ``source``: a job report for a dataset folder, a corpus report for
-    a folder of jobs (raw jobs are analysed into ``work`` first). Returns the written files."""
+    a folder of jobs (raw jobs are analysed into ``work`` first); with ``export``, the trace,
+    tables and JSON summaries under ``output/export`` (:mod:`tracekit.report.export`).
+    Returns the written report."""
     source = Path(source)
     if is_dataset(source):
-        return write_report(job_report(open_dataset(source), detector), output)
+        dataset = open_dataset(source)
+        if export:
+            export_job(dataset, Path(output) / EXPORT_FOLDER, detector)
+        return write_report(job_report(dataset, detector), output)
     work = Path(work) if work else Path("build") / "corpus" / source.name
     corpus = load_corpus(analyze_corpus(source, work, progress))
+    evaluation = evaluate(corpus.jobs, corpus.labels, corpus.episodes) \
+        if corpus.labels.height else None
+    if export:
+        export_corpus(corpus, evaluation, Path(output) / EXPORT_FOLDER, detector)
     return write_report(corpus_report(corpus, f"tracekit corpus report: {source.name}",
-                                      detector), output)
+                                      detector, evaluation), output)

@@ -16,7 +16,36 @@ from tracekit.detect.verdict import VERDICT_DETECTOR
 from tracekit.evaluate.scoring import Corpus, Evaluation, evaluate
 from tracekit.report.document import Report, ReportFigure, ReportTable
 from tracekit.report.figures import cdf_figure
-from tracekit.report.tables import accuracy_table, episode_accuracy_table, percent
+from tracekit.report.tables import (
+    accuracy_tables,
+    cause_accuracy_table,
+    episode_accuracy_table,
+    percent,
+)
+
+PAPER_MEAN_DURATION_MIN = {"compute": 10.0, "communication": 24.0, "large": 72.0}
+"""Greyhound (ATC 2025) section 3: compute fail-slows last about 10 min on average, communication
+ones about 24 min, those of large jobs 72 min. The paper prints its Figure 1 curves without
+their data, so a report draws these means beside the measured CDFs."""
+
+PAPER_MEAN_JCT_SLOWDOWN_PCT = {"compute": 11.79, "communication": 15.45, "large": 34.59}
+"""Greyhound's Table 1: mean JCT slowdown of the 1-node probing (compute), 4-node probing
+(communication) and large jobs."""
+
+PAPER_LARGE_JCT_POINT = (50.0, 0.80)
+"""Greyhound: 20 % of the large jobs were slowed by more than 50 %, a point of its Figure 1b."""
+
+
+def paper_references(categories: list[str], means: dict[str, float], unit: str,
+                     point: bool = False
+                     ) -> tuple[tuple[str | None, str, float, float | None], ...]:
+    """The paper's figures for the categories in this corpus, as :func:`cdf_figure`
+    references."""
+    marks = [(c, f"paper: {c} mean {means[c]:g}{unit}", means[c], None)
+             for c in categories if c in means]
+    if point and "large" in categories:
+        marks.append(("large", "paper: 20 % of large jobs > 50 %", *PAPER_LARGE_JCT_POINT))
+    return tuple(marks)
 
 
 def reconstruction_table(errors: pl.DataFrame) -> pl.DataFrame:
@@ -56,6 +85,7 @@ def corpus_report(corpus: Corpus, title: str, detector: str | None = None,
             corpus.jobs.select("job", "category"), on="job").select("job", "category",
                                                                     "duration_s")
         basis = f"causes, durations and JCT slowdown from {detector}'s attributed episodes"
+    categories = counts["category"].to_list()
     character = report.section("Characterisation")
     character.paragraphs.append(f"Basis: {basis}.")
     character.tables.append(ReportTable("Jobs per fail-slow cause (like Greyhound's Table 1)",
@@ -63,13 +93,18 @@ def corpus_report(corpus: Corpus, title: str, detector: str | None = None,
     character.figures.append(ReportFigure(
         "duration_cdf",
         cdf_figure(durations.with_columns(pl.col("duration_s") / 60), "duration_s", "category",
-                   "Fail-slow duration per category", "fail-slow duration (min)", log_x=True),
-        "CDF of fail-slow episode durations per job category (like Greyhound's Figure 1a)."))
+                   "Fail-slow duration per category", "fail-slow duration (min)", log_x=True,
+                   references=paper_references(categories, PAPER_MEAN_DURATION_MIN, " min")),
+        "CDF of fail-slow episode durations per job category (like Greyhound's Figure 1a); "
+        "dotted: the paper's mean per category."))
     character.figures.append(ReportFigure(
         "jct_slowdown_cdf",
         cdf_figure(summary.with_columns(pl.col("jct_slowdown") * 100), "jct_slowdown",
-                   "category", "JCT slowdown per category", "JCT slowdown (%)"),
-        "CDF of job-completion-time slowdown per job category (like Greyhound's Figure 1b)."))
+                   "category", "JCT slowdown per category", "JCT slowdown", percent_x=True,
+                   references=paper_references(categories, PAPER_MEAN_JCT_SLOWDOWN_PCT, " %",
+                                               point=True)),
+        "CDF of job-completion-time slowdown per job category (like Greyhound's Figure 1b); "
+        "dotted: the paper's mean per category."))
     if labeled:
         evaluation = evaluation or evaluate(corpus.jobs, corpus.labels, corpus.episodes)
         accuracy = report.section("Detector accuracy")
@@ -80,13 +115,19 @@ def corpus_report(corpus: Corpus, title: str, detector: str | None = None,
             "Culprit and cause: share of the detected fail-slows whose attributed culprit "
             "(any spelling of the labeled rank, GPU or link; compound culprits as sets) and "
             "cause set equal the label's; \"not attributed\" when attribution did not run.")
-        accuracy.tables.append(ReportTable(
-            "Job-level accuracy with culprit and cause accuracy (like Greyhound's Tables 3 "
-            "and 4)", accuracy_table(evaluation.job_table, evaluation.episode_table)))
+        for category, table in accuracy_tables(evaluation.job_table,
+                                               evaluation.episode_table).items():
+            accuracy.tables.append(ReportTable(
+                f"{category} jobs: accuracy, FPR and FNR with culprit and cause accuracy (like "
+                "Greyhound's Tables 3 and 4)", table))
         accuracy.tables.append(ReportTable(
             "Episode level: overlap matching; delay from the labeled onset to the detected "
             "start, alarm delay to when the detector, run online, reported it",
             episode_accuracy_table(evaluation.episode_table)))
+        accuracy.tables.append(ReportTable(
+            f"Per labeled cause ({detector}): share of the fail-slows found, with the right "
+            "culprit and with the right cause", cause_accuracy_table(evaluation.cause_table,
+                                                                     detector)))
     if corpus.iteration_errors.height:
         report.section("Iteration-time reconstruction").tables.append(ReportTable(
             "ACF reconstruction error against the reference iteration times, per layout",

@@ -43,6 +43,10 @@ class ReportTable:
 class Section:
     title: str
     paragraphs: list[str] = field(default_factory=list)
+    items: list[str] = field(default_factory=list)
+    """A bulleted list after the paragraphs (the evidence of a verdict)."""
+    lead: bool = False
+    """Paragraphs set larger and bold: the verdict a reader reads first."""
     tables: list[ReportTable] = field(default_factory=list)
     figures: list[ReportFigure] = field(default_factory=list)
 
@@ -107,6 +111,8 @@ def render_markdown(report: Report) -> str:
         lines += [f"## {section.title}", ""]
         for paragraph in section.paragraphs:
             lines += [paragraph, ""]
+        if section.items:
+            lines += [f"- {item}" for item in section.items] + [""]
         for table in section.tables:
             lines += [f"**{table.caption}**", "", markdown_table(table.frame), ""]
         for item in section.figures:
@@ -118,10 +124,12 @@ def render_markdown(report: Report) -> str:
 _STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 1100px; margin: 2em auto; color: #222; }
 h1 { border-bottom: 2px solid #444; } h2 { margin-top: 2em; border-bottom: 1px solid #ccc; }
-table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
+div.table { max-width: 100%; overflow-x: auto; margin: 0.5em 0 1.5em; }
+table { border-collapse: collapse; font-size: 0.85em; }
 th, td { border: 1px solid #bbb; padding: 0.25em 0.6em; text-align: right; }
 th { background: #eee; } td:first-child, th:first-child { text-align: left; }
 figure { margin: 1em 0 2em; } figure svg { max-width: 100%; height: auto; }
+p.lead { font-size: 1.15em; font-weight: 600; }
 figcaption, caption { font-style: italic; color: #555; caption-side: top; text-align: left; }
 """
 
@@ -132,7 +140,11 @@ def render_html(report: Report, svgs: dict[str, str]) -> str:
     body = [f"<h1>{title}</h1>"]
     for section in report.sections:
         body.append(f"<h2>{html.escape(section.title)}</h2>")
-        body += [f"<p>{html.escape(p)}</p>" for p in section.paragraphs]
+        tag = '<p class="lead">' if section.lead else "<p>"
+        body += [f"{tag}{html.escape(p)}</p>" for p in section.paragraphs]
+        if section.items:
+            body.append("<ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in section.items)
+                        + "</ul>")
         body += [html_table(t.frame, t.caption) for t in section.tables]
         for item in section.figures:
             body.append(f'<figure id="{html.escape(item.name)}">{svgs[item.name]}'

@@ -1,115 +1,191 @@
 """The report's figures, drawn on ``matplotlib.figure.Figure`` objects (no pyplot state, so
-they are safe in libraries, tests and notebooks alike).
+they are safe in libraries, tests and notebooks; a notebook shows one with ``display``).
 
 Every figure has a title, axes with units and a legend, so a reader who did not run the tool
-can read it.
+can read it. The job timeline is built for one question, "who slowed the job, and does the
+telemetry agree": the culprit is drawn against its peers' median and spread band (one line per
+rank is unreadable past a handful, and 1,024 of them is ink), the y-axis follows the typical
+iteration so that an evaluation or checkpoint pause cannot flatten a x1.2 slowdown, and the
+telemetry panels show the very series the evidence quotes.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, PercentFormatter
 
+from tracekit.attribute.evidence import CONGESTION_COUNTERS
 from tracekit.characterise.jobs import ecdf
+from tracekit.report.verdict import culprits
 
-MAX_LINES = 16
-"""Above this many series (ranks, GPUs) a panel shows the median with a min-max band instead
-of one line each: 1,024 lines are unreadable."""
+SPREAD_QUANTILES = (0.05, 0.95)
+"""The peers' band: 5th-95th percentile per time step (a min-max band at 1,024 ranks is the
+envelope of the two noisiest ranks)."""
+
+AXIS_QUANTILE = 0.98
+"""The y-axis spans the peers' median up to this quantile: an interlude (evaluation,
+checkpoint) is a few iterations, a fail-slow worth reporting many more than 2 %."""
+
+AXIS_HEADROOM = 1.25
+"""Room above the axis quantile (and above each episode's slowed level) before an iteration
+counts as off scale."""
 
 BAND_BINS = 400
-"""Time bins of a min-median-max band."""
+"""Time bins of a telemetry band: scrapes of many GPUs at slightly different instants share
+a bin."""
 
 NS_PER_MIN = 60e9
 EPISODE_COLOUR = "#d62728"
+PEER_COLOUR = "#1f77b4"
 CHANGE_POINT_COLOUR = "#555555"
+INTERLUDE_COLOUR = "#7f7f7f"
 
 EVIDENCE_PANELS = (
-    ("sm_clock_mhz", "SM clock (MHz)", "SM clock per GPU"),
-    ("gpu_temp_c", "GPU temperature (°C)", "GPU temperature per GPU"),
+    ("sm_clock_mhz", "SM clock (MHz)", "SM clock"),
+    ("gpu_temp_c", "GPU temperature (°C)", "GPU temperature"),
 )
 """GPU metrics shown under the iteration times: thermal throttling shows as a clock drop with a
 temperature rise on the culprit GPU."""
-
 
 def _minutes(column: str, t0_ns: int) -> pl.Expr:
     return ((pl.col(column) - t0_ns) / NS_PER_MIN).alias("t_min")
 
 
-def _plot_series(ax: Axes, frame: pl.DataFrame, value: str, group: str, label_prefix: str,
-                 highlight: list[str] | None = None) -> None:
-    """One line per group, or a median line with a min-max band when there are too many
-    groups (``highlight`` groups are still drawn as lines)."""
-    groups = frame[group].unique().sort().to_list()
-    if len(groups) <= MAX_LINES:
-        for name in groups:
-            part = frame.filter(pl.col(group) == name).sort("t_min")
-            ax.plot(part["t_min"], part[value], lw=0.9, label=f"{label_prefix}{name}")
-        return
-    span = max(frame["t_min"].max() - frame["t_min"].min(), 1e-9)
-    banded = (frame.with_columns(bin=((pl.col("t_min") - frame["t_min"].min()) / span
-                                      * BAND_BINS).floor())
-              .group_by("bin").agg(pl.col("t_min").mean(), lo=pl.col(value).min(),
-                                   mid=pl.col(value).median(), hi=pl.col(value).max())
-              .sort("bin"))
-    ax.fill_between(banded["t_min"], banded["lo"], banded["hi"], alpha=0.25, color="#1f77b4",
-                    label=f"min-max over {len(groups)} {label_prefix.strip() or 'series'}")
-    ax.plot(banded["t_min"], banded["mid"], lw=1.0, color="#1f77b4", label="median")
-    for name in highlight or []:
-        part = frame.filter(pl.col(group) == name).sort("t_min")
-        if part.height:
-            ax.plot(part["t_min"], part[value], lw=1.0, color=EPISODE_COLOUR,
-                    label=f"{label_prefix}{name}")
+def _gaps(values: pl.Series, top: float | None) -> np.ndarray:
+    """``values`` with those above ``top`` as NaN: the line breaks there instead of running
+    to the edge and back."""
+    values = values.to_numpy().astype(float)
+    return values if top is None else np.where(values > top, np.nan, values)
 
 
-def _episode_label(row: dict) -> str:
-    cause = row.get("cause") or "not attributed"
-    target = f" @ {row['target']}" if row.get("target") else ""
-    slowdown = f" x{row['slowdown']:.2f}" if row.get("slowdown") is not None else ""
-    return f"#{row['episode']} {cause}{target}{slowdown}"
+def _band(ax: Axes, frame: pl.DataFrame, value: str, step: str, what: str,
+          top: float | None = None) -> None:
+    """The median and spread band of ``frame``'s ``value`` per ``step`` (a time bin); steps
+    whose median is above ``top`` are left out (gaps)."""
+    lo, hi = SPREAD_QUANTILES
+    banded = (frame.group_by(step).agg(pl.col("t_min").mean(), mid=pl.col(value).median(),
+                                       lo=pl.col(value).quantile(lo), hi=pl.col(value).quantile(hi))
+              .sort(step))
+    off = np.isnan(_gaps(banded["mid"], top))
+    ax.fill_between(banded["t_min"], np.where(off, np.nan, banded["lo"]),
+                    np.where(off, np.nan, banded["hi"]), color=PEER_COLOUR, alpha=0.25, lw=0,
+                    label=f"{what}: {lo:.0%}-{hi:.0%} band")
+    ax.plot(banded["t_min"], _gaps(banded["mid"], top), color=PEER_COLOUR, lw=1.0,
+            label=f"{what}: median")
+
+
+def _versus_peers(ax: Axes, frame: pl.DataFrame, value: str, series: str, marked: set[str],
+                  noun: str) -> None:
+    """Marked series as red lines over the others' median and band."""
+    names = frame[series].unique().to_list()
+    peers = frame.filter(~pl.col(series).is_in(list(marked)))
+    if peers.height:
+        span = max(frame["t_min"].max() - frame["t_min"].min(), 1e-9)
+        binned = peers.with_columns(
+            step=((pl.col("t_min") - frame["t_min"].min()) / span * BAND_BINS).floor())
+        _band(ax, binned, value, "step", f"{len(names) - len(set(names) & marked)} peer {noun}s")
+    for name in sorted(set(names) & marked):
+        part = frame.filter(pl.col(series) == name).sort("t_min")
+        ax.plot(part["t_min"], part[value], color=EPISODE_COLOUR, lw=1.2, label=f"{noun} {name}")
 
 
 def _rank_series(iterations: pl.DataFrame) -> tuple[pl.DataFrame, str]:
     """Per-rank ACF iterations when present, else the job-level framework series."""
     per_rank = iterations.filter(pl.col("rank").is_not_null())
     if per_rank.height:
-        return per_rank.with_columns(series=pl.col("rank").cast(pl.String)), "rank "
-    return iterations.with_columns(series=pl.col("source")), ""
+        return per_rank.with_columns(series=pl.col("rank").cast(pl.String)), "rank"
+    return iterations.with_columns(series=pl.col("source")), "series"
+
+
+def _iteration_panel(ax: Axes, iterations: pl.DataFrame, episodes: pl.DataFrame,
+                     ranks: set[str], t0_ns: int) -> None:
+    """Culprit ranks against the peers' band, on an axis the interludes do not set; off-scale
+    iterations are marked at the top edge with their count and the longest one."""
+    series, noun = _rank_series(iterations)
+    series = series.with_columns(_minutes("t_start_ns", t0_ns),
+                                 ((pl.col("t_end_ns") - t0_ns) / NS_PER_MIN).alias("t_end_min"))
+    peers = series.filter(~pl.col("series").is_in(list(ranks)))
+    if peers.is_empty():
+        peers = series
+    median = peers.group_by("iteration").agg(pl.col("t_min").mean(), pl.col("t_end_min").mean(),
+                                             pl.col("duration_s").median())
+    levels = [AXIS_HEADROOM * median["duration_s"].quantile(AXIS_QUANTILE)]
+    levels += [AXIS_HEADROOM * r["baseline_s"] * r["slowdown"]
+               for r in episodes.iter_rows(named=True) if r.get("baseline_s") and r.get("slowdown")]
+    top = max(levels)
+    bottom = min(series["duration_s"].quantile(1 - AXIS_QUANTILE) / AXIS_HEADROOM, top / 2)
+    names = series["series"].unique().to_list()
+    _band(ax, peers, "duration_s", "iteration",
+          f"{len(names) - len(set(names) & ranks) or len(names)} {noun}s", top)
+    for name in sorted(set(names) & ranks, key=lambda n: (len(n), n)):
+        part = series.filter(pl.col("series") == name).sort("t_min")
+        ax.plot(part["t_min"], _gaps(part["duration_s"], top), color=EPISODE_COLOUR, lw=1.2,
+                label=f"culprit {noun} {name}")
+    off = median.filter(pl.col("duration_s") > top)
+    for row in off.iter_rows(named=True):
+        ax.axvspan(row["t_min"], row["t_end_min"], color=INTERLUDE_COLOUR, alpha=0.25, lw=0)
+    if off.height:
+        ax.plot(off["t_min"], np.full(off.height, top), ls="none", marker="v", ms=5,
+                color=INTERLUDE_COLOUR, clip_on=False,
+                label=f"{off.height} interlude(s) off scale, shaded grey (eval, checkpoint; "
+                      f"longest {off['duration_s'].max():.1f} s)")
+    ax.set_ylim(bottom, top)
+
+
+def congestion_per_host(nic_counters: pl.DataFrame) -> pl.DataFrame:
+    """CNP / ECN rate per host and scrape, summed over its NICs and counters: the number the
+    network evidence quotes (``gpu01 CNP 77 -> 937,516/s``)."""
+    return (nic_counters.filter(pl.col("counter").is_in(CONGESTION_COUNTERS),
+                                pl.col("rate_per_s").is_not_null())
+            .group_by("host", "ts_ns").agg(pl.col("rate_per_s").sum()).sort("host", "ts_ns"))
+
+
+def _telemetry_panels(gpu_metrics: pl.DataFrame, congestion: pl.DataFrame,
+                      episodes: pl.DataFrame) -> list[tuple[str, str, str]]:
+    """The panels the verdict's evidence reads: GPU clock and temperature for compute causes
+    or a named GPU, congestion for communication causes or named hosts; all of them when no
+    episode was attributed (or there is none), since then nothing says where to look."""
+    kinds = set(episodes["kind"].drop_nulls().to_list()) if "kind" in episodes.columns else set()
+    named = culprits(episodes)
+    look_everywhere = not kinds or episodes["cause"].null_count() > 0
+    panels = []
+    if look_everywhere or kinds & {"compute", "compound"} or named["gpu"]:
+        panels += [p for p in EVIDENCE_PANELS
+                   if gpu_metrics.filter(pl.col("metric") == p[0]).height]
+    if congestion.height and (look_everywhere or kinds & {"communication", "compound"}):
+        panels.append(("cnp", "CNP rate (/s)", "Congestion notifications per host (as the "
+                                               "evidence counts them)"))
+    return panels
 
 
 def iteration_timeline(iterations: pl.DataFrame, events: pl.DataFrame, episodes: pl.DataFrame,
                        gpu_metrics: pl.DataFrame, nic_counters: pl.DataFrame,
                        title: str) -> Figure:
-    """Iteration time per rank over time with change points and shaded, labeled episodes;
-    below it, the evidence that was recorded (SM clock, GPU temperature, CNP rate)."""
+    """Iteration time per rank (culprit against its peers) with change points and shaded,
+    labeled episodes; below it, the telemetry the evidence reads (SM clock, GPU temperature,
+    CNP rate), the culprit's GPU or hosts against their peers."""
     t0_ns = iterations["t_start_ns"].min()
-    panels = [("iterations", "iteration time (s)", "Iteration time per rank")]
     gpu_metrics = gpu_metrics.filter(pl.col("ts_ns").is_not_null())
-    panels += [p for p in EVIDENCE_PANELS if gpu_metrics.filter(pl.col("metric") == p[0]).height]
-    cnp = nic_counters.filter(pl.col("counter").str.contains("cnp")
-                              & ~pl.col("counter").str.contains("ignored")
-                              & pl.col("rate_per_s").is_not_null())
-    if cnp.height:
-        panels.append(("cnp", "CNP rate (packets/s)", "RNIC congestion notifications per host"))
-    figure = Figure(figsize=(11, 2.6 + 1.9 * len(panels)), layout="constrained")
+    congestion = congestion_per_host(nic_counters).with_columns(_minutes("ts_ns", t0_ns))
+    panels = [("iterations", "iteration time (s)", "Iteration time per rank"),
+              *_telemetry_panels(gpu_metrics, congestion, episodes)]
+    figure = Figure(figsize=(11, 2.2 + 2.0 * len(panels)), layout="constrained")
     axes = figure.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
-    culprits = [t.split(":", 1)[1] for t in episodes["target"].drop_nulls().to_list()
-                if t.startswith("rank:")]
+    named = culprits(episodes)
     for ax, (kind, ylabel, panel_title) in zip(axes, panels, strict=True):
         if kind == "iterations":
-            series, prefix = _rank_series(iterations)
-            _plot_series(ax, series.with_columns(_minutes("t_start_ns", t0_ns)), "duration_s",
-                         "series", prefix, highlight=culprits)
+            _iteration_panel(ax, iterations, episodes, named["rank"], t0_ns)
         elif kind == "cnp":
-            per_host = (cnp.with_columns(_minutes("ts_ns", t0_ns))
-                        .group_by("host", "counter", "t_min").agg(pl.col("rate_per_s").sum())
-                        .with_columns(series=pl.format("{} {}", "host", "counter")))
-            _plot_series(ax, per_host, "rate_per_s", "series", "")
+            _versus_peers(ax, congestion, "rate_per_s", "host", named["host"], "host")
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
         else:
             metric = (gpu_metrics.filter(pl.col("metric") == kind)
                       .with_columns(_minutes("ts_ns", t0_ns),
                                     series=pl.format("{}/{}", "host", "gpu")))
-            _plot_series(ax, metric, "value", "series", "gpu ")
+            _versus_peers(ax, metric, "value", "series", named["gpu"], "GPU")
         ax.set_ylabel(ylabel)
         ax.set_title(panel_title, loc="left", fontsize=10)
         ax.grid(alpha=0.3)
@@ -123,37 +199,118 @@ def iteration_timeline(iterations: pl.DataFrame, events: pl.DataFrame, episodes:
         start = (row["t_start_ns"] - t0_ns) / NS_PER_MIN
         end = t_last if row["t_end_ns"] is None else (row["t_end_ns"] - t0_ns) / NS_PER_MIN
         for ax in axes:
-            ax.axvspan(start, end, color=EPISODE_COLOUR, alpha=0.12)
+            ax.axvspan(start, end, color=EPISODE_COLOUR, alpha=0.10, lw=0)
         axes[0].annotate(_episode_label(row), xy=(start, 1.0), xycoords=("data", "axes fraction"),
-                         xytext=(2, -12), textcoords="offset points", fontsize=8,
-                         color=EPISODE_COLOUR)
+                         xytext=(3, -12), textcoords="offset points", fontsize=9,
+                         color=EPISODE_COLOUR, fontweight="bold")
     if episodes.height:
-        axes[0].fill_between([], [], color=EPISODE_COLOUR, alpha=0.12, label="fail-slow episode")
+        axes[0].fill_between([], [], color=EPISODE_COLOUR, alpha=0.10, label="fail-slow episode")
     for ax in axes:
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0))
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0), frameon=False)
     axes[-1].set_xlabel("time since job start (min)")
     figure.suptitle(title)
     return figure
 
 
+def _episode_label(row: dict) -> str:
+    cause = row.get("cause") or "not attributed"
+    target = f" @ {row['target']}" if row.get("target") else ""
+    slowdown = f" x{row['slowdown']:.2f}" if row.get("slowdown") is not None else ""
+    return f"#{row['episode']} {cause}{target}{slowdown}"
+
+
+MULTIPLES_MIN_HOSTS = 4
+"""From this many hosts a job report adds small multiples of the SM clock per host: the band
+of the timeline says *that* a GPU left its peers, the grid says where, host by host."""
+
+MULTIPLES_COLUMNS = 8
+"""Panels per row of the per-host grid (128 hosts of a 1,024-GPU job make 16 rows)."""
+
+
+def host_multiples(gpu_metrics: pl.DataFrame, episodes: pl.DataFrame, t0_ns: int,
+                   metric: str = "sm_clock_mhz") -> Figure | None:
+    """One small panel per host with its GPUs' ``metric`` (shared axes), the culprit GPU in
+    red, episodes shaded; None without the metric or with fewer than
+    :data:`MULTIPLES_MIN_HOSTS` hosts."""
+    frame = gpu_metrics.filter(pl.col("metric") == metric, pl.col("ts_ns").is_not_null())
+    hosts = sorted(frame["host"].unique().to_list())
+    if len(hosts) < MULTIPLES_MIN_HOSTS:
+        return None
+    frame = frame.with_columns(_minutes("ts_ns", t0_ns), series=pl.format("{}/{}", "host", "gpu"))
+    columns = min(MULTIPLES_COLUMNS, len(hosts))
+    rows = -(-len(hosts) // columns)
+    figure = Figure(figsize=(11, 0.4 + 1.3 * rows), layout="constrained")
+    axes = figure.subplots(rows, columns, sharex=True, sharey=True, squeeze=False).ravel()
+    marked = culprits(episodes)["gpu"]
+    spans = [((r["t_start_ns"] - t0_ns) / NS_PER_MIN,
+              None if r["t_end_ns"] is None else (r["t_end_ns"] - t0_ns) / NS_PER_MIN)
+             for r in episodes.iter_rows(named=True)]
+    for ax, host in zip(axes, hosts, strict=False):
+        mine = frame.filter(pl.col("host") == host)
+        for name, part in sorted(mine.partition_by("series", as_dict=True).items()):
+            culprit = name[0] in marked
+            part = part.sort("t_min")
+            ax.plot(part["t_min"], part["value"], lw=1.2 if culprit else 0.6,
+                    color=EPISODE_COLOUR if culprit else PEER_COLOUR, zorder=3 if culprit else 2)
+        for start, end in spans:
+            ax.axvspan(start, frame["t_min"].max() if end is None else end,
+                       color=EPISODE_COLOUR, alpha=0.10, lw=0)
+        ax.set_title(host, fontsize=7, loc="left", pad=2,
+                     color=EPISODE_COLOUR if any(g.startswith(f"{host}/") for g in marked)
+                     else "black")
+        ax.tick_params(labelsize=6)
+        ax.grid(alpha=0.3)
+    for ax in axes[len(hosts):]:
+        ax.set_axis_off()
+    label = dict((p[0], p[1]) for p in EVIDENCE_PANELS).get(metric, metric)
+    figure.suptitle(f"{label} per host, one line per GPU (culprit GPU red; time in min)",
+                    fontsize=10)
+    return figure
+
+
+def _plain_number(value: float, _position=None) -> str:
+    return f"{value:g}"
+
+
 def cdf_figure(frame: pl.DataFrame, value: str, by: str, title: str, xlabel: str,
-               log_x: bool = False) -> Figure:
-    """Empirical CDFs of ``value``, one step line per ``by`` group (the paper's Figure 1)."""
-    figure = Figure(figsize=(6, 4), layout="constrained")
+               log_x: bool = False, percent_x: bool = False,
+               references: tuple[tuple[str | None, str, float, float | None], ...] = ()
+               ) -> Figure:
+    """Empirical CDFs of ``value``, one step line per ``by`` group (the paper's Figure 1).
+
+    ``references`` are published figures drawn beside the curves, ``(group, label, x, y)``:
+    with ``y`` None a dotted vertical line (a mean) in its group's colour, else a point of a
+    published CDF. A log axis gets ticks at 1, 2 and 5 of every decade, as plain numbers."""
+    figure = Figure(figsize=(6.4, 4), layout="constrained")
     ax = figure.subplots()
     curves = ecdf(frame, value, by)
+    colours = {}
     for name in curves[by].unique(maintain_order=True).to_list():
         part = curves.filter(pl.col(by) == name)
-        ax.step(part[value], part["fraction"], where="post", label=f"{name} (n={part.height})")
+        (line,) = ax.step(part[value], part["fraction"], where="post",
+                          label=f"{name} (n={part.height})")
+        colours[name] = line.get_color()
+    for group, label, x, y in references:
+        colour = colours.get(group, INTERLUDE_COLOUR)
+        if y is None:
+            ax.axvline(x, color=colour, ls=":", lw=1.4, label=label)
+        else:
+            ax.plot([x], [y], marker="D", ls="none", color=colour, label=label)
     if log_x:
         ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FuncFormatter(_plain_number))
+        ax.xaxis.set_minor_formatter(FuncFormatter(lambda *_: ""))
+    if percent_x:
+        ax.xaxis.set_major_formatter(PercentFormatter(xmax=100, decimals=0))
+    ax.yaxis.set_major_formatter(PercentFormatter(xmax=1, decimals=0))
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("fraction of cases (CDF)")
+    ax.set_ylabel("share of cases (CDF)")
     ax.set_ylim(0, 1.02)
     ax.set_title(title)
-    ax.grid(alpha=0.3)
-    if curves.height:
-        ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="major")
+    if curves.height or references:
+        ax.legend(fontsize=8, loc="lower right")
     return figure
 
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import polars as pl
 
+from tracekit.attribute.evidence import CONGESTION_COUNTERS
 from tracekit.core.dataset import Dataset
 from tracekit.detect.verdict import change_point_detector, shown_episodes, with_verdict
 from tracekit.evaluate.scoring import NOT_ATTRIBUTED, episode_matches
 from tracekit.report.document import Report, ReportFigure, ReportTable
-from tracekit.report.figures import EVIDENCE_PANELS, iteration_timeline
+from tracekit.report.figures import EVIDENCE_PANELS, host_multiples, iteration_timeline
 from tracekit.report.tables import percent
+from tracekit.report.verdict import evidence_clauses, verdict_sentences
 
 
 def _utc(column: str) -> pl.Expr:
@@ -92,12 +94,13 @@ def _collect(dataset: Dataset, name: str) -> pl.DataFrame:
 
 def _evidence(dataset: Dataset, t_min_ns: int, t_max_ns: int) -> tuple[pl.DataFrame,
                                                                         pl.DataFrame]:
-    """GPU metrics and CNP counters inside the job's time span (only what the figure shows)."""
+    """GPU metrics and congestion counters (CNP, ECN marks) inside the job's time span (only
+    what the figure shows)."""
     in_span = pl.col("ts_ns").is_between(t_min_ns, t_max_ns)
     metrics = [name for name, _, _ in EVIDENCE_PANELS]
     gpu = dataset.table("gpu_metrics").filter(in_span & pl.col("metric").is_in(metrics)).collect()
-    nic = dataset.table("nic_counters").filter(in_span & pl.col("counter").str.contains("cnp")
-                                               ).collect()
+    nic = dataset.table("nic_counters").filter(
+        in_span & pl.col("counter").is_in(CONGESTION_COUNTERS)).collect()
     return gpu, nic
 
 
@@ -111,21 +114,29 @@ def job_report(dataset: Dataset, detector: str | None = None) -> Report:
         pl.col("detector") == change_point_detector(detector))
     labels = _collect(dataset, "labels")
     report = Report(f"tracekit report: job {dataset.job}")
-
-    summary = report.section("Summary")
     # per-step traces (what-if) and normalised step tables carry no clock: no timeline then
     timed = iterations.filter(pl.col("t_start_ns").is_not_null(), pl.col("t_end_ns").is_not_null())
+    job_s = (timed["t_end_ns"].max() - timed["t_start_ns"].min()) / 1e9 if timed.height else None
+    detected = "detect" in dataset.manifest.get("build", {}) or all_episodes.height > 0
+    if iterations.height and detected:
+        verdict = report.section(f"Verdict ({detector})")
+        verdict.lead = True
+        verdict.paragraphs += verdict_sentences(episodes, iterations["duration_s"].median())
+        verdict.items += [f"#{row['episode']}: {clause}"
+                          for row in episodes.sort("t_start_ns").iter_rows(named=True)
+                          for clause in evidence_clauses(row["evidence"])]
+
+    summary = report.section("Summary")
     if iterations.height == 0:
         summary.paragraphs.append("No iterations in this dataset: run `tracekit analyze` (or the "
                                   "iterations stage) first.")
     else:
-        span = "" if timed.is_empty() else \
-            f" over {(timed['t_end_ns'].max() - timed['t_start_ns'].min()) / 6e10:.1f} min"
+        span = "" if job_s is None else f" over {job_s / 60:.1f} min"
         summary.paragraphs.append(
             f"{iterations['iteration'].n_unique():,} iterations{span} on "
             f"{iterations['rank'].drop_nulls().n_unique()} ranks; median iteration time "
             f"{iterations['duration_s'].median():.3f} s.")
-    if "detect" not in dataset.manifest.get("build", {}) and all_episodes.is_empty():
+    if not detected:
         summary.paragraphs.append("Detection has not run on this dataset: run `tracekit detect`.")
     else:
         verdict = f"{episodes.height} fail-slow episode(s)" if episodes.height else "none"
@@ -135,8 +146,9 @@ def job_report(dataset: Dataset, detector: str | None = None) -> Report:
         lost, jct = episodes["lost_s"].sum(), episodes["jct_slowdown"].sum()
         summary.paragraphs.append(f"Time lost to fail-slows: {lost:.1f} s "
                                   f"(JCT slowdown {100 * jct:.2f} %).")
-        summary.tables.append(ReportTable(f"Fail-slow episodes ({detector})",
-                                          episode_table(episodes)))
+        summary.tables.append(ReportTable(f"Fail-slow episodes ({detector}); their evidence is "
+                                          "listed under the verdict",
+                                          episode_table(episodes).drop("evidence")))
     if timed.height:
         gpu, nic = _evidence(dataset, timed["t_start_ns"].min(), timed["t_end_ns"].max())
         figure = iteration_timeline(timed, events, episodes, gpu, nic,
@@ -146,6 +158,12 @@ def job_report(dataset: Dataset, detector: str | None = None) -> Report:
             f"Iteration time per rank with {change_point_detector(detector)} change points "
             "(dashed) and fail-slow episodes (shaded, labeled with cause, culprit and "
             "slowdown), over the evidence recorded at the time."))
+        multiples = host_multiples(gpu, episodes, timed["t_start_ns"].min())
+        if multiples is not None:
+            report.sections[-1].figures.append(ReportFigure(
+                "sm_clock_per_host", multiples,
+                "SM clock per host, one small panel each: where the GPU that left its peers "
+                "sits."))
     if labels.height:
         truth = report.section("Ground truth")
         matches = episode_matches(labels, episodes, [detector])

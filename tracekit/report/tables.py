@@ -28,7 +28,14 @@ def html_table(frame: pl.DataFrame, caption: str | None = None) -> str:
     rows = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
                    for row in _cells(frame))
     cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
-    return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+    return (f'<div class="table"><table>{cap}<thead><tr>{head}</tr></thead><tbody>{rows}'
+            "</tbody></table></div>")
+
+
+def with_percent_sign(expr: pl.Expr) -> pl.Expr:
+    """A rate with its fraction as scoring writes it, ``99.1 (106/107)``, as
+    ``99.1 % (106/107)``."""
+    return expr.str.replace(r"^(-?[\d.]+) \(", "$1 % (")
 
 
 def percent(expr: pl.Expr, digits: int = 1) -> pl.Expr:
@@ -36,26 +43,36 @@ def percent(expr: pl.Expr, digits: int = 1) -> pl.Expr:
     return pl.format("{} %", (100 * expr).round(digits)).fill_null("-")
 
 
-def accuracy_table(job_table: pl.DataFrame, episode_table: pl.DataFrame | None = None
-                   ) -> pl.DataFrame:
-    """The paper's Tables 3 and 4 side by side: one row per detector, accuracy / FPR / FNR
-    (with fractions) per category; with ``episode_table``, each category also gets culprit
-    (localisation) and cause accuracy columns, over the attributed detections."""
-    categories = list(dict.fromkeys(job_table["category"].to_list()))
-    wide = job_table.select("detector", "category", "accuracy_text", "fpr_text", "fnr_text")
+def _shown_categories(table: pl.DataFrame) -> list[str]:
+    """The categories of an accuracy table, without the pooled ``all`` when it only repeats
+    the one category there is."""
+    categories = list(dict.fromkeys(table["category"].to_list()))
+    return [c for c in categories if c != "all"] if len(categories) == 2 and "all" in categories \
+        else categories
+
+
+ACCURACY_COLUMNS = {"accuracy_text": "accuracy", "fpr_text": "FPR", "fnr_text": "FNR",
+                    "localisation_text": "culprit", "cause_accuracy_text": "cause"}
+
+
+def accuracy_tables(job_table: pl.DataFrame, episode_table: pl.DataFrame | None = None
+                    ) -> dict[str, pl.DataFrame]:
+    """The paper's Tables 3 and 4, one narrow table per category (a table with every category
+    side by side runs past the page): a row per detector, accuracy / FPR / FNR with their
+    fractions and, with ``episode_table``, the culprit (localisation) and cause accuracy of
+    the attributed detections. The pooled ``all`` is left out when it is the only category
+    again."""
+    wide = job_table.select("detector", "category", *[c for c in ACCURACY_COLUMNS
+                                                      if c in job_table.columns])
     if episode_table is not None:
         wide = wide.join(episode_table.select("detector", "category", "localisation_text",
                                               "cause_accuracy_text"),
-                         on=["detector", "category"], how="left")
-    out = wide.select("detector").unique(maintain_order=True)
-    for category in categories:
-        columns = {"accuracy_text": "accuracy", "fpr_text": "FPR", "fnr_text": "FNR",
-                   "localisation_text": "culprit", "cause_accuracy_text": "cause"}
-        part = wide.filter(pl.col("category") == category).select(
-            "detector", *(pl.col(name).alias(f"{category}: {label}")
-                          for name, label in columns.items() if name in wide.columns))
-        out = out.join(part, on="detector", how="left")
-    return out
+                         on=["detector", "category"], how="left", maintain_order="left")
+    categories = _shown_categories(job_table)
+    return {category: wide.filter(pl.col("category") == category).select(
+        "detector", *(with_percent_sign(pl.col(name)).alias(label)
+                      for name, label in ACCURACY_COLUMNS.items() if name in wide.columns))
+        for category in categories}
 
 
 def job_level_table(job_table: pl.DataFrame, episode_table: pl.DataFrame) -> pl.DataFrame:
@@ -71,18 +88,19 @@ def job_level_table(job_table: pl.DataFrame, episode_table: pl.DataFrame) -> pl.
 
 def episode_accuracy_table(episode_table: pl.DataFrame) -> pl.DataFrame:
     """Episode-level precision, recall, delay (to the dated start), alarm delay (to the online
-    report), localisation and cause accuracy per detector and category."""
-    return episode_table.select(
+    report), localisation and cause accuracy per detector and category (medians; ``it`` is
+    iterations)."""
+    return episode_table.filter(pl.col("category").is_in(_shown_categories(episode_table))).select(
         "detector", "category",
-        pl.col("precision_text").alias("precision"),
-        pl.col("recall_text").alias("recall"),
-        pl.col("delay_iterations_median").round(1).alias("median delay (iterations)"),
-        pl.col("delay_s_median").round(1).alias("median delay (s)"),
+        with_percent_sign(pl.col("precision_text")).alias("precision"),
+        with_percent_sign(pl.col("recall_text")).alias("recall"),
+        pl.col("delay_iterations_median").round(1).alias("delay (it)"),
+        pl.col("delay_s_median").round(1).alias("delay (s)"),
         pl.col("delay_s_max").round(1).alias("worst delay (s)"),
-        pl.col("alarm_delay_iterations_median").round(1).alias("median alarm delay (iterations)"),
-        pl.col("alarm_delay_s_median").round(1).alias("median alarm delay (s)"),
-        pl.col("localisation_text").alias("culprit"),
-        pl.col("cause_accuracy_text").alias("cause"),
+        pl.col("alarm_delay_iterations_median").round(1).alias("alarm delay (it)"),
+        pl.col("alarm_delay_s_median").round(1).alias("alarm delay (s)"),
+        with_percent_sign(pl.col("localisation_text")).alias("culprit"),
+        with_percent_sign(pl.col("cause_accuracy_text")).alias("cause"),
     )
 
 
@@ -91,5 +109,6 @@ def cause_accuracy_table(cause_table: pl.DataFrame, detector: str) -> pl.DataFra
     over all the labels of that cause."""
     return cause_table.filter(pl.col("detector") == detector).select(
         pl.col("cause").alias("labeled cause"), pl.col("labels").alias("fail-slows"),
-        pl.col("recall_text").alias("found"), pl.col("culprit_text").alias("culprit right"),
-        pl.col("cause_right_text").alias("cause right"))
+        with_percent_sign(pl.col("recall_text")).alias("found"),
+        with_percent_sign(pl.col("culprit_text")).alias("culprit right"),
+        with_percent_sign(pl.col("cause_right_text")).alias("cause right"))
