@@ -6,11 +6,10 @@ quarter of the run) and three doublings of it: twice the ranks, twice the iterat
 twice the injected faults (a second thermal GPU earlier in the run: more change events and
 episodes in the same calls). Each runs ingest, iterations, detection and attribution with no
 cluster, one stage after another in a child process on one core, as a Dask worker runs a
-partition
-(:data:`ONE_CORE`: idle polars threads spin, so on a loaded machine several threads add CPU
-seconds that follow the wall time, not the work), after a warm-up job (so imports and kernel
-loads count in no stage), each ``TRACEKIT_BENCH_DOUBLING_REPEAT`` times (default 3; the least
-CPU counts). It prints each stage's CPU seconds and its ratio to the base job's. A
+partition (:data:`ONE_CORE`: idle polars threads spin, so on a loaded machine several threads
+add CPU seconds that follow the wall time, not the work), after a warm-up job (so imports and
+kernel loads count in no stage), each ``TRACEKIT_BENCH_DOUBLING_REPEAT`` times (default 3; the
+least CPU counts). It prints each stage's CPU seconds and its ratio to the base job's. A
 linear stage doubles (ratio ~2 for twice the calls, ~1 for twice the faults in the same
 calls); a ratio above :data:`LINEAR_BOUND` flags a step that grows faster than its input.
 """
