@@ -34,9 +34,9 @@ CONFIGS = (None, "local:1", "local:2")
 WORKERS_PER_NODE = 16
 """Projection: Dask workers per node (one per core of a 16-core node, as this benchmark's own
 workers are single-threaded processes)."""
-PROJECTED_NODES = (1, 4, 16, 64)
-PROJECTED_RANKS = 1024
-"""The issue's large job: 1,024 ranks of the same iterations, one hook CSV file per rank."""
+PROJECTED_NODES = (1, 4, 16, 64, 100)
+PROJECTED_RANKS, PROJECTED_ITERATIONS = 1024, 10_000
+"""The issue's large job: 1,024 ranks x 10,000 iterations, one hook CSV file per rank."""
 THERMAL_SLOWDOWN = 3.0
 """GPU slowdown of the throttled rank: x1.5 slowed a 64-rank job by under 5 %, which is no
 fail-slow (the labels' threshold is 10 %), leaving attribution nothing to judge; x3 slows it
@@ -156,46 +156,67 @@ def _best_of(runs: list[dict]) -> dict:
     return best
 
 
-def _projected_partitions(stage: str, none: dict, workers: int) -> int:
-    """Partitions of ``stage`` for the PROJECTED_RANKS-rank job on ``workers`` workers, by
-    the rules tracekit partitions with (tracekit.core.parallel.partition_size)."""
+def _partitions(stage: str, ranks: int, ranks_per_block: int, workers: int) -> int:
+    """Partitions of ``stage`` for a job of ``ranks`` ranks on ``workers`` workers, by the
+    rules tracekit partitions with (tracekit.core.parallel.partition_size)."""
     from tracekit.attribute.job_signals import RANKS_PER_BATCH as ATTRIBUTE_RANKS
     from tracekit.core.parallel import PARTITIONS_PER_WORKER
     from tracekit.detect.episodes import JOB_DETECTORS
     from tracekit.iterations.reconstruct import RANKS_PER_BATCH as ITERATION_RANKS
 
     def batches(most: int) -> int:
-        size = max(1, min(most, math.ceil(PROJECTED_RANKS / (workers * PARTITIONS_PER_WORKER))))
-        return math.ceil(PROJECTED_RANKS / size)
+        size = most if workers <= 1 else max(
+            1, min(most, math.ceil(ranks / (workers * PARTITIONS_PER_WORKER))))
+        return math.ceil(ranks / size)
 
     if stage == "ingest":
-        return PROJECTED_RANKS  # one hook CSV file per rank
+        return ranks  # one hook CSV file per rank
     if stage == "iterations":
         return batches(ITERATION_RANKS)
     if stage == "detect":  # each detector: its blocks of ranks and the job-level series
-        return len(JOB_DETECTORS) * (1 + math.ceil(PROJECTED_RANKS / none["ranks_per_block"]))
+        return len(JOB_DETECTORS) * (1 + math.ceil(ranks / ranks_per_block))
     return batches(ATTRIBUTE_RANKS)  # the rank batches; group bins are as many or fewer
 
 
+def _cost_model(one: dict) -> list[str]:
+    """Each stage's cost per partition in ``local:1`` (one single-threaded worker, so its CPU
+    seconds are the partitions' cost on one core) and at the projected size. A partition is a
+    batch of ranks over all iterations, so its cost grows with the iterations and the ranks it
+    holds, and the client's with ranks x iterations: the doubling benchmark
+    (``benchmarks/bench_doubling.py``) checks that every stage is linear in both."""
+    scale = PROJECTED_RANKS * PROJECTED_ITERATIONS / (RANKS * ITERATIONS)
+    lines = [f"per-partition cost model, from local:1 ({RANKS} x {ITERATIONS:,}) to "
+             f"{PROJECTED_RANKS:,} x {PROJECTED_ITERATIONS:,} (x{scale:,.0f} the rank-iterations):"]
+    for stage in STAGES:
+        workers_cpu, client_cpu = one[f"{stage}_workers_cpu_s"], one[f"{stage}_client_cpu_s"]
+        measured = _partitions(stage, RANKS, one["ranks_per_block"], 1)
+        projected = _partitions(stage, PROJECTED_RANKS, one["ranks_per_block"], 1)
+        lines.append(f"  {stage:<10} {measured:>4} partitions x {workers_cpu / measured:6.2f} "
+                     f"CPU-s -> {projected:>5} x {workers_cpu * scale / projected:7.2f} CPU-s; "
+                     f"client {client_cpu:5.1f} -> {client_cpu * scale:7.1f} CPU-s")
+    return lines
+
+
 def _projection(one: dict) -> list[str]:
-    """Wall time of each stage for PROJECTED_RANKS ranks on N nodes, from ``local:1`` (one
-    single-threaded worker, so its CPU seconds are the partitions' cost on one core): the
+    """Wall time of each stage for the projected job on N workers, from ``local:1``: the
     client's CPU seconds run alone (Amdahl's serial part), the workers' CPU seconds spread over
-    min(workers, partitions). Both grow with the ranks; start-up and data transfer are left
-    out, so this is a lower bound."""
-    scale = PROJECTED_RANKS / RANKS
+    min(workers, partitions). Start-up and data transfer are left out (and on this machine the
+    client shares the workers' cores), so this is a lower bound."""
+    scale = PROJECTED_RANKS * PROJECTED_ITERATIONS / (RANKS * ITERATIONS)
     lines = []
-    for nodes in PROJECTED_NODES:
-        workers = nodes * WORKERS_PER_NODE
+    setups = [("this machine, local:2", 2)] + [
+        (f"{nodes} nodes x {WORKERS_PER_NODE} workers", nodes * WORKERS_PER_NODE)
+        for nodes in PROJECTED_NODES]
+    for name, workers in setups:
         parts, total = [], 0.0
         for stage in STAGES:
             client = one[f"{stage}_client_cpu_s"] * scale
-            spread = min(workers, _projected_partitions(stage, one, workers))
-            wall = client + one[f"{stage}_workers_cpu_s"] * scale / spread
+            partitions = _partitions(stage, PROJECTED_RANKS, one["ranks_per_block"], workers)
+            wall = client + one[f"{stage}_workers_cpu_s"] * scale / min(workers, partitions)
             total += wall
             parts.append(f"{stage} ~{wall:,.0f} s ({client:,.0f} s client)")
-        lines.append(f"  {nodes:>3} nodes x {WORKERS_PER_NODE} workers: {', '.join(parts)}; "
-                     f"total ~{total:,.0f} s")
+        lines.append(f"  {name:>26}: {', '.join(parts)}; total ~{total:,.0f} s "
+                     f"= {total / 60:,.1f} min")
     return lines
 
 
@@ -250,8 +271,9 @@ def main() -> None:
             f"{stage.removesuffix('_s')} {one[stage] / two[stage]:.2f}x"
             for stage in (*(f"{s}_s" for s in STAGES), "total_s"))
             + f"; local:2 / no cluster, total: {over_none:.2f}x")
-    print(f"projection for a {PROJECTED_RANKS}-rank job of the same iterations, from the CPU "
-          "seconds of local:1 (client alone, workers' share spread over the partitions):")
+    print("\n".join(_cost_model(results["this", "local:1"])))
+    print(f"projection for {PROJECTED_RANKS:,} ranks x {PROJECTED_ITERATIONS:,} iterations "
+          "(client alone, workers' CPU spread over the partitions; a lower bound):")
     print("\n".join(_projection(results["this", "local:1"])))
 
 

@@ -50,8 +50,14 @@ def collective_instances(calls: pl.DataFrame) -> pl.DataFrame:
         # here but peaks ~300 MB higher on 0.8 M calls)
         calls.select("group", "seq", "op", "bytes", "nranks", "rank", "t_start_ns", "t_end_ns")
         .sort("group", "seq", "t_start_ns", "rank")
-        .group_by("group", "seq")
+        # the sort leaves each instance's calls contiguous: numbered in order and flagged
+        # sorted, they are grouped as slices of the frame, where a hash group-by on (group,
+        # seq) cost 4x the CPU and grew faster than the calls (2.2-2.5x for twice the
+        # iterations, its table outgrowing the caches)
+        .with_columns(pl.struct("group", "seq").rle_id().set_sorted().alias("_instance"))
+        .group_by("_instance")
         .agg(
+            pl.col("group").first(), pl.col("seq").first(),
             pl.col("op").first(), pl.col("bytes").first(), pl.col("nranks").first(),
             pl.col("t_start_ns").min().alias("t_ns"),
             pl.col("rank").last().alias("last_rank"),
@@ -60,6 +66,7 @@ def collective_instances(calls: pl.DataFrame) -> pl.DataFrame:
             ((pl.col("t_end_ns").median() - pl.col("t_start_ns").max()) / 1e9)
             .clip(lower_bound=0.0).alias("transfer_s"),
             pl.len().alias("_seen"),
+            (pl.col("rank").n_unique() < pl.len()).alias("_repeated"),
         )
         .filter(pl.col("_seen") == pl.col("nranks"))
     )
@@ -67,12 +74,9 @@ def collective_instances(calls: pl.DataFrame) -> pl.DataFrame:
         _HOSTS, pl.col("rank").unique().sort().alias("members"),
         (pl.col("rank").n_unique() == pl.struct("rank", "host").n_unique()).alias("_one_host"),
         pl.col("rank").n_unique().alias("_size"))
-    repeated = (calls.filter(pl.struct("group", "seq", "rank").is_duplicated())
-                .select("group", "seq").unique().with_columns(pl.lit(True).alias("_repeated")))
     joined = (timed.join(per_group, on="group", how="left")
-              .join(repeated, on=["group", "seq"], how="left")
               .with_columns((pl.col("_one_host") & (pl.col("_size") == pl.col("_seen"))
-                             & pl.col("_repeated").is_null()).alias("_regular")))
+                             & ~pl.col("_repeated")).alias("_regular")))
     irregular = joined.filter(~pl.col("_regular")).drop("hosts", "members")
     own_lists = (calls.join(irregular.select("group", "seq"), on=["group", "seq"], how="semi")
                  .group_by("group", "seq").agg(_HOSTS, pl.col("rank").sort().alias("members")))
