@@ -238,3 +238,17 @@ def test_analyze_of_two_jobs_exits_2_after_saying_so(tmp_path):
     assert result.exit_code == 2
     assert result.stderr.splitlines()[-1].startswith(
         f"error: {tmp_path / 'ds'}: rank 0 has calls from {folder / 'job1' / 'calls.csv'} and ")
+
+
+def test_a_kernel_built_once_is_announced(tmp_path, monkeypatch):
+    """The first ingest pauses while a kernel is built: the CLI says so on stderr."""
+    import logging
+
+    from tracekit.cli.support import show_build_notices
+
+    show_build_notices()
+    messages = []
+    monkeypatch.setattr("tracekit.cli.support.errors.print",
+                        lambda text, **_: messages.append(text))
+    logging.getLogger("tracekit.core.compiled").info("building the %s kernel once", "scan")
+    assert messages == ["[dim]note: building the scan kernel once[/]"]

@@ -105,7 +105,7 @@ def test_the_gil_is_released_while_the_kernel_runs(spin):
     assert during_kernel > 0.3 * sleeping
 
 
-def test_a_failed_build_is_recorded_and_not_tried_again(tmp_path):
+def test_a_failed_build_is_recorded_and_not_tried_again(tmp_path, caplog):
     source = tmp_path / "broken_kernel.py"
     source.write_text("def broken(x):\n    return undefined_name + x\n")
     attempts = []
@@ -114,9 +114,13 @@ def test_a_failed_build_is_recorded_and_not_tried_again(tmp_path):
         attempts.append(1)
         return definitions(source)["broken"], "int64(int64)"
 
-    assert compiled.load("broken", source, prepare) is None
-    assert compiled.load("broken", source, prepare) is None
+    with caplog.at_level("INFO", logger="tracekit.core.compiled"):
+        assert compiled.load("broken", source, prepare) is None
+        assert compiled.load("broken", source, prepare) is None
     assert attempts == [1]
+    # the one build attempt was announced (the CLI prints it: a first run pauses)
+    assert [r.getMessage().split(" (")[0] for r in caplog.records] == [
+        "building the broken kernel once"]
     markers = list((tmp_path / "__pycache__").glob("broken_*.failed"))
     assert len(markers) == 1 and "undefined_name" in markers[0].read_text()
 

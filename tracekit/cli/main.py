@@ -34,6 +34,7 @@ from tracekit.cli.support import (
     print_error,
     print_json,
     say,
+    show_build_notices,
     show_table,
     state,
     working,
@@ -63,6 +64,7 @@ def main(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
 ) -> None:
     state["debug"] = debug
+    show_build_notices()
 
 
 @command()

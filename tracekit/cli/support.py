@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -134,3 +135,19 @@ def format_span(t_min_ns: int | None, t_max_ns: int | None) -> str:
     if t_min_ns is None or t_max_ns is None:
         return "no timestamps"
     return f"{format_ns(t_min_ns)} .. {format_ns(t_max_ns)} ({(t_max_ns - t_min_ns) / 1e9:.0f} s)"
+
+
+class _NoticeHandler(logging.Handler):
+    """Prints tracekit's notices (a kernel built once) as one dim line on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        errors.print(f"[dim]note: {record.getMessage()}[/]", highlight=False, soft_wrap=True)
+
+
+def show_build_notices() -> None:
+    """Say on stderr when a compiled kernel is built: the first run pauses for tens of
+    seconds, and a silent pause reads as a hang."""
+    logger = logging.getLogger("tracekit.core.compiled")
+    if not any(isinstance(h, _NoticeHandler) for h in logger.handlers):
+        logger.addHandler(_NoticeHandler())
+        logger.setLevel(logging.INFO)

@@ -23,6 +23,7 @@ import hashlib
 import importlib.machinery
 import importlib.metadata
 import importlib.util
+import logging
 import os
 import platform
 import sys
@@ -31,6 +32,9 @@ import tempfile
 from collections.abc import Callable
 from contextlib import contextmanager, suppress
 from pathlib import Path
+
+LOG = logging.getLogger(__name__)
+"""Says when a kernel is built (once per machine and version), which takes tens of seconds."""
 
 EXPORTED_NAME = "kernel"
 """Name of the kernel inside its extension module."""
@@ -73,6 +77,8 @@ def load(name: str, source: Path, prepare: Callable[[], tuple[Callable, object]]
         return None
     try:
         if not path.exists():
+            LOG.info("building the %s kernel once (tens of seconds; cached in %s for every "
+                     "later run)", name, folder)
             function, signature = prepare()
             _build(module_name, folder, function, signature, options or {})
         return getattr(_import(module_name, path), EXPORTED_NAME)
