@@ -84,3 +84,14 @@ def test_no_episode_on_the_real_pai_job(real_dir, tmp_path):
     assert found.episodes.is_empty()
     series = job_series(open_dataset(tmp_path / "ds").table("iterations").collect())
     assert (series.job.height, series.job["iteration"].max()) == (238, 2371)
+
+
+def test_gapped_iteration_numbers_are_noted():
+    from tracekit.detect.episodes import gap_notes
+
+    assert gap_notes(pl.Series([1, 2, 3, 4])) == []
+    assert gap_notes(pl.Series([10, 20, 30, 40])) == [
+        "iteration numbers have gaps: 27 of the 31 from 10 to 40 are missing (one every 10 "
+        "logged); detectors count logged iterations, episodes keep the real numbers"]
+    assert gap_notes(pl.Series([1, 2, 4, 5]))[0].startswith(
+        "iteration numbers have gaps: 1 of the 5 from 1 to 5 are missing;")

@@ -617,8 +617,11 @@ def detect(
     if as_json:
         print_json({"dataset": str(dataset), "events": found.events.height,
                     "episodes": found.episodes.to_dicts(), "verdict_detector": name,
-                    "verdict": None if verdict is None else verdict.to_dicts()})
+                    "verdict": None if verdict is None else verdict.to_dicts(),
+                    "notes": found.notes})
         return
+    for note in found.notes:
+        errors.print(f"[dim]note: {note}[/]", highlight=False, soft_wrap=True)
     for shown in found.episodes["detector"].unique(maintain_order=True).to_list():
         _show_episodes(found.episodes.filter(pl.col("detector") == shown),
                        f"fail-slow episodes ({shown})")

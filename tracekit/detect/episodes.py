@@ -15,7 +15,7 @@ burst of disturbances (a run of GC pauses the sliding window flags), never an ep
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -316,6 +316,24 @@ def load_kernels() -> None:
 class Detection:
     events: pl.DataFrame
     episodes: pl.DataFrame
+    notes: list[str] = field(default_factory=list)
+    """What the user should know about the series detected on (gapped iteration numbers)."""
+
+
+def gap_notes(numbers: pl.Series) -> list[str]:
+    """A note when the iteration numbers detected on have gaps (a log every N steps, a trace of
+    sampled steps, lost lines): detectors see one point per logged iteration, so their minimum
+    lengths count logged iterations, while episodes keep the real iteration numbers."""
+    if numbers.len() < 2:
+        return []
+    span = int(numbers.max()) - int(numbers.min()) + 1
+    missing = span - numbers.n_unique()
+    if missing <= 0:
+        return []
+    step = int(numbers.sort().diff().drop_nulls().median())
+    return [f"iteration numbers have gaps: {missing:,} of the {span:,} from {numbers.min()} to "
+            f"{numbers.max()} are missing" + (f" (one every {step} logged)" if step > 1 else "")
+            + "; detectors count logged iterations, episodes keep the real numbers"]
 
 
 def detect_dataset(dataset: Dataset | str | Path, detectors: list[str] | None = None,
@@ -356,7 +374,8 @@ def detect_dataset(dataset: Dataset | str | Path, detectors: list[str] | None = 
             dataset.table("collectives"), dataset.table("parallel_layout").collect(),
             min_slowdown))
     detection = Detection(pl.concat([schema.table("events").empty(), *events]),
-                          pl.concat([schema.table("episodes").empty(), *episodes]))
+                          pl.concat([schema.table("episodes").empty(), *episodes]),
+                          gap_notes(series.job["iteration"]))
     dataset.write_table("events", detection.events)
     dataset.write_table("episodes", detection.episodes)
     record_build(dataset, "detect", executor, ranks_per_block=RANKS_PER_BLOCK)
