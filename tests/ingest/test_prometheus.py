@@ -287,3 +287,18 @@ def test_a_label_set_polars_cannot_read_is_quarantined_alone():
     parsed = parse_exposition(_lines(text))
     assert parsed.samples["line_no"].to_list() == [1, 3]
     assert parsed.bad.select("line_no", "reason").rows() == [(2, "malformed label set")]
+
+
+def test_repeated_samples_are_skipped_and_clock_event_flags_counted_apart():
+    scrapes = "".join(
+        f'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{gpu="0",Hostname="h"}} {energy} {ts}\n'
+        f'DCGM_FI_DEV_GPU_TEMP{{gpu="0",Hostname="h"}} 60 {ts}\n'
+        for energy, ts in ((1000, 1760433600000), (1000, 1760433600000),
+                           (31000, 1760433630000), (31000, 1760433630000))
+    ) + 'DCGM_FI_DEV_CLOCKS_EVENT_REASONS{gpu="0",Hostname="h"} 4 1760433600000\n'
+    chunk = _read(PrometheusTextReader(), Source.from_bytes("s.prom", scrapes.encode()))
+    rows = chunk.tables["gpu_metrics"]
+    assert (chunk.lines, rows.height, chunk.derived, chunk.skipped) == (9, 14, 9, 4)
+    assert rows.height - chunk.derived + chunk.skipped == chunk.lines
+    assert "skipped 4 repeated samples (same series and time, or a counter's unchanged " \
+           "value)" in chunk.notes

@@ -136,6 +136,8 @@ def label(samples: pl.DataFrame, *names: str) -> pl.Expr:
 class Routed:
     tables: dict[str, pl.DataFrame] = field(default_factory=dict)
     skipped: int = 0
+    derived: int = 0
+    """Rows not read from a sample of their own, net (see :attr:`Chunk.derived`)."""
     notes: list[str] = field(default_factory=list)
 
 
@@ -166,10 +168,11 @@ def route_samples(samples: pl.DataFrame, identity: IdentityMap) -> Routed:
                         (is_ipmi, _ipmi_rows)):
         subset = framed.filter(part)
         if subset.height:
-            table_name, rows, notes, used = build(subset)
+            table_name, rows, notes, used, derived = build(subset)
             tables.setdefault(table_name, []).append(rows)
             routed.notes.extend(notes)
             routed.skipped += subset.height - used
+            routed.derived += derived
     other = framed.filter(~(is_dcgm | is_ib | is_cpu | is_ipmi))
     routed.skipped += other.height
     if other.height:
@@ -183,7 +186,12 @@ def route_samples(samples: pl.DataFrame, identity: IdentityMap) -> Routed:
     return routed
 
 
-def _gpu_rows(samples: pl.DataFrame) -> tuple[str, pl.DataFrame, list[str], int]:
+Built = tuple[str, pl.DataFrame, list[str], int, int]
+"""What a family's builder returns: table name, rows, notes, the samples behind the rows (the
+rest are skipped) and the rows derived rather than read (net: folded samples count minus)."""
+
+
+def _gpu_rows(samples: pl.DataFrame) -> Built:
     metric, scale = metric_names.dcgm_lookup(pl.col("name"))
     clock_event = label(samples, "clock_event").replace(metric_names.EXPORTER_CLOCK_EVENTS)
     exporter_metric = (
@@ -210,7 +218,13 @@ def _gpu_rows(samples: pl.DataFrame) -> tuple[str, pl.DataFrame, list[str], int]
     unknown = rows.filter(pl.col("_unknown"))["metric"].unique().sort()
     notes = ([f"DCGM fields without a canonical name kept as: {', '.join(unknown.to_list()[:8])}"]
              if len(unknown) else [])
-    return "gpu_metrics", gpu_metric_rows(rows.drop("_unknown")), notes, samples.height
+    built = gpu_metric_rows(rows.drop("_unknown"))
+    flags = metric_names.clock_event_flag_rows(rows).height
+    repeats = samples.height + flags - built.height
+    if repeats:
+        notes.append(f"skipped {repeats} repeated samples (same series and time, or a "
+                     "counter's unchanged value)")
+    return "gpu_metrics", built, notes, samples.height - repeats, flags
 
 
 GPU_SERIES = ["host", "gpu", "gpu_uuid", "gpu_instance", "metric"]
@@ -259,7 +273,7 @@ IB_DATA_WORD_BYTES = 4
 """sysfs port_rcv_data / port_xmit_data count 4-byte words; node_exporter multiplies by 4."""
 
 
-def _ib_rows(samples: pl.DataFrame) -> tuple[str, pl.DataFrame, list[str], int]:
+def _ib_rows(samples: pl.DataFrame) -> Built:
     short = pl.col("name").str.strip_prefix("node_infiniband_")
     counters = samples.filter(short.str.ends_with("_total")).with_columns(
         short.replace_strict(IB_COUNTER_NAMES, default=short.str.strip_suffix("_total"))
@@ -273,14 +287,17 @@ def _ib_rows(samples: pl.DataFrame) -> tuple[str, pl.DataFrame, list[str], int]:
         label(samples, "port").cast(pl.Int32, strict=False).alias("port"),
         "counter", pl.col("value").round(0).cast(pl.Int64, strict=False).alias("value"),
     ).drop_nulls("value")
-    return "nic_counters", nic_rows(rows), [], counters.height
+    built = nic_rows(rows)
+    repeats = rows.height - built.height
+    notes = [f"skipped {repeats} repeated counter samples"] if repeats else []
+    return "nic_counters", built, notes, built.height, 0
 
 
 CPU_IDLE_MODES = ("idle", "iowait")
 """node_cpu_seconds_total modes that are not busy time (as ``mpstat`` / ``top`` count it)."""
 
 
-def _cpu_rows(samples: pl.DataFrame) -> tuple[str, pl.DataFrame, list[str], int]:
+def _cpu_rows(samples: pl.DataFrame) -> Built:
     """Host CPU from node_exporter: busy share of all CPUs between consecutive scrapes of
     ``node_cpu_seconds_total`` (cpu_util_pct, plus iowait and steal shares), and load. The
     cumulative busy and total CPU seconds are kept too, since a dump of one scrape per file
@@ -316,7 +333,9 @@ def _cpu_rows(samples: pl.DataFrame) -> tuple[str, pl.DataFrame, list[str], int]
     )
     rows = pl.concat([shares, cumulative, load], how="vertical").with_columns(
         pl.lit("node-exporter").alias("source"))
-    return "host_metrics", schema.conform("host_metrics", rows), [], samples.height
+    # the per-mode samples fold into each scrape's cumulative and share rows
+    return "host_metrics", schema.conform("host_metrics", rows), [], samples.height, \
+        rows.height - samples.height
 
 
 IPMI_FAMILIES = {
@@ -335,7 +354,7 @@ IPMI_STATES = {0.0: "ok", 1.0: "nc", 2.0: "cr"}
 """ipmi_exporter ``*_state``: 0 nominal, 1 warning, 2 critical (NaN: not available)."""
 
 
-def _ipmi_rows(samples: pl.DataFrame) -> tuple[str, pl.DataFrame, list[str], int]:
+def _ipmi_rows(samples: pl.DataFrame) -> Built:
     family = pl.col("name")
     sensor_id, sensor_name = label(samples, "id"), label(samples, "name")
     keyed = samples.with_columns(sensor_id.alias("_id"), sensor_name.alias("_sensor"))
@@ -366,8 +385,10 @@ def _ipmi_rows(samples: pl.DataFrame) -> tuple[str, pl.DataFrame, list[str], int
     rows = disambiguate(rows.sort("line_no") if "line_no" in rows.columns else rows,
                         ["host", "ts_ns", "metric"])
     used = values.height + dcmi.height + keyed.filter(family.str.ends_with("_state")).height
+    # a *_state sample folds into its reading's status
     return "host_metrics", schema.conform("host_metrics", rows.select(
-        "ts_ns", "host", "source", "metric", "value", "unit", "status")), [], used
+        "ts_ns", "host", "source", "metric", "value", "unit", "status")), [], used, \
+        rows.height - used
 
 
 def _timed(samples: pl.DataFrame, source: Source, what: str) -> pl.DataFrame:
@@ -381,7 +402,8 @@ def _chunk(source: Source, routed: Routed, bad: pl.DataFrame | None, lines: int,
     return Chunk(
         tables=routed.tables,
         quarantine=quarantine_frame(source, bad) if bad is not None and bad.height else None,
-        lines=lines, skipped=skipped, bytes_read=bytes_read, notes=routed.notes,
+        lines=lines, skipped=skipped, derived=routed.derived, bytes_read=bytes_read,
+        notes=routed.notes,
     )
 
 
