@@ -138,11 +138,40 @@ class Routed:
     skipped: int = 0
     derived: int = 0
     """Rows not read from a sample of their own, net (see :attr:`Chunk.derived`)."""
+    bad: pl.DataFrame | None = None
+    """Samples whose value no table can hold (line_no, line, reason), for the quarantine."""
     notes: list[str] = field(default_factory=list)
 
 
+COUNTER_LIMIT = 2.0**63
+"""Counters are stored as signed 64-bit integers (``nic_counters``); an unsigned counter past
+2^63 (a wrapped or corrupt read) cannot be stored, and no real counter gets there."""
+
+
+def value_problem(samples: pl.DataFrame) -> pl.Expr:
+    """Why a sample's value cannot be stored (null when it can): not a number, NaN or infinite
+    (ipmi_exporter's NaN means "not available" and is kept as such), or a counter (``*_total``,
+    a DCGM counter field, ``# TYPE ... counter``) below zero or at 2^63 and above."""
+    value, name = pl.col("value"), pl.col("name")
+    metric, _ = metric_names.dcgm_lookup(name)
+    is_counter = name.str.ends_with("_total") | metric.is_in(list(metric_names.COUNTER_METRICS))
+    if "type" in samples.columns:
+        is_counter = is_counter | (pl.col("type") == "counter")
+    shown = value.cast(pl.String)
+    return (
+        pl.when(value.is_null()).then(pl.lit("value is not a number"))
+        .when(value.is_infinite() | (value.is_nan() & ~name.str.starts_with("ipmi_")))
+        .then(pl.format("value {} is not a finite number", shown))
+        .when(is_counter.fill_null(False) & (value < 0))
+        .then(pl.format("counter reads {}, below zero", shown))
+        .when(is_counter.fill_null(False) & (value >= COUNTER_LIMIT))
+        .then(pl.format("counter reads {}, past what a 64-bit counter holds", shown))
+    )
+
+
 def route_samples(samples: pl.DataFrame, identity: IdentityMap) -> Routed:
-    """Send samples (name, labels, value, ts_ns, snap_host) to canonical tables by family.
+    """Send samples (line_no, line, name, labels, value, ts_ns, snap_host) to canonical tables
+    by family; samples whose value cannot be stored (:func:`value_problem`) go to ``bad``.
 
     Host is the ``Hostname`` / ``hostname`` label, else the scrape ``instance`` (through the
     aliases learned from rows carrying both, then ``identity``), else the file's host.
@@ -156,13 +185,14 @@ def route_samples(samples: pl.DataFrame, identity: IdentityMap) -> Routed:
         mapping.host(label(samples, "instance")),
         mapping.host(pl.col("snap_host")),
     )
-    framed = samples.with_columns(host.alias("host"))
+    framed, bad = split_on_reason(samples.with_columns(host.alias("host")), value_problem(samples))
+    framed = framed.drop("line", "reason")
     name = pl.col("name")
     is_dcgm = name.str.starts_with("DCGM_") | name.str.contains(r"^dcgm_[a-z]")
     is_ib = name.str.starts_with("node_infiniband_")
     is_cpu = name.is_in(["node_cpu_seconds_total", "node_load1", "node_load5", "node_load15"])
     is_ipmi = name.str.starts_with("ipmi_")
-    routed = Routed()
+    routed = Routed(bad=bad.select(pl.col("line_no").cast(pl.Int64), "line", "reason"))
     tables: dict[str, list[pl.DataFrame]] = {}
     for part, build in ((is_dcgm, _gpu_rows), (is_ib, _ib_rows), (is_cpu, _cpu_rows),
                         (is_ipmi, _ipmi_rows)):
@@ -285,8 +315,8 @@ def _ib_rows(samples: pl.DataFrame) -> Built:
     rows = counters.select(
         "ts_ns", "host", label(samples, "device").alias("device"),
         label(samples, "port").cast(pl.Int32, strict=False).alias("port"),
-        "counter", pl.col("value").round(0).cast(pl.Int64, strict=False).alias("value"),
-    ).drop_nulls("value")
+        "counter", pl.col("value").round(0).cast(pl.Int64).alias("value"),
+    )
     built = nic_rows(rows)
     repeats = rows.height - built.height
     notes = [f"skipped {repeats} repeated counter samples"] if repeats else []
@@ -399,9 +429,11 @@ def _timed(samples: pl.DataFrame, source: Source, what: str) -> pl.DataFrame:
 
 def _chunk(source: Source, routed: Routed, bad: pl.DataFrame | None, lines: int,
            skipped: int, bytes_read: int) -> Chunk:
+    bad = pl.concat([frame.select("line_no", "line", "reason") for frame in (bad, routed.bad)
+                     if frame is not None]).sort("line_no")
     return Chunk(
         tables=routed.tables,
-        quarantine=quarantine_frame(source, bad) if bad is not None and bad.height else None,
+        quarantine=quarantine_frame(source, bad) if bad.height else None,
         lines=lines, skipped=skipped, derived=routed.derived, bytes_read=bytes_read,
         notes=routed.notes,
     )
@@ -454,7 +486,8 @@ class PrometheusTextReader(Reader):
             lines = clock.stamp(batch.frame())
             parsed = parse_exposition(lines.filter(~pl.col("is_marker")).select("line_no", "line"))
             stamped = parsed.samples.join(
-                lines.select("line_no", "snap_ts_ns", "snap_host"), on="line_no", how="left",
+                lines.select("line_no", "line", "snap_ts_ns", "snap_host"), on="line_no",
+                how="left",
             ).with_columns(pl.coalesce(pl.col("ts_ms") * 1_000_000, "snap_ts_ns").alias("ts_ns"))
             routed = route_samples(stamped, identity)
             for table in routed.tables.values():
@@ -501,7 +534,9 @@ class PrometheusJsonReader(Reader):
             samples = series.rename({"value": "pair"})
         samples = samples.drop_nulls("pair")
         samples = samples.select(
-            "line_no", "labels",
+            "line_no", "labels", pl.concat_str(
+                pl.lit("["), pl.col("pair").cast(pl.List(pl.String)).list.join(", "), pl.lit("]"),
+            ).alias("line"),
             pl.col("labels").struct.field("__name__").alias("name")
             if "__name__" in [f.name for f in samples.schema["labels"].fields]
             else pl.lit(None, pl.String).alias("name"),
@@ -545,7 +580,7 @@ class PrometheusCsvReader(Reader):
         good, rejected = split_on_reason(framed, reason)
         bad = rejected.select(pl.col("line_no").cast(pl.Int64), "reason", csv_row_text(frame))
         samples = good.select(
-            pl.col("line_no").cast(pl.Int64), pl.col("__name__").alias("name"),
+            pl.col("line_no").cast(pl.Int64), csv_row_text(frame), pl.col("__name__").alias("name"),
             pl.struct([pl.col(c).replace("", None) for c in label_columns]).alias("labels"),
             pl.col("_value").alias("value"), "ts_ns",
             pl.lit(options.get("host"), pl.String).alias("snap_host"),
