@@ -357,3 +357,9 @@ def test_ipmi_nan_stays_a_not_available_reading():
     result = read_all(PrometheusTextReader(), Source.from_bytes("i.prom", text.encode()))
     assert result.quarantine.height == 0
     assert result.tables["host_metrics"]["status"].to_list() == ["ns"]
+
+
+def test_a_query_without_its_result_is_one_line():
+    document = b'{"status":"success","data":{"resultType":"matrix","resInfult":[]}}'
+    with pytest.raises(InputError, match="^q.json: the query's data has no result; re-export it$"):
+        read_all(PrometheusJsonReader(), Source.from_bytes("q.json", document))

@@ -526,6 +526,8 @@ class PrometheusJsonReader(Reader):
         if kind not in ("matrix", "vector"):
             raise InputError(f"resultType {kind!r} has no series; export a range query "
                              "(matrix) or an instant query (vector)", source.name)
+        if "result" not in data.columns:
+            raise InputError("the query's data has no result; re-export it", source.name)
         series = data.select("result").explode("result").unnest("result").drop_nulls("metric")
         series = series.rename({"metric": "labels"}).with_row_index("line_no")
         if kind == "matrix":
