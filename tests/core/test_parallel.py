@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from tracekit.cli import app
 from tracekit.core import schema
 from tracekit.core.dataset import create_dataset, open_dataset
-from tracekit.core.errors import TracekitError
+from tracekit.core.errors import InputError, TracekitError
 from tracekit.core.parallel import LocalExecutor, map_all, open_executor, partition_size
 from tracekit.detect import detect_dataset, episodes, make_detector
 from tracekit.detect.episodes import JOB_DETECTORS, JobSeries, detect_series
@@ -30,10 +30,10 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot im
 
 def square_or_fail(partition: tuple[int, str]) -> int:
     """Partition ``(n, marker)``: fails the first time when a marker file is named (the file
-    lives on disk, so the count survives a retry on another worker process), always for -1."""
+    lives on disk, so the count survives a retry on another worker process), always below 0."""
     number, marker = partition
     if number < 0:
-        raise RuntimeError(f"partition {number} is broken")
+        raise MemoryError(f"partition {number} ran out of memory")
     if marker and not Path(marker).exists():
         Path(marker).write_text("failed once")
         raise OSError("stale NFS file handle")
@@ -76,10 +76,34 @@ def test_failed_partition_is_retried_then_reported_while_others_complete(executo
     assert [o.ok for o in outcomes] == [True, False, True, True]
     assert (tmp_path / "flaky").read_text() == "failed once"
     broken = outcomes[1]
-    assert broken.error == "RuntimeError: partition -1 is broken"
+    assert broken.error == "MemoryError: partition -1 ran out of memory"
     assert broken.attempts == 2
-    assert broken.failure == ("rank -1: RuntimeError: partition -1 is broken (failed 2 times; "
-                              "the other partitions completed)")
+    assert broken.failure == ("rank -1: MemoryError: partition -1 ran out of memory (failed 2 "
+                              "times; the other partitions completed)")
+
+
+def refuse_or_crash(partition: tuple[int, str]) -> int:
+    """Partition ``(n, marker)``: counts its attempts in the marker file; 0 is input tracekit
+    refuses, 1 meets a bug in a reader."""
+    number, marker = partition
+    with Path(marker).open("a") as attempts:
+        attempts.write("x")
+    if number == 0:
+        raise InputError("not a trace", "a.log")
+    raise KeyError("reader bug")
+
+
+def test_a_refused_input_is_reported_after_one_attempt(executor, tmp_path):
+    (outcome,) = executor.map_partitions(refuse_or_crash, [(0, str(tmp_path / "n"))],
+                                         key=lambda p: "a.log")
+    assert outcome.failure == "a.log: a.log: not a trace (the other partitions completed)"
+    assert (tmp_path / "n").read_text() == "x"
+
+
+def test_a_bug_in_a_partition_is_raised_not_retried(executor, tmp_path):
+    with pytest.raises(KeyError, match="reader bug"):
+        executor.map_partitions(refuse_or_crash, [(1, str(tmp_path / "n"))])
+    assert (tmp_path / "n").read_text() == "x"
 
 
 def test_progress_reports_reach_the_caller(executor):
@@ -232,15 +256,16 @@ def test_ingest_reports_a_crashing_source_and_keeps_the_others(tmp_path, monkeyp
     def crash_on_rank1(source):
         calls.append(source.file_name)
         if source.file_name == "rank1.csv":
-            raise KeyError("reader bug")
+            raise MemoryError("worker ran out of memory")
         return sniff(source)
 
     monkeypatch.setattr(pipeline.registry, "sniff", crash_on_rank1)
     summary = pipeline.ingest([tmp_path], tmp_path / "ds")
     assert calls.count("rank1.csv") == 2
     assert [s.status for s in summary.sources] == ["ingested", "failed", "ingested"]
-    assert summary.failed[0].error == (f"{tmp_path / 'rank1.csv'}: KeyError: 'reader bug' "
-                                       "(failed 2 times; the other partitions completed)")
+    assert summary.failed[0].error == (f"{tmp_path / 'rank1.csv'}: MemoryError: worker ran out "
+                                       "of memory (failed 2 times; the other partitions "
+                                       "completed)")
     ranks = open_dataset(tmp_path / "ds")["collectives"].collect()["rank"].to_list()
     assert sorted(ranks) == [0, 2]
 
@@ -311,7 +336,7 @@ def test_failed_rank_batch_fails_the_reconstruction_naming_the_rank(monkeypatch)
         reconstruct(calls)
     assert str(failure.value) == (
         "1 of 2 partitions failed, nothing was written: ranks 16-16: rank 16: MemoryError: "
-        "worker ran out of memory (failed 2 times; the other partitions completed)")
+        "worker ran out of memory (the other partitions completed)")
 
 
 def test_partition_size_gives_several_partitions_per_worker(dask_executor):
@@ -326,9 +351,9 @@ def test_map_all_raises_one_error_naming_every_failed_partition():
         map_all(LocalExecutor(), square_or_fail, [(2, ""), (-1, ""), (-2, "")],
                 key=lambda p: f"part {p[0]}")
     assert str(raised.value) == (
-        "2 of 3 partitions failed, nothing was written: part -1: RuntimeError: partition -1 is "
-        "broken (failed 2 times; the other partitions completed); part -2: RuntimeError: "
-        "partition -2 is broken (failed 2 times; the other partitions completed)")
+        "2 of 3 partitions failed, nothing was written: part -1: MemoryError: partition -1 ran "
+        "out of memory (failed 2 times; the other partitions completed); part -2: MemoryError: "
+        "partition -2 ran out of memory (failed 2 times; the other partitions completed)")
     assert map_all(LocalExecutor(), square_or_fail, [(3, ""), (4, "")]) == [9, 16]
 
 

@@ -19,6 +19,7 @@ class ReadResult:
     lines: int
     skipped: int
     notes: list[str]
+    derived: int = 0
 
     def rows(self) -> int:
         return sum(frame.height for frame in self.tables.values())
@@ -40,4 +41,4 @@ def read_all(reader: Reader, source: Source, options: dict[str, str] | None = No
     quarantine = pl.concat(bad) if bad else schema.table("quarantine").empty()
     notes = [n for c in chunks for n in c.notes]
     return ReadResult(tables, quarantine, sum(c.lines for c in chunks),
-                      sum(c.skipped for c in chunks), notes)
+                      sum(c.skipped for c in chunks), notes, sum(c.derived for c in chunks))

@@ -262,3 +262,20 @@ def test_ingest_is_idempotent(formats_dir, tmp_path):
     dataset = open_dataset(tmp_path / "ds")
     assert dataset.table("megatron_steps").collect().height == 10
     assert dataset.table("quarantine").collect()["line_no"].to_list() == [62]
+
+
+def test_numbers_their_columns_cannot_hold_are_quarantined_with_their_line(formats_dir):
+    lines = (formats_dir / "megatron_train.log").read_text().splitlines(keepends=True)
+    clean = read("train.log", "".join(lines).encode())
+    lines[0] = lines[0].replace("world size: 16", "world size: 18446744073709551616")
+    lines[12] = lines[12].replace("global batch size:   512", "global batch size:   1e30")
+    lines[13] = lines[13].replace("[Rank 0]", "[Rank 99999999999]")
+    lines[31] = lines[31].replace("iteration       20/", f"iteration       {'9' * 40}/")
+    out = read("train.log", "".join(lines).encode())
+    new = out["quarantine"].join(clean["quarantine"], on="line_no", how="anti")
+    assert new.select("line_no", "reason").sort("line_no").rows() == [
+        (n, "a number does not fit its column (out of range)") for n in (1, 13, 14, 32)]
+    assert out["megatron_steps"].height == clean["megatron_steps"].height - 2
+    assert out["parallel_layout"].height == clean["parallel_layout"].height - 1
+    assert out["lines"] == clean["lines"]
+    assert out["skipped"] == clean["skipped"]

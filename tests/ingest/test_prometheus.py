@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import polars as pl
 import pytest
 
+from tests.ingest.collective_helpers import read_all
 from tracekit.core import schema
 from tracekit.core.dataset import open_dataset
 from tracekit.core.errors import InputError
@@ -287,3 +289,77 @@ def test_a_label_set_polars_cannot_read_is_quarantined_alone():
     parsed = parse_exposition(_lines(text))
     assert parsed.samples["line_no"].to_list() == [1, 3]
     assert parsed.bad.select("line_no", "reason").rows() == [(2, "malformed label set")]
+
+
+def test_repeated_samples_are_skipped_and_clock_event_flags_counted_apart():
+    scrapes = "".join(
+        f'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{gpu="0",Hostname="h"}} {energy} {ts}\n'
+        f'DCGM_FI_DEV_GPU_TEMP{{gpu="0",Hostname="h"}} 60 {ts}\n'
+        for energy, ts in ((1000, 1760433600000), (1000, 1760433600000),
+                           (31000, 1760433630000), (31000, 1760433630000))
+    ) + 'DCGM_FI_DEV_CLOCKS_EVENT_REASONS{gpu="0",Hostname="h"} 4 1760433600000\n'
+    chunk = _read(PrometheusTextReader(), Source.from_bytes("s.prom", scrapes.encode()))
+    rows = chunk.tables["gpu_metrics"]
+    assert (chunk.lines, rows.height, chunk.derived, chunk.skipped) == (9, 14, 9, 4)
+    assert rows.height - chunk.derived + chunk.skipped == chunk.lines
+    assert "skipped 4 repeated samples (same series and time, or a counter's unchanged " \
+           "value)" in chunk.notes
+
+
+NON_FINITE_TEXT = (
+    'DCGM_FI_DEV_GPU_TEMP{gpu="0",Hostname="h"} NaN 1760433600000\n'
+    'DCGM_FI_DEV_GPU_TEMP{gpu="0",Hostname="h"} +Inf 1760433615000\n'
+    'DCGM_FI_DEV_GPU_TEMP{gpu="0",Hostname="h"} 61 1760433630000\n'
+    'node_infiniband_port_data_received_bytes_total{device="mlx5_0",port="1",instance="h"} '
+    '18446744073709551616 1760433600000\n'
+    'node_infiniband_port_data_received_bytes_total{device="mlx5_0",port="1",instance="h"} '
+    '-5 1760433615000\n'
+    'node_infiniband_port_data_received_bytes_total{device="mlx5_0",port="1",instance="h"} '
+    '400 1760433630000\n'
+)
+
+
+def test_values_no_table_can_hold_are_quarantined_with_their_line_in_text():
+    result = read_all(PrometheusTextReader(), Source.from_bytes("s.prom", NON_FINITE_TEXT.encode()))
+    assert result.quarantine["line_no"].to_list() == [1, 2, 4, 5]
+    assert result.quarantine["reason"].to_list() == [
+        "value NaN is not a finite number", "value inf is not a finite number",
+        "counter reads 1.8446744073709552e+19, past what a 64-bit counter holds",
+        "counter reads -5.0, below zero"]
+    assert result.tables["gpu_metrics"]["value"].to_list() == [61.0]
+    assert result.tables["nic_counters"]["value"].to_list() == [100]  # 400 bytes = 100 words
+    assert (result.lines, result.rows(), result.skipped) == (6, 2, 0)
+
+
+def test_values_no_table_can_hold_are_quarantined_in_json_and_csv():
+    series = [({"__name__": "DCGM_FI_DEV_GPU_TEMP", "gpu": "0", "Hostname": "h"},
+               [[1760433600, "NaN"], [1760433615, "-Inf"], [1760433630, "60"]]),
+              ({"__name__": "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "gpu": "0", "Hostname": "h"},
+               [[1760433600, "-5"], [1760433630, "9"]])]
+    document = {"status": "success", "data": {"resultType": "matrix", "result": [
+        {"metric": labels, "values": values} for labels, values in series]}}
+    result = read_all(PrometheusJsonReader(),
+                      Source.from_bytes("s.json", json.dumps(document).encode()))
+    assert result.quarantine.select("line_no", "reason", "raw").rows() == [
+        (0, "value NaN is not a finite number", "[1760433600, NaN]"),
+        (0, "value -inf is not a finite number", "[1760433615, -Inf]"),
+        (1, "counter reads -5.0, below zero", "[1760433600, -5]")]
+    assert (result.lines, result.rows(), result.skipped) == (5, 2, 0)
+    csv = ("timestamp,__name__,Hostname,gpu,value\n1760433600,DCGM_FI_DEV_GPU_TEMP,h,0,NaN\n"
+           "1760433615,DCGM_FI_DEV_GPU_TEMP,h,0,inf\n1760433630,DCGM_FI_DEV_GPU_TEMP,h,0,60\n")
+    result = read_all(PrometheusCsvReader(), Source.from_bytes("s.csv", csv.encode()))
+    assert result.quarantine["line_no"].to_list() == [2, 3]
+    assert (result.lines, result.rows(), result.skipped) == (4, 1, 1)
+
+
+def test_ipmi_nan_stays_a_not_available_reading():
+    text = 'ipmi_temperature_celsius{id="1",name="CPU Temp",instance="h"} NaN 1760433600000\n'
+    result = read_all(PrometheusTextReader(), Source.from_bytes("i.prom", text.encode()))
+    assert result.quarantine.height == 0
+    assert result.tables["host_metrics"]["status"].to_list() == ["ns"]
+
+
+def test_a_query_without_its_result_is_one_line():
+    document = b'{"status":"success","data":{"resultType":"matrix","resInfult":[]}}'
+    with pytest.raises(InputError, match="^q.json: the query's data has no result; re-export it$"):
+        read_all(PrometheusJsonReader(), Source.from_bytes("q.json", document))

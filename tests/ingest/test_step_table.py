@@ -67,3 +67,17 @@ def test_sniff_and_missing_mapping(pai, formats_dir):
         read(b"rank,step,took\n0,1,2\n", duration="took")
     with pytest.raises(InputError, match="no column 'nope'"):
         read(b"rank,step,duration_s\n0,1,2\n", worker="nope")
+
+
+def test_values_no_column_can_hold_are_quarantined_with_their_line():
+    chunk = read(b"rank,step,duration_s,t\n0,1,0.5,1700000000\n9999999999,2,0.5,1700000001\n"
+                 b"0,3,1e300,1700000002\n0,4,-3,1700000003\n0,5,0.5,1e300\n0,6,0.5,-1e30\n"
+                 b"0,7,nan,1700000004\n", time="t")
+    assert chunk.quarantine.select("line_no", "reason").rows() == [
+        (3, "worker id 9999999999 is out of range"), (4, "duration 1e300 is out of range"),
+        (5, "duration -3 is out of range"), (6, "time 1e300 is out of range"),
+        (7, "time -1e30 is out of range")]
+    iterations = chunk.tables["iterations"]
+    assert iterations["iteration"].to_list() == [1, 7]
+    assert iterations["duration_s"].to_list() == [0.5, None]  # nan: kept as null, with a note
+    assert iterations.height + chunk.skipped + chunk.quarantine.height == chunk.lines == 8

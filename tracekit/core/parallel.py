@@ -33,8 +33,15 @@ from tracekit.core.dataset import Dataset
 from tracekit.core.errors import TracekitError
 
 RETRIES = 1
-"""A partition that raises is run this many more times before it is reported as failed: a
-worker lost to the OOM killer or a flaky network filesystem should not fail a job's ingest."""
+"""A partition whose worker was lost is run this many more times before it is reported as
+failed: a worker lost to the OOM killer or a flaky network filesystem should not fail a job's
+ingest. Only such losses are retried (:data:`WORKER_LOSS`): tracekit's own errors say what is
+wrong with the input, and any other exception is a bug, raised where it happened."""
+
+WORKER_LOSS: tuple[type[BaseException], ...] = (MemoryError, OSError)
+"""What a partition raises when its machine, not its input, failed: out of memory, an I/O error
+of a (network) filesystem. Dask adds a worker that died (``KilledWorker``) and a lost
+connection to it."""
 
 CONNECT_TIMEOUT_S = 10.0
 """How long to wait for a scheduler at ``tcp://host:port`` before giving up with a clear error."""
@@ -99,8 +106,8 @@ class Outcome:
     @property
     def failure(self) -> str:
         """The failure as one line naming the partition, for summaries and warnings."""
-        return f"{self.key}: {self.error} (failed {self.attempts} times; the other partitions " \
-               "completed)"
+        tries = f"failed {self.attempts} times; " if self.attempts > 1 else ""
+        return f"{self.key}: {self.error} ({tries}the other partitions completed)"
 
 
 class Executor(Protocol):
@@ -134,6 +141,28 @@ def _reason(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
+@dataclass
+class _Raised:
+    """A partition's exception other than a lost worker's, sent back from a Dask worker as a
+    value so that Dask does not retry it (Dask retries whatever a task raises)."""
+
+    error: BaseException
+    traceback: str
+
+
+def _settled(function: Callable[..., Any], *arguments: Any) -> Any:
+    """``function(*arguments)`` on a Dask worker: a worker loss is raised (and retried), any
+    other exception comes back as :class:`_Raised`."""
+    try:
+        return function(*arguments)
+    except WORKER_LOSS:
+        raise
+    except Exception as error:  # noqa: BLE001 (reported or raised again on the client)
+        import traceback
+
+        return _Raised(error, traceback.format_exc())
+
+
 def _peak_rss_bytes() -> int:
     """This process's peak resident set size (``ru_maxrss`` is KiB on Linux, bytes on macOS)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -161,7 +190,10 @@ class LocalExecutor:
                 try:
                     outcome.value, outcome.error = function(*arguments), None
                     break
-                except Exception as error:  # noqa: BLE001 (any failure is this partition's)
+                except TracekitError as error:
+                    outcome.error = str(error)
+                    break
+                except WORKER_LOSS as error:
                     outcome.error = _reason(error)
             if on_done is not None:
                 on_done(outcome)
@@ -223,8 +255,8 @@ class _ProgressRelay:
 
 
 class DaskExecutor:
-    """The partitions as tasks on a Dask cluster; Dask retries a task that raises or whose
-    worker died, and results come back to this process."""
+    """The partitions as tasks on a Dask cluster; Dask retries a task whose worker died or that
+    raised a :data:`WORKER_LOSS`, and results come back to this process."""
 
     description: dict[str, Any]
 
@@ -253,7 +285,7 @@ class DaskExecutor:
             warnings.filterwarnings("ignore", "Sending large graph", UserWarning)
             futures = [
                 self.client.submit(
-                    function if relay is None else functools.partial(
+                    _settled, function if relay is None else functools.partial(
                         _with_report, function, topic, name),
                     partition, key=f"tracekit-{run_id}-{index}", retries=self.retries,
                     pure=False)
@@ -268,11 +300,19 @@ class DaskExecutor:
                 outcome = Outcome(names[index])
                 try:
                     outcome.value = future.result()
-                    if relay is not None:
-                        outcome.value, sent[outcome.key] = outcome.value
-                except Exception as error:  # noqa: BLE001 (any failure is this partition's)
+                except Exception as error:  # noqa: BLE001 (a lost worker, after its retries)
                     outcome.error = _reason(error)
                     outcome.attempts = self.retries + 1
+                if isinstance(outcome.value, _Raised):
+                    raised, outcome.value = outcome.value, None
+                    if not isinstance(raised.error, TracekitError):  # a bug: fail loudly
+                        self.client.cancel(futures)
+                        raised.error.add_note(f"in partition {outcome.key} on a Dask worker:\n"
+                                              f"{raised.traceback}")
+                        raise raised.error
+                    outcome.error = str(raised.error)
+                if relay is not None and outcome.ok:
+                    outcome.value, sent[outcome.key] = outcome.value
                 outcomes[index] = outcome
                 future.release()
                 if on_done is not None:

@@ -109,13 +109,16 @@ class Chunk:
     ``lines`` counts input lines (or records) consumed, ``skipped`` those that belong to no
     table of this format (other subsystems, comments), and the quarantine frame holds those
     that belong to the format but could not be parsed. For line formats
-    ``rows + skipped + quarantined == lines``.
+    ``rows - derived + skipped + quarantined == lines``.
     """
 
     tables: dict[str, pl.DataFrame] = field(default_factory=dict)
     quarantine: pl.DataFrame | None = None
     lines: int = 0
     skipped: int = 0
+    derived: int = 0
+    """Rows not read from a line of their own (a clock-event flag row per flag of a bitmask
+    sample), minus lines folded into another line's row (CPU modes summed into one share)."""
     bytes_read: int = 0
     notes: list[str] = field(default_factory=list)
 

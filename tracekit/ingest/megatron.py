@@ -166,12 +166,16 @@ def _parse(source: Source, lines: pl.DataFrame, bytes_read: int, carry: _Carry,
         pl.col("line").str.replace(LAUNCHER_PREFIX, "").alias("body")
     ).with_columns(
         pl.col("body").str.extract_groups(ITERATION).alias("_it"),
-    ).unnest("_it").with_columns(
-        pl.col("iteration").cast(pl.Int64), pl.col("train_iters").cast(pl.Int64),
-    )
+    ).unnest("_it")
+    _, misfits = _fitting(frame, (pl.col("iteration"), pl.Int64),
+                          (pl.col("train_iters"), pl.Int64))
+    misfit = pl.col("line_no").is_in(misfits["line_no"].implode())
+    frame = frame.with_columns(
+        pl.when(~misfit).then(pl.col(c).cast(pl.Int64, strict=False)).alias(c)
+        for c in ("iteration", "train_iters"))
     frame = _with_iteration_context(frame, carry)
     bad_numbers: Counter[str] = Counter()
-    quarantine: list[pl.DataFrame] = []
+    quarantine: list[pl.DataFrame] = [_bad(frame.filter(misfit), OUT_OF_RANGE)]
     tables: dict[str, list[pl.DataFrame]] = {}
     used: list[pl.Series] = []
 
@@ -257,6 +261,20 @@ def _bad(frame: pl.DataFrame, reason: str | pl.Expr) -> pl.DataFrame:
     return frame.select("line_no", "line", reason.cast(pl.String).alias("reason"))
 
 
+OUT_OF_RANGE = "a number does not fit its column (out of range)"
+
+
+def _fitting(frame: pl.DataFrame, *numbers: tuple[pl.Expr, pl.DataType]
+             ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``frame`` without the lines (all their rows) holding a printed number that its integer
+    column cannot store (a rank past int32, 2^64 iterations), and those lines' ``line_no``: a
+    corrupt number is quarantined, where a strict cast would raise."""
+    misfit = pl.any_horizontal([number.is_not_null() & number.cast(dtype, strict=False).is_null()
+                                for number, dtype in numbers])
+    misfits = frame.filter(misfit).select("line_no").unique()
+    return frame.join(misfits, on="line_no", how="anti"), misfits
+
+
 def _steps(frame, carry, timezone, bad_numbers):
     lines = frame.filter(pl.col("iteration").is_not_null())
     pairs = _key_values(lines, "fields")
@@ -274,6 +292,13 @@ def _steps(frame, carry, timezone, bad_numbers):
         pl.col("value") * pl.col("key").replace_strict({k: f for k, (_, f) in STEP_FIELDS.items()},
                                                        return_dtype=pl.Float64),
     )
+    spec = schema.table("megatron_steps").schema
+    integers = [c for c in STEP_COLUMNS if spec[c].is_integer()]
+    known, misfits = _fitting(
+        known, (pl.when(pl.col("column").is_in(integers)).then(pl.col("value")), pl.Int64),
+        (pl.when(pl.col("column") == "elapsed_ms").then(pl.col("value") * 1e6), pl.Int64))
+    good = good.join(misfits, on="line_no", how="anti")
+    pairs = pairs.join(misfits, on="line_no", how="anti")
     wide = good.select("line_no")
     if known.height:
         wide = wide.join(known.pivot(on="column", index="line_no", values="value",
@@ -281,7 +306,6 @@ def _steps(frame, carry, timezone, bad_numbers):
     extra = json_objects(pairs.filter(~pl.col("key").is_in(list(STEP_FIELDS))), "line_no")
     steps = good.join(wide, on="line_no", how="left").join(
         extra.rename({"json": "extra_json"}), on="line_no", how="left")
-    spec = schema.table("megatron_steps").schema
     columns = [pl.col(c).cast(spec[c]) for c in STEP_COLUMNS if c in steps.columns]
     steps = steps.with_columns(
         *columns,
@@ -305,7 +329,8 @@ def _steps(frame, carry, timezone, bad_numbers):
     )
     bad = pl.concat([_bad(torn, "truncated iteration line (no closing '|')"),
                      _bad(shapeless.join(torn.select("line_no"), on="line_no", how="anti"),
-                          "iteration line field without 'key: value'")])
+                          "iteration line field without 'key: value'"),
+                     _bad(lines.join(misfits, on="line_no"), OUT_OF_RANGE)])
     return ({"megatron_steps": megatron_steps, "iterations": iterations}, bad, good["line_no"])
 
 
@@ -314,7 +339,8 @@ def _validation(frame, carry, timezone, bad_numbers):
         pl.col("body").str.extract_groups(VALIDATION).alias("_v")).unnest("_v").filter(
         pl.col("split").is_not_null())
     pairs = _key_values(lines, "fields")
-    good = lines.filter(_complete("fields"))
+    at_iteration = pl.col("at").str.extract(r"^iteration (\d+)")
+    good, misfits = _fitting(lines.filter(_complete("fields")), (at_iteration, pl.Int64))
     pairs = pairs.join(good.select("line_no"), on="line_no", how="semi").filter(pl.col("ok"))
     _count_bad(pairs, bad_numbers)
     detail = json_objects(pairs, "line_no")
@@ -324,11 +350,13 @@ def _validation(frame, carry, timezone, bad_numbers):
         pl.lit(None, dtype=pl.String).alias("job"),
         pl.lit("megatron").alias("source"),
         pl.col("split").alias("event"),
-        pl.col("at").str.extract(r"^iteration (\d+)").cast(pl.Int64).alias("iteration"),
+        at_iteration.cast(pl.Int64).alias("iteration"),
         pl.col("value"),
         pl.col("json").alias("detail"),
     )
-    bad = _bad(lines.filter(~_complete("fields")), "truncated validation line (no closing '|')")
+    bad = pl.concat([
+        _bad(lines.filter(~_complete("fields")), "truncated validation line (no closing '|')"),
+        _bad(lines.join(misfits, on="line_no"), OUT_OF_RANGE)])
     return {"training_events": events}, bad, good["line_no"]
 
 
@@ -358,12 +386,12 @@ def _timers(frame, carry, timezone, bad_numbers):
 
     minmax = block.filter(pl.col("_kind") == "minmax").with_columns(
         pl.col("body").str.extract_groups(TIMER_MINMAX).alias("_m")).unnest("_m").select(
-        "line_no", "line", "name", pl.lit(None, dtype=pl.Int32).alias("rank"),
+        "line_no", "line", "name", pl.lit(None, dtype=pl.String).alias("rank"),
         pl.col("min").alias("min_raw"), pl.col("max").alias("max_raw"), "ctx_iteration",
         "ctx_interval")
     maxonly = block.filter(pl.col("_kind") == "max").with_columns(
         pl.col("body").str.extract_groups(TIMER_MAX).alias("_m")).unnest("_m").select(
-        "line_no", "line", "name", pl.lit(None, dtype=pl.Int32).alias("rank"),
+        "line_no", "line", "name", pl.lit(None, dtype=pl.String).alias("rank"),
         pl.lit(None, dtype=pl.String).alias("min_raw"), pl.col("max").alias("max_raw"),
         "ctx_iteration", "ctx_interval")
     every = block.filter(pl.col("_kind") == "all")
@@ -371,10 +399,11 @@ def _timers(frame, carry, timezone, bad_numbers):
     per_rank = every.join(name_lines.select("line_no"), on="line_no", how="anti").with_columns(
         pl.col("body").str.extract_groups(TIMER_ALL_RANK).alias("_m")).unnest("_m").select(
         "line_no", "line", pl.col("_all_name").alias("name"),
-        pl.when(pl.col("value").is_not_null()).then(pl.col("rank").cast(pl.Int32)).alias("rank"),
+        pl.when(pl.col("value").is_not_null()).then(pl.col("rank")).alias("rank"),
         pl.col("value").alias("min_raw"), pl.col("value").alias("max_raw"), "ctx_iteration",
         "ctx_interval")
-    readings = pl.concat([minmax, maxonly, per_rank])
+    readings, misfits = _fitting(pl.concat([minmax, maxonly, per_rank]),
+                                 (pl.col("rank"), pl.Int32))
     parsed = pl.col("name").is_not_null() & pl.col("max_raw").is_not_null()
     good = readings.filter(parsed)
     for column in ("min_raw", "max_raw"):
@@ -384,11 +413,12 @@ def _timers(frame, carry, timezone, bad_numbers):
         pl.col("ctx_iteration").alias("iteration"),
         pl.col("ctx_interval").alias("interval_iters"),
         pl.col("name"),
-        pl.col("rank"),
+        pl.col("rank").cast(pl.Int32),
         finite_number(pl.col("min_raw")).alias("min_ms"),
         finite_number(pl.col("max_raw")).alias("max_ms"),
     )
-    bad = _bad(readings.filter(~parsed), "torn or unrecognised timer line")
+    bad = pl.concat([_bad(readings.filter(~parsed), "torn or unrecognised timer line"),
+                     _bad(block.join(misfits, on="line_no"), OUT_OF_RANGE)])
     consumed = pl.concat([headers["line_no"], name_lines["line_no"], good["line_no"]])
     return {"megatron_timers": timers}, bad, consumed
 
@@ -405,7 +435,8 @@ def _straggler(frame, carry, timezone, bad_numbers):
     ).unnest("_g")
     torn = fields.filter(pl.col("stat").is_null() | ~pl.col("metric").is_in(
         list(STRAGGLER_METRICS))).select("line_no").unique()
-    fields = fields.join(torn, on="line_no", how="anti")
+    fields, misfits = _fitting(fields.join(torn, on="line_no", how="anti"),
+                               (pl.col("rank"), pl.Int32))
     bad_numbers["straggler value"] += fields.filter(is_bad_number(pl.col("value"))).height
     value = finite_number(pl.col("value"))
     metric = pl.col("metric").replace_strict(STRAGGLER_METRICS)
@@ -424,11 +455,14 @@ def _straggler(frame, carry, timezone, bad_numbers):
         pl.col("stat").is_not_null())
     pairs = ranked.select(
         "line_no", "ctx_iteration", pl.col("stat").str.to_lowercase(),
-        pl.col("n").cast(pl.Int64),
+        pl.col("n").cast(pl.Int64, strict=False),
         pl.col("pairs").str.extract_all(r"[^\s,/]+/\d+").alias("_p"),
     )
-    short = pairs.filter(pl.col("_p").list.len() != pl.col("n")).select("line_no")
-    extremes = pairs.join(short, on="line_no", how="anti").explode("_p").select(
+    short = pairs.filter(pl.col("_p").list.len() != pl.col("n").fill_null(-1)).select("line_no")
+    extremes, rank_misfits = _fitting(
+        pairs.join(short, on="line_no", how="anti").explode("_p"),
+        (pl.col("_p").str.extract(r"/(\d+)$"), pl.Int32))
+    extremes = extremes.select(
         pl.lit(None, dtype=pl.Int64).alias("ts_ns"),
         pl.col("ctx_iteration").alias("iteration"),
         pl.lit("throughput_tflops").alias("metric"),
@@ -440,9 +474,12 @@ def _straggler(frame, carry, timezone, bad_numbers):
     bad = pl.concat([
         _bad(reports.join(torn, on="line_no"), "torn straggler report"),
         _bad(ranked.join(short, on="line_no"), "torn straggler rank list"),
+        _bad(pl.concat([reports.join(misfits, on="line_no").select(CONTEXT),
+                        ranked.join(rank_misfits, on="line_no").select(CONTEXT)]), OUT_OF_RANGE),
     ])
-    consumed = pl.concat([reports.join(torn, on="line_no", how="anti")["line_no"],
-                          ranked.join(short, on="line_no", how="anti")["line_no"]])
+    consumed = pl.concat([
+        reports.join(pl.concat([torn, misfits]), on="line_no", how="anti")["line_no"],
+        ranked.join(pl.concat([short, rank_misfits]), on="line_no", how="anti")["line_no"]])
     return {"straggler_reports": table}, bad, consumed
 
 
@@ -456,6 +493,7 @@ def _memory(frame, carry, timezone, bad_numbers):
         pl.col("_m").str.extract_groups(MEMORY).struct.rename_fields(
             ["rank", "after", "allocated_mb", "max_allocated_mb", "reserved_mb",
              "max_reserved_mb"]).alias("_g")).unnest("_g")
+    reports, misfits = _fitting(reports, (pl.col("rank"), pl.Int32), (pl.col("after"), pl.Int64))
     sizes = ("allocated_mb", "max_allocated_mb", "reserved_mb", "max_reserved_mb")
     for size in sizes:
         bad_numbers["memory"] += reports.filter(is_bad_number(pl.col(size))).height
@@ -469,8 +507,9 @@ def _memory(frame, carry, timezone, bad_numbers):
         pl.struct([finite_number(pl.col(s)).alias(s) for s in sizes]).struct.json_encode()
         .alias("detail"),
     )
-    bad = _bad(lines.filter(~complete), "torn memory report")
-    return {"training_events": events}, bad, lines.filter(complete)["line_no"]
+    bad = pl.concat([_bad(lines.filter(~complete), "torn memory report"),
+                     _bad(lines.join(misfits, on="line_no"), OUT_OF_RANGE)])
+    return {"training_events": events}, bad, reports["line_no"].unique()
 
 
 def _markers(frame, carry, timezone, bad_numbers):
@@ -489,21 +528,22 @@ def _markers(frame, carry, timezone, bad_numbers):
 
 
 def _layout(frame, carry, timezone, bad_numbers):
-    lines = frame.filter(pl.col("body").str.contains(LAYOUT))
-
     def size(label: str) -> pl.Expr:
-        return pl.col("body").str.extract(rf"(?:^using |, ){label}: (\d+)", 1).cast(pl.Int32)
+        return pl.col("body").str.extract(rf"(?:^using |, ){label}: (\d+)", 1)
+
+    labels = ("world size", "tensor-model-parallel size", "pipeline-model-parallel size",
+              "data-parallel[- ]size", "context-parallel size")
+    lines, misfits = _fitting(frame.filter(pl.col("body").str.contains(LAYOUT)),
+                              *[(size(label), pl.Int32) for label in labels])
 
     layout = lines.select(
         pl.lit(None, dtype=pl.String).alias("job"),
         pl.lit("megatron").alias("source"),
-        size("world size").alias("world_size"),
-        size("tensor-model-parallel size").alias("tp_size"),
-        size("pipeline-model-parallel size").alias("pp_size"),
-        size("data-parallel[- ]size").alias("dp_size"),
-        size("context-parallel size").alias("cp_size"),
+        *[size(label).cast(pl.Int32).alias(column) for label, column in
+          zip(labels, ("world_size", "tp_size", "pp_size", "dp_size", "cp_size"), strict=True)],
     )
-    return {"parallel_layout": layout}, _nothing(), lines["line_no"]
+    return {"parallel_layout": layout}, _bad(frame.join(misfits, on="line_no"), OUT_OF_RANGE), \
+        lines["line_no"]
 
 
 READERS = [MegatronLogReader()]

@@ -136,11 +136,42 @@ def label(samples: pl.DataFrame, *names: str) -> pl.Expr:
 class Routed:
     tables: dict[str, pl.DataFrame] = field(default_factory=dict)
     skipped: int = 0
+    derived: int = 0
+    """Rows not read from a sample of their own, net (see :attr:`Chunk.derived`)."""
+    bad: pl.DataFrame | None = None
+    """Samples whose value no table can hold (line_no, line, reason), for the quarantine."""
     notes: list[str] = field(default_factory=list)
 
 
+COUNTER_LIMIT = 2.0**63
+"""Counters are stored as signed 64-bit integers (``nic_counters``); an unsigned counter past
+2^63 (a wrapped or corrupt read) cannot be stored, and no real counter gets there."""
+
+
+def value_problem(samples: pl.DataFrame) -> pl.Expr:
+    """Why a sample's value cannot be stored (null when it can): not a number, NaN or infinite
+    (ipmi_exporter's NaN means "not available" and is kept as such), or a counter (``*_total``,
+    a DCGM counter field, ``# TYPE ... counter``) below zero or at 2^63 and above."""
+    value, name = pl.col("value"), pl.col("name")
+    metric, _ = metric_names.dcgm_lookup(name)
+    is_counter = name.str.ends_with("_total") | metric.is_in(list(metric_names.COUNTER_METRICS))
+    if "type" in samples.columns:
+        is_counter = is_counter | (pl.col("type") == "counter")
+    shown = value.cast(pl.String)
+    return (
+        pl.when(value.is_null()).then(pl.lit("value is not a number"))
+        .when(value.is_infinite() | (value.is_nan() & ~name.str.starts_with("ipmi_")))
+        .then(pl.format("value {} is not a finite number", shown))
+        .when(is_counter.fill_null(False) & (value < 0))
+        .then(pl.format("counter reads {}, below zero", shown))
+        .when(is_counter.fill_null(False) & (value >= COUNTER_LIMIT))
+        .then(pl.format("counter reads {}, past what a 64-bit counter holds", shown))
+    )
+
+
 def route_samples(samples: pl.DataFrame, identity: IdentityMap) -> Routed:
-    """Send samples (name, labels, value, ts_ns, snap_host) to canonical tables by family.
+    """Send samples (line_no, line, name, labels, value, ts_ns, snap_host) to canonical tables
+    by family; samples whose value cannot be stored (:func:`value_problem`) go to ``bad``.
 
     Host is the ``Hostname`` / ``hostname`` label, else the scrape ``instance`` (through the
     aliases learned from rows carrying both, then ``identity``), else the file's host.
@@ -154,22 +185,24 @@ def route_samples(samples: pl.DataFrame, identity: IdentityMap) -> Routed:
         mapping.host(label(samples, "instance")),
         mapping.host(pl.col("snap_host")),
     )
-    framed = samples.with_columns(host.alias("host"))
+    framed, bad = split_on_reason(samples.with_columns(host.alias("host")), value_problem(samples))
+    framed = framed.drop("line", "reason")
     name = pl.col("name")
     is_dcgm = name.str.starts_with("DCGM_") | name.str.contains(r"^dcgm_[a-z]")
     is_ib = name.str.starts_with("node_infiniband_")
     is_cpu = name.is_in(["node_cpu_seconds_total", "node_load1", "node_load5", "node_load15"])
     is_ipmi = name.str.starts_with("ipmi_")
-    routed = Routed()
+    routed = Routed(bad=bad.select(pl.col("line_no").cast(pl.Int64), "line", "reason"))
     tables: dict[str, list[pl.DataFrame]] = {}
     for part, build in ((is_dcgm, _gpu_rows), (is_ib, _ib_rows), (is_cpu, _cpu_rows),
                         (is_ipmi, _ipmi_rows)):
         subset = framed.filter(part)
         if subset.height:
-            table_name, rows, notes, used = build(subset)
+            table_name, rows, notes, used, derived = build(subset)
             tables.setdefault(table_name, []).append(rows)
             routed.notes.extend(notes)
             routed.skipped += subset.height - used
+            routed.derived += derived
     other = framed.filter(~(is_dcgm | is_ib | is_cpu | is_ipmi))
     routed.skipped += other.height
     if other.height:
@@ -183,7 +216,12 @@ def route_samples(samples: pl.DataFrame, identity: IdentityMap) -> Routed:
     return routed
 
 
-def _gpu_rows(samples: pl.DataFrame) -> tuple[str, pl.DataFrame, list[str], int]:
+Built = tuple[str, pl.DataFrame, list[str], int, int]
+"""What a family's builder returns: table name, rows, notes, the samples behind the rows (the
+rest are skipped) and the rows derived rather than read (net: folded samples count minus)."""
+
+
+def _gpu_rows(samples: pl.DataFrame) -> Built:
     metric, scale = metric_names.dcgm_lookup(pl.col("name"))
     clock_event = label(samples, "clock_event").replace(metric_names.EXPORTER_CLOCK_EVENTS)
     exporter_metric = (
@@ -210,7 +248,13 @@ def _gpu_rows(samples: pl.DataFrame) -> tuple[str, pl.DataFrame, list[str], int]
     unknown = rows.filter(pl.col("_unknown"))["metric"].unique().sort()
     notes = ([f"DCGM fields without a canonical name kept as: {', '.join(unknown.to_list()[:8])}"]
              if len(unknown) else [])
-    return "gpu_metrics", gpu_metric_rows(rows.drop("_unknown")), notes, samples.height
+    built = gpu_metric_rows(rows.drop("_unknown"))
+    flags = metric_names.clock_event_flag_rows(rows).height
+    repeats = samples.height + flags - built.height
+    if repeats:
+        notes.append(f"skipped {repeats} repeated samples (same series and time, or a "
+                     "counter's unchanged value)")
+    return "gpu_metrics", built, notes, samples.height - repeats, flags
 
 
 GPU_SERIES = ["host", "gpu", "gpu_uuid", "gpu_instance", "metric"]
@@ -259,7 +303,7 @@ IB_DATA_WORD_BYTES = 4
 """sysfs port_rcv_data / port_xmit_data count 4-byte words; node_exporter multiplies by 4."""
 
 
-def _ib_rows(samples: pl.DataFrame) -> tuple[str, pl.DataFrame, list[str], int]:
+def _ib_rows(samples: pl.DataFrame) -> Built:
     short = pl.col("name").str.strip_prefix("node_infiniband_")
     counters = samples.filter(short.str.ends_with("_total")).with_columns(
         short.replace_strict(IB_COUNTER_NAMES, default=short.str.strip_suffix("_total"))
@@ -271,16 +315,19 @@ def _ib_rows(samples: pl.DataFrame) -> tuple[str, pl.DataFrame, list[str], int]:
     rows = counters.select(
         "ts_ns", "host", label(samples, "device").alias("device"),
         label(samples, "port").cast(pl.Int32, strict=False).alias("port"),
-        "counter", pl.col("value").round(0).cast(pl.Int64, strict=False).alias("value"),
-    ).drop_nulls("value")
-    return "nic_counters", nic_rows(rows), [], counters.height
+        "counter", pl.col("value").round(0).cast(pl.Int64).alias("value"),
+    )
+    built = nic_rows(rows)
+    repeats = rows.height - built.height
+    notes = [f"skipped {repeats} repeated counter samples"] if repeats else []
+    return "nic_counters", built, notes, built.height, 0
 
 
 CPU_IDLE_MODES = ("idle", "iowait")
 """node_cpu_seconds_total modes that are not busy time (as ``mpstat`` / ``top`` count it)."""
 
 
-def _cpu_rows(samples: pl.DataFrame) -> tuple[str, pl.DataFrame, list[str], int]:
+def _cpu_rows(samples: pl.DataFrame) -> Built:
     """Host CPU from node_exporter: busy share of all CPUs between consecutive scrapes of
     ``node_cpu_seconds_total`` (cpu_util_pct, plus iowait and steal shares), and load. The
     cumulative busy and total CPU seconds are kept too, since a dump of one scrape per file
@@ -316,7 +363,9 @@ def _cpu_rows(samples: pl.DataFrame) -> tuple[str, pl.DataFrame, list[str], int]
     )
     rows = pl.concat([shares, cumulative, load], how="vertical").with_columns(
         pl.lit("node-exporter").alias("source"))
-    return "host_metrics", schema.conform("host_metrics", rows), [], samples.height
+    # the per-mode samples fold into each scrape's cumulative and share rows
+    return "host_metrics", schema.conform("host_metrics", rows), [], samples.height, \
+        rows.height - samples.height
 
 
 IPMI_FAMILIES = {
@@ -335,7 +384,7 @@ IPMI_STATES = {0.0: "ok", 1.0: "nc", 2.0: "cr"}
 """ipmi_exporter ``*_state``: 0 nominal, 1 warning, 2 critical (NaN: not available)."""
 
 
-def _ipmi_rows(samples: pl.DataFrame) -> tuple[str, pl.DataFrame, list[str], int]:
+def _ipmi_rows(samples: pl.DataFrame) -> Built:
     family = pl.col("name")
     sensor_id, sensor_name = label(samples, "id"), label(samples, "name")
     keyed = samples.with_columns(sensor_id.alias("_id"), sensor_name.alias("_sensor"))
@@ -366,8 +415,10 @@ def _ipmi_rows(samples: pl.DataFrame) -> tuple[str, pl.DataFrame, list[str], int
     rows = disambiguate(rows.sort("line_no") if "line_no" in rows.columns else rows,
                         ["host", "ts_ns", "metric"])
     used = values.height + dcmi.height + keyed.filter(family.str.ends_with("_state")).height
+    # a *_state sample folds into its reading's status
     return "host_metrics", schema.conform("host_metrics", rows.select(
-        "ts_ns", "host", "source", "metric", "value", "unit", "status")), [], used
+        "ts_ns", "host", "source", "metric", "value", "unit", "status")), [], used, \
+        rows.height - used
 
 
 def _timed(samples: pl.DataFrame, source: Source, what: str) -> pl.DataFrame:
@@ -378,10 +429,13 @@ def _timed(samples: pl.DataFrame, source: Source, what: str) -> pl.DataFrame:
 
 def _chunk(source: Source, routed: Routed, bad: pl.DataFrame | None, lines: int,
            skipped: int, bytes_read: int) -> Chunk:
+    bad = pl.concat([frame.select("line_no", "line", "reason") for frame in (bad, routed.bad)
+                     if frame is not None]).sort("line_no")
     return Chunk(
         tables=routed.tables,
-        quarantine=quarantine_frame(source, bad) if bad is not None and bad.height else None,
-        lines=lines, skipped=skipped, bytes_read=bytes_read, notes=routed.notes,
+        quarantine=quarantine_frame(source, bad) if bad.height else None,
+        lines=lines, skipped=skipped, derived=routed.derived, bytes_read=bytes_read,
+        notes=routed.notes,
     )
 
 
@@ -432,7 +486,8 @@ class PrometheusTextReader(Reader):
             lines = clock.stamp(batch.frame())
             parsed = parse_exposition(lines.filter(~pl.col("is_marker")).select("line_no", "line"))
             stamped = parsed.samples.join(
-                lines.select("line_no", "snap_ts_ns", "snap_host"), on="line_no", how="left",
+                lines.select("line_no", "line", "snap_ts_ns", "snap_host"), on="line_no",
+                how="left",
             ).with_columns(pl.coalesce(pl.col("ts_ms") * 1_000_000, "snap_ts_ns").alias("ts_ns"))
             routed = route_samples(stamped, identity)
             for table in routed.tables.values():
@@ -471,6 +526,8 @@ class PrometheusJsonReader(Reader):
         if kind not in ("matrix", "vector"):
             raise InputError(f"resultType {kind!r} has no series; export a range query "
                              "(matrix) or an instant query (vector)", source.name)
+        if "result" not in data.columns:
+            raise InputError("the query's data has no result; re-export it", source.name)
         series = data.select("result").explode("result").unnest("result").drop_nulls("metric")
         series = series.rename({"metric": "labels"}).with_row_index("line_no")
         if kind == "matrix":
@@ -479,7 +536,9 @@ class PrometheusJsonReader(Reader):
             samples = series.rename({"value": "pair"})
         samples = samples.drop_nulls("pair")
         samples = samples.select(
-            "line_no", "labels",
+            "line_no", "labels", pl.concat_str(
+                pl.lit("["), pl.col("pair").cast(pl.List(pl.String)).list.join(", "), pl.lit("]"),
+            ).alias("line"),
             pl.col("labels").struct.field("__name__").alias("name")
             if "__name__" in [f.name for f in samples.schema["labels"].fields]
             else pl.lit(None, pl.String).alias("name"),
@@ -523,7 +582,7 @@ class PrometheusCsvReader(Reader):
         good, rejected = split_on_reason(framed, reason)
         bad = rejected.select(pl.col("line_no").cast(pl.Int64), "reason", csv_row_text(frame))
         samples = good.select(
-            pl.col("line_no").cast(pl.Int64), pl.col("__name__").alias("name"),
+            pl.col("line_no").cast(pl.Int64), csv_row_text(frame), pl.col("__name__").alias("name"),
             pl.struct([pl.col(c).replace("", None) for c in label_columns]).alias("labels"),
             pl.col("_value").alias("value"), "ts_ns",
             pl.lit(options.get("host"), pl.String).alias("snap_host"),

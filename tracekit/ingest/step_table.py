@@ -41,6 +41,11 @@ DURATION_NAMES = {
 }
 SECONDS_PER_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, "normalised": 1.0}
 NS_PER_UNIT = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
+INT64_LIMIT = 2.0**63
+"""Times and durations are stored as int64 nanoseconds; a value at 2^63 ns (292 years) or more,
+or below zero, is a corrupt field, not a step."""
+RANK_LIMIT = 2**31
+"""Ranks are stored as int32."""
 
 
 class StepTableReader(Reader):
@@ -123,33 +128,36 @@ def _parse(source: Source, lines: pl.DataFrame, bytes_read: int, names: list[str
         worker.str.extract(r"(\d+)$").cast(pl.Int64, strict=False))
     step = column[mapping["step"]].cast(pl.Int64, strict=False)
     duration_text = column[mapping["duration"]]
+    time_text = column[mapping["time"]] if "time" in mapping else pl.lit(None, pl.String)
     typed = fields.with_columns(rank.alias("_rank"), step.alias("_step"),
-                                duration_text.alias("_duration"))
-    if "time" in mapping:
-        typed = typed.with_columns(column[mapping["time"]].alias("_time"))
+                                duration_text.alias("_duration"), time_text.alias("_time"))
     earlier = seen[0].with_columns(pl.lit(True).alias("_earlier"))
     typed = typed.join(earlier, on=["_rank", "_step"], how="left", maintain_order="left",
                        nulls_equal=False).with_columns(
         (pl.struct("_rank", "_step").is_first_distinct() & pl.col("_earlier").is_null())
         .alias("_first"),
     )
+    unit = mapping["duration_unit"]
+    duration_s = finite_number(pl.col("_duration")) * SECONDS_PER_UNIT[unit]
+    time_ns = (finite_number(pl.col("_time")) * NS_PER_UNIT[mapping.get("time_unit", "s")]).round()
     reason = (
         pl.when(pl.col("_commas") != len(names) - 1)
         .then(pl.format("expected {} fields, found {}", pl.lit(len(names)), pl.col("_commas") + 1))
         .when(pl.col("_rank").is_null()).then(pl.lit(f"{mapping['worker']} is not a worker id"))
+        .when(~pl.col("_rank").is_between(0, RANK_LIMIT - 1))
+        .then(pl.format("worker id {} is out of range", pl.col("_rank")))
         .when(pl.col("_step").is_null()).then(pl.lit(f"{mapping['step']} is not an integer"))
+        .when(~(duration_s * 1e9).is_between(0, INT64_LIMIT, closed="left"))
+        .then(pl.format("duration {} is out of range", pl.col("_duration")))
+        .when(~time_ns.is_between(0, INT64_LIMIT, closed="left"))
+        .then(pl.format("time {} is out of range", pl.col("_time")))
         .when(~pl.col("_first")).then(pl.lit("duplicate worker and step (first row kept)"))
         .otherwise(None)
     )
     good, bad = split_on_reason(typed, reason)
     seen[0] = pl.concat([seen[0], good.select("_rank", "_step")])
 
-    unit = mapping["duration_unit"]
-    duration_s = finite_number(pl.col("_duration")) * SECONDS_PER_UNIT[unit]
-    t_end = pl.lit(None, dtype=pl.Int64)
-    if "time" in mapping:
-        t_end = (finite_number(pl.col("_time")) * NS_PER_UNIT[mapping["time_unit"]]).round() \
-            .cast(pl.Int64)
+    t_end = time_ns.cast(pl.Int64)
     real_time = unit != "normalised"
     iterations = good.select(
         pl.lit(None, dtype=pl.String).alias("job"),
