@@ -4,7 +4,8 @@
 A single slow iteration departs too, so a change needs ``persist`` consecutive departures in the
 same direction and is dated at the first of them. The window holds the ``window`` points before
 the current one, departures included, so after a real change the median catches up within half a
-window and the detector re-arms.
+window and the detector re-arms. Offline (``detect``, ``detect_many``) the same rule runs as array
+operations over whole rows: every window's median at once, then the runs of departures.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tracekit.detect.base import Detector
+from tracekit.detect.base import Detector, as_series
 
 PAPER_DEPARTURE = 0.10
 """Greyhound's sliding window reports a point more than 10 % away from the window median."""
@@ -59,3 +60,26 @@ class SlidingWindow(Detector):
             self._found.append(self._run_start)
             return [self._run_start]
         return []
+
+    def detect(self, series) -> np.ndarray:
+        self.reset()
+        self._found = self.detect_many(as_series(series)[None, :])[0].tolist()
+        return self.changepoints
+
+    def detect_many(self, matrix: np.ndarray) -> list[np.ndarray]:
+        """Change points of every row of ``matrix``, those :meth:`update` finds point by point:
+        a departure's sign per point after the first window, then each run of ``persist`` or
+        more equal signs dated at its first point."""
+        values = np.asarray(matrix, dtype=np.float64)
+        rows, points = values.shape
+        signs = np.zeros((rows, points), dtype=np.int8)
+        if points > self.window:
+            before = np.lib.stride_tricks.sliding_window_view(values[:, :-1], self.window, axis=1)
+            relative = values[:, self.window:] / np.median(before, axis=-1) - 1.0
+            signs[:, self.window:] = np.sign(relative) * (np.abs(relative) > self.departure)
+        found = []
+        for row in signs:
+            starts = np.flatnonzero(np.diff(row, prepend=0))
+            lengths = np.diff(starts, append=points)
+            found.append(starts[(row[starts] != 0) & (lengths >= self.persist)].astype(np.int64))
+        return found
