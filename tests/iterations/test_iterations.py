@@ -286,6 +286,30 @@ def test_failing_rank_fails_the_stage_naming_rank_and_cause_and_keeps_the_table(
     assert kept.height == 29 and set(kept["rank"]) == {3}
 
 
+def test_a_lost_worker_is_retried_not_reported_as_the_ranks_error(tmp_path, monkeypatch):
+    """A MemoryError (the OOM killer's doing, not the rank's data) reaches the executor, which
+    runs the partition again, instead of becoming "rank 3: MemoryError"."""
+    import importlib
+
+    module = importlib.import_module("tracekit.iterations.reconstruct")
+    calls, _ = rank_frame(Layout(), 0, iterations=30, rank=3)
+    dataset = create_dataset(tmp_path / "job", job="test")
+    dataset.write_part("collectives", calls, "calls")
+    split, failures = module._split_intervals, []
+
+    def lost_once(symbols, period):
+        if not failures:
+            failures.append(1)
+            raise MemoryError
+        return split(symbols, period)
+
+    monkeypatch.setattr(module, "_split_intervals", lost_once)
+    result = CliRunner().invoke(app, ["iterations", str(tmp_path / "job")])
+    assert result.exit_code == 0, result.output
+    assert failures == [1]
+    assert open_dataset(tmp_path / "job").table("iterations").collect().height == 29
+
+
 def test_cli_errors_are_one_line(tmp_path):
     create_dataset(tmp_path / "empty", job="empty")
     result = CliRunner().invoke(app, ["iterations", str(tmp_path / "empty")])

@@ -21,7 +21,7 @@ import polars as pl
 
 from tracekit.core import schema
 from tracekit.core.errors import TracekitError
-from tracekit.core.parallel import Executor, LocalExecutor, map_all, partition_size
+from tracekit.core.parallel import WORKER_LOSS, Executor, LocalExecutor, map_all, partition_size
 from tracekit.iterations.period import (
     ACF_THRESHOLD,
     Period,
@@ -184,7 +184,7 @@ def _reconstruct_batch(
                                                     maintain_order=True).items():
         try:
             done.append(_reconstruct_rank(int(rank), part, threshold))
-        except TracekitError:
+        except (TracekitError, *WORKER_LOSS):  # a lost worker is retried by the executor
             raise
         except Exception as error:  # noqa: BLE001 (named by rank so the user knows where)
             raise TracekitError(f"rank {rank}: {type(error).__name__}: {error}") from error
