@@ -68,6 +68,22 @@ class LabelsReader(Reader):
         yield Chunk(tables={"labels": labels}, lines=frame.height, bytes_read=source.size)
 
 
+def truth_iterations(frame: pl.DataFrame) -> pl.DataFrame:
+    """Ground-truth iteration times (iteration, t_start_ns, t_end_ns, duration_s, and the job
+    when the file names one) as ``iterations`` rows of source ``truth``."""
+    return schema.conform("iterations", frame.select(
+        pl.col("job").cast(pl.String) if "job" in frame.columns
+        else pl.lit(None, dtype=pl.String).alias("job"),
+        pl.lit(None, dtype=pl.Int32).alias("rank"),
+        pl.col("iteration").cast(pl.Int64),
+        pl.col("t_start_ns").cast(pl.Int64),
+        pl.col("t_end_ns").cast(pl.Int64),
+        pl.col("duration_s").cast(pl.Float64),
+        pl.lit("truth").alias("source"),
+        pl.lit("ok").alias("quality"),
+    ))
+
+
 class TruthReader(Reader):
     format = "truth"
     version = "1"
@@ -80,19 +96,8 @@ class TruthReader(Reader):
 
     def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
         frame = _read_parquet(source)
-        iterations = frame.select(
-            pl.col("job").cast(pl.String) if "job" in frame.columns
-            else pl.lit(None, dtype=pl.String).alias("job"),
-            pl.lit(None, dtype=pl.Int32).alias("rank"),
-            pl.col("iteration").cast(pl.Int64),
-            pl.col("t_start_ns").cast(pl.Int64),
-            pl.col("t_end_ns").cast(pl.Int64),
-            pl.col("duration_s").cast(pl.Float64),
-            pl.lit("truth").alias("source"),
-            pl.lit("ok").alias("quality"),
-        )
-        yield Chunk(tables={"iterations": schema.conform("iterations", iterations)},
-                    lines=frame.height, bytes_read=source.size)
+        yield Chunk(tables={"iterations": truth_iterations(frame)}, lines=frame.height,
+                    bytes_read=source.size)
 
 
 class SynthManifestReader(Reader):
@@ -199,12 +204,7 @@ class TruthCsvReader(Reader):
                                                       "t_end_ns": pl.Int64})
         except pl.exceptions.PolarsError as error:
             raise InputError(f"not a truth iteration CSV: {error}", source.name) from None
-        iterations = frame.select(
-            pl.lit(None, dtype=pl.String).alias("job"), pl.lit(None, dtype=pl.Int32).alias("rank"),
-            pl.col("iteration").cast(pl.Int64), "t_start_ns", "t_end_ns",
-            pl.col("duration_s").cast(pl.Float64), pl.lit("truth").alias("source"),
-            pl.lit("ok").alias("quality"))
-        yield Chunk(tables={"iterations": schema.conform("iterations", iterations)},
+        yield Chunk(tables={"iterations": truth_iterations(frame)},
                     lines=frame.height + 1, skipped=1, bytes_read=source.size)
 
 
