@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracekit.attribute.evidence import (
+    CNP_SURGE,
     CONGESTION_COUNTERS,
     CPU_RISE_PCT,
     THERMAL_FLAGS,
@@ -36,10 +37,6 @@ of dcgm-exporter's default 30 s at the usual 15 s scrape."""
 
 SUSTAINED_SHARE = 0.5
 """A CPU or CNP signal holds for the episode when at least half its samples there show it."""
-
-CNP_SURGE = 3.0
-"""A host's congestion-notification rate surges at 3x its own rate before (and at least one
-notification per second), as in :mod:`.evidence`."""
 
 
 @dataclass(frozen=True)
@@ -98,10 +95,10 @@ def _ends_with_the_episode(labelled: pl.DataFrame, host: str, raised: pl.Expr) -
 
 
 def gpu_suspects(gpu_metrics: pl.DataFrame, ranks: pl.DataFrame, window: Window) -> list[Suspect]:
-    """GPUs whose thermal clock-event reasons appear with the episode (set in none of the
-    healthy samples before it, in at least two samples during it: one sample is one reading,
-    in fewer than half after it); their SM clock and temperature are quoted. ``ranks`` maps
-    (host, gpu) to ranks."""
+    """GPUs whose thermal clock-event reasons appear with the episode: set in none of the
+    healthy samples before it, in at least two during it (one sample is one reading), and in
+    fewer than half of those after it. Their SM clock and temperature are quoted. ``ranks``
+    maps (host, gpu) to ranks."""
     if gpu_metrics.is_empty():
         return []
     spans = _Spans.of(window, scrape_interval_ns(gpu_metrics), DCGM_LAG_SCRAPES)

@@ -102,8 +102,7 @@ def _compute_culprits(signals: Signals) -> list[Verdict]:
     """Ranks whose own compute share grew more than the threshold over their peers; all the
     ranks of one host (with more than one rank) make that host the culprit."""
     w = signals.window
-    skew = skew_change(signals.during, signals.before, (w.end_ns - w.start_ns) / 1e9,
-                       (w.start_ns - w.before_start_ns) / 1e9)
+    skew = _skew(signals)
     arrival = pl.format("arrived last in {}% of its collectives vs {}% before",
                         (pl.col("last_share") * 100).round(0).cast(pl.Int64),
                         (pl.col("last_share_before") * 100).round(0).cast(pl.Int64))
@@ -145,10 +144,11 @@ def _from_telemetry(signals: Signals) -> Verdict:
     suspects = (gpu_suspects(signals.gpu_metrics, signals.ranks, signals.window)
                 + host_suspects(signals.host_metrics, hosts, signals.window)
                 + link_suspects(signals.nic_counters, hosts, signals.window))
+    skew = _skew(signals)
     if suspects:
-        return _combined([_suspect_verdict(s, _arrival_text(signals, s.target))
+        return _combined([_suspect_verdict(s, _arrival_text(skew, s.target))
                           for s in suspects])
-    straggler = _waited_for(signals)
+    straggler = _waited_for(skew, signals.rank_hosts)
     if straggler is not None:
         rank, timing = straggler
         host = signals.rank_hosts[rank]
@@ -171,11 +171,16 @@ def _from_telemetry(signals: Signals) -> Verdict:
                    "link's congestion notifications moved with the slowdown")
 
 
-def _waited_for(signals: Signals) -> tuple[int, str] | None:
-    """The rank the others waited for (see :data:`WAIT_MARGIN`), with the numbers, or None."""
+def _skew(signals: Signals) -> pl.DataFrame:
+    """Each rank's arrival skew and imposed wait in the episode and before it."""
     w = signals.window
-    skew = skew_change(signals.during, signals.before, (w.end_ns - w.start_ns) / 1e9,
-                       (w.start_ns - w.before_start_ns) / 1e9).drop_nulls(
+    return skew_change(signals.during, signals.before, (w.end_ns - w.start_ns) / 1e9,
+                       (w.start_ns - w.before_start_ns) / 1e9)
+
+
+def _waited_for(skew: pl.DataFrame, rank_hosts: dict[int, str]) -> tuple[int, str] | None:
+    """The rank the others waited for (see :data:`WAIT_MARGIN`), with the numbers, or None."""
+    skew = skew.drop_nulls(
         ["excess_rate", "last_share_before"]).with_columns(
         (pl.col("last_share") - pl.col("last_share_before")).alias("last_rise"))
     if skew.height < 2:
@@ -187,22 +192,19 @@ def _waited_for(signals: Signals) -> tuple[int, str] | None:
             or top["last_rise"] < WAIT_MARGIN * runner_up:
         return None
     return top["rank"], (
-        f"rank {top['rank']} ({signals.rank_hosts[top['rank']]}) made its peers wait "
+        f"rank {top['rank']} ({rank_hosts[top['rank']]}) made its peers wait "
         f"{top['blame_rate']:.0%} of the time vs {top['blame_rate_before']:.0%} before and "
         f"arrived last in {top['last_share']:.0%} of its collectives vs "
         f"{top['last_share_before']:.0%} (+{top['last_rise']:.0%}; no other rank more than "
         f"+{runner_up:.0%}), from issue times")
 
 
-def _arrival_text(signals: Signals, target: str) -> str:
+def _arrival_text(skew: pl.DataFrame, target: str) -> str:
     """How often a suspect rank arrived last at its collectives, during and before: the timing
     that issue times do give, quoted beside the telemetry (it alone is too weak to blame: CPU
     run-ahead and waiting along the pipeline blur who arrives last)."""
     if not target.startswith("rank:"):
         return ""
-    w = signals.window
-    skew = skew_change(signals.during, signals.before, (w.end_ns - w.start_ns) / 1e9,
-                       (w.start_ns - w.before_start_ns) / 1e9)
     row = skew.filter(pl.col("rank") == int(target.removeprefix("rank:")))
     if row.is_empty() or row["last_share_before"][0] is None:
         return ""
