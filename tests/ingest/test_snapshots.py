@@ -38,6 +38,17 @@ def test_a_collector_only_name_takes_its_folder_with_a_note():
     assert "taken from the folder name" in note and "--option host=" in note
 
 
+def test_a_host_taken_from_the_folder_is_noted_in_the_manifest(tmp_path):
+    folder = tmp_path / "dump" / "gpu-a17"
+    folder.mkdir(parents=True)
+    (folder / f"node-{TS}.prom").write_text("node_load1 2.5\n")
+    ingest([tmp_path / "dump"], tmp_path / "ds")
+    dataset = open_dataset(tmp_path / "ds")
+    assert dataset["host_metrics"].collect()["host"].to_list() == ["gpu-a17"]
+    [source] = dataset.manifest["sources"]
+    assert any("host 'gpu-a17' taken from the folder name" in n for n in source["notes"])
+
+
 def test_identical_scrapes_under_two_names_are_two_samples(tmp_path):
     """dcgm-exporter's 30 s collect interval serves the same bytes to two 15 s scrapes: both
     are samples (their times differ), not one file seen twice; re-ingesting adds nothing."""

@@ -97,14 +97,14 @@ class IpmitoolReader(Reader):
                 raise missing_time_error(source, "the ipmitool readings")
             notes = (["no host name in the file; pass --option host=NAME"]
                      if rows.height and rows["host"].null_count() else [])
-            yield Chunk(
+            yield clock.annotate(Chunk(
                 tables={"host_metrics": schema.conform("host_metrics", rows)},
                 quarantine=quarantine_frame(source, bad),
                 lines=lines.height,
                 skipped=lines.height - rows.height - bad.height,
                 bytes_read=batch.bytes_read,
                 notes=notes,
-            )
+            ))
 
 
 def _parse(lines: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:

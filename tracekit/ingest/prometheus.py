@@ -492,9 +492,9 @@ class PrometheusTextReader(Reader):
             routed = route_samples(stamped, identity)
             for table in routed.tables.values():
                 _timed(table, source, "the samples")
-            yield _chunk(source, routed, parsed.bad, lines.height,
-                         parsed.skipped + lines["is_marker"].sum() + routed.skipped,
-                         batch.bytes_read)
+            yield clock.annotate(_chunk(
+                source, routed, parsed.bad, lines.height,
+                parsed.skipped + lines["is_marker"].sum() + routed.skipped, batch.bytes_read))
 
 
 class PrometheusJsonReader(Reader):

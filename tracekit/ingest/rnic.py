@@ -104,7 +104,7 @@ class Mlx5HwCountersReader(Reader):
                 pl.col("snap_ts_ns").alias("ts_ns"), short_host(pl.col("snap_host")).alias("host"),
                 "device", "port", "counter", "value", "line_no", "line",
             )
-            yield _counter_chunk(source, lines, good, bad, batch.bytes_read)
+            yield clock.annotate(_counter_chunk(source, lines, good, bad, batch.bytes_read))
 
 
 _ETHTOOL_STAT = r"^\s+([A-Za-z0-9_.\[\]:-]+):\s*(\S*)\s*$"
@@ -150,7 +150,7 @@ class EthtoolStatsReader(Reader):
                 pl.col("_device").alias("device"), pl.lit(None, pl.Int32).alias("port"),
                 "counter", "value", "line_no", "line",
             )
-            yield _counter_chunk(source, lines, good, bad, batch.bytes_read)
+            yield clock.annotate(_counter_chunk(source, lines, good, bad, batch.bytes_read))
 
 
 def _no_device_error(source: Source) -> Exception:

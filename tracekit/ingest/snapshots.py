@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracekit.core.errors import InputError
-from tracekit.ingest.base import Source
+from tracekit.ingest.base import Chunk, Source
 
 _NUMERIC = r"\d{9,19}(?:\.\d+)?"
 _ISO = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
@@ -166,12 +166,14 @@ class SnapshotClock:
     """Stamps lines with the time and host of the snapshot they belong to, across batches.
 
     A snapshot starts at a marker line (``# ts=... host=...`` or a bare timestamp line); lines
-    before the first marker take the fallback time (file name, then ``--option ts``) and the
-    ``--option host``.
+    before the first marker take the fallback time (file name, then ``--option ts``) and host
+    (``--option host``, then the file name or folder: :func:`file_host`, whose note, when the
+    host was guessed from a folder, ``note`` keeps for the reader's chunks).
     """
 
     fallback_ts_ns: int | None
     fallback_host: str | None
+    note: str | None = None
     _ts_ns: int | None = None
     _host: str | None = None
     _snapshot: int = 0
@@ -181,7 +183,15 @@ class SnapshotClock:
         fallback = file_name_ts_ns(source)
         if fallback is None:
             fallback = option_ts_ns(options, source)
-        return cls(fallback, options.get("host") or file_host(source)[0])
+        if options.get("host"):
+            return cls(fallback, options["host"])
+        return cls(fallback, *file_host(source))
+
+    def annotate(self, chunk: Chunk) -> Chunk:
+        """``chunk`` with this clock's note, if any, among its notes."""
+        if self.note and self.note not in chunk.notes:
+            chunk.notes.append(self.note)
+        return chunk
 
     def stamp(self, lines: pl.DataFrame) -> pl.DataFrame:
         """Add ``is_marker``, ``snapshot`` (0-based), ``snap_ts_ns`` and ``snap_host`` to a frame
