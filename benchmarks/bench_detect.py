@@ -52,7 +52,7 @@ def _rate(function, points: int) -> float:
 
 def main() -> None:
     bocd, pelt = make_detector("bocd"), make_detector("pelt")
-    print(f"bocd recursion: {'numba' if compiled() else 'numpy (numba not installed)'}")
+    print(f"bocd recursion: {'C' if compiled() else 'numpy (no C compiler)'}")
     bocd.detect(_series(100))  # compile (or load the cached machine code) before timing
     for points in (10_000, 100_000, 1_000_000):
         series = _series(points)

@@ -1,8 +1,10 @@
-"""Kernels built ahead of time: built once into the cache, loaded later without numba, the GIL
-released while they run, and a build that fails recorded so that the caller JIT-compiles."""
+"""C kernels built on first use: built once into the cache, loaded later by a process that
+cannot import numba, the GIL released while they run, a build that fails recorded with the
+compiler's reason, and an edited source built anew."""
 
 from __future__ import annotations
 
+import ctypes
 import shutil
 import subprocess
 import sys
@@ -14,22 +16,22 @@ import pytest
 
 from tracekit.core import compiled
 
-pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
-                                reason="no C compiler: kernels are JIT-compiled instead")
+pytestmark = pytest.mark.skipif(shutil.which(compiled.compiler()[0]) is None,
+                                reason="no C compiler: the numpy and polars paths run instead")
 
-KERNEL_SOURCE = '''
-def spin(rounds):
-    """Busy for ``rounds`` passes of a long integer loop; returns a checksum."""
-    total = 0
-    for r in range(rounds):
-        for k in range(1_000_000):
-            total = (total * 31 + k + r) % 1_000_003
-    return total
+SPIN_SOURCE = """
+#include <stdint.h>
 
-
-def prepare():
-    return spin, "int64(int64)"
-'''
+/* Busy for `rounds` passes of a long integer loop; returns a checksum. */
+int64_t spin(int64_t rounds)
+{
+    int64_t total = 0;
+    for (int64_t r = 0; r < rounds; r++)
+        for (int64_t k = 0; k < 1000000; k++)
+            total = (total * 31 + k + r) % 1000003;
+    return total;
+}
+"""
 
 
 def python_spin(rounds: int) -> int:
@@ -40,44 +42,48 @@ def python_spin(rounds: int) -> int:
     return total
 
 
+def function(library: ctypes.CDLL, name: str):
+    found = getattr(library, name)
+    found.argtypes, found.restype = [ctypes.c_int64], ctypes.c_int64
+    return found
+
+
 @pytest.fixture(scope="module")
-def kernel_source(tmp_path_factory) -> Path:
-    source = tmp_path_factory.mktemp("kernels") / "spin_kernel.py"
-    source.write_text(KERNEL_SOURCE)
+def spin_source(tmp_path_factory) -> Path:
+    source = tmp_path_factory.mktemp("kernels") / "spin_kernel.c"
+    source.write_text(SPIN_SOURCE)
     return source
 
 
-def definitions(source: Path) -> dict:
-    """What the module file ``source`` defines (it is not on the import path)."""
-    namespace: dict = {}
-    exec(compile(source.read_text(), str(source), "exec"), namespace)
-    return namespace
-
-
-def load_from(source: Path):
-    return compiled.load("spin", source, definitions(source)["prepare"])
-
-
 @pytest.fixture(scope="module")
-def spin(kernel_source):
-    kernel = load_from(kernel_source)
-    assert kernel is not None, (kernel_source.parent / "__pycache__").iterdir()
-    return kernel
+def spin(spin_source):
+    library = compiled.load(spin_source)
+    assert library is not None, list((spin_source.parent / "__pycache__").iterdir())
+    return function(library, "spin")
 
 
-def test_built_kernel_computes_what_the_python_function_does(spin, kernel_source):
+def built(folder: Path, stem: str) -> list[Path]:
+    return list((folder / "__pycache__").glob(f"{stem}_*{compiled.LIBRARY_SUFFIX}"))
+
+
+def test_built_kernel_computes_what_the_python_function_does(spin, spin_source):
     assert spin(2) == python_spin(2)
-    built = list((kernel_source.parent / "__pycache__").glob("spin_*" + compiled.EXTENSION_SUFFIX))
-    assert len(built) == 1
+    assert len(built(spin_source.parent, "spin_kernel")) == 1
 
 
-def test_a_later_process_loads_it_without_importing_numba(spin, kernel_source):
-    code = ("import sys\nfrom pathlib import Path\nfrom tracekit.core import compiled\n"
-            f"kernel = compiled.load('spin', Path({str(kernel_source)!r}), None)\n"
-            "print(kernel(1), 'numba' in sys.modules)\n")
+def test_a_later_process_loads_it_without_building_or_numba(spin, spin_source):
+    library = built(spin_source.parent, "spin_kernel")[0]
+    modified = library.stat().st_mtime_ns
+    code = ("import ctypes, sys\nsys.modules['numba'] = None  # importing numba fails\n"
+            "from pathlib import Path\nfrom tracekit.core import compiled\n"
+            f"spin = compiled.load(Path({str(spin_source)!r})).spin\n"
+            "spin.argtypes, spin.restype = [ctypes.c_int64], ctypes.c_int64\n"
+            "print(spin(1))\n")
     output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True, cwd=Path(__file__).parents[2]).stdout.split()
-    assert output == [str(python_spin(1)), "False"]
+    assert output == [str(python_spin(1))]
+    assert library.stat().st_mtime_ns == modified
+    assert len(built(spin_source.parent, "spin_kernel")) == 1
 
 
 def test_the_gil_is_released_while_the_kernel_runs(spin):
@@ -105,32 +111,39 @@ def test_the_gil_is_released_while_the_kernel_runs(spin):
     assert during_kernel > 0.3 * sleeping
 
 
-def test_a_failed_build_is_recorded_and_not_tried_again(tmp_path, caplog):
-    source = tmp_path / "broken_kernel.py"
-    source.write_text("def broken(x):\n    return undefined_name + x\n")
-    attempts = []
-
-    def prepare():
-        attempts.append(1)
-        return definitions(source)["broken"], "int64(int64)"
-
+def test_a_missing_compiler_is_recorded_and_not_tried_again(tmp_path, monkeypatch, caplog):
+    source = tmp_path / "spin_kernel.c"
+    source.write_text(SPIN_SOURCE)
+    monkeypatch.setenv("CC", "/nonexistent/cc")
     with caplog.at_level("INFO", logger="tracekit.core.compiled"):
-        assert compiled.load("broken", source, prepare) is None
-        assert compiled.load("broken", source, prepare) is None
-    assert attempts == [1]
+        assert compiled.load(source) is None
+        assert compiled.load(source) is None
     # the one build attempt was announced (the CLI prints it: a first run pauses)
     assert [r.getMessage().split(" (")[0] for r in caplog.records] == [
-        "building the broken kernel once"]
-    markers = list((tmp_path / "__pycache__").glob("broken_*.failed"))
-    assert len(markers) == 1 and "undefined_name" in markers[0].read_text()
+        "building the spin_kernel kernel once"]
+    markers = list((tmp_path / "__pycache__").glob("spin_kernel_*.failed"))
+    assert [marker.read_text() for marker in markers] == [
+        "cannot run the C compiler /nonexistent/cc: No such file or directory\n"]
+    monkeypatch.delenv("CC")
+    assert function(compiled.load(source), "spin")(1) == python_spin(1)  # another key
 
 
-def test_editing_the_source_builds_a_new_module(tmp_path):
-    source = tmp_path / "edited_kernel.py"
+def test_a_compiler_error_is_recorded_in_one_line(tmp_path):
+    source = tmp_path / "broken_kernel.c"
+    source.write_text("int broken(int x) { return undefined_name + x; }\n")
+    assert compiled.load(source) is None
+    (marker,) = (tmp_path / "__pycache__").glob("broken_kernel_*.failed")
+    reason = marker.read_text()
+    assert reason.count("\n") == 1 and "error:" in reason and "undefined_name" in reason
+    assert not built(tmp_path, "broken_kernel")
+    assert not list((tmp_path / "__pycache__").glob(".build-*"))  # its build folder is gone
+
+
+def test_editing_the_source_builds_a_new_library(tmp_path):
+    source = tmp_path / "edited_kernel.c"
     results = []
-    for body in ("return x + 1", "return x + 2"):
-        source.write_text(f"def edited(x):\n    {body}\n")
-        function = definitions(source)["edited"]
-        results.append(compiled.load("edited", source, lambda f=function: (f, "int64(int64)"))(40))
+    for body in ("return x + 1;", "return x + 2;"):
+        source.write_text(f"#include <stdint.h>\nint64_t edited(int64_t x) {{ {body} }}\n")
+        results.append(function(compiled.load(source), "edited")(40))
     assert results == [41, 42]
-    assert len(list((tmp_path / "__pycache__").glob("edited_*" + compiled.EXTENSION_SUFFIX))) == 2
+    assert len(built(tmp_path, "edited_kernel")) == 2

@@ -1,5 +1,3 @@
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -71,36 +69,44 @@ def test_a_long_series_without_numerical_trouble():
 
 def test_compiled_recursion_gives_the_numpy_change_points(monkeypatch, step_series,
                                                           gradual_series):
-    """numba is optional: the numpy recursion must find the same change points."""
-    pytest.importorskip("numba")
+    """The C kernel is optional (it needs a C compiler): the numpy recursion must find the
+    same change points."""
+    if compiled() is None:
+        pytest.skip("no C compiler: only the numpy recursion runs")
     matrix = np.vstack([step_series, gradual_series, iteration_times(seed=5, noise=0.03)])
-    compiled = [make_detector(name).detect(row).tolist()
-                for name in ("bocd", "bocd+v", "bocd+b") for row in matrix]
+    in_c = [make_detector(name).detect(row).tolist()
+            for name in ("bocd", "bocd+v", "bocd+b") for row in matrix]
     many = [found.tolist() for found in Bocd().detect_many(matrix)]
     monkeypatch.setattr("tracekit.detect.bocd.compiled", lambda: None)
-    assert compiled == [make_detector(name).detect(row).tolist()
-                        for name in ("bocd", "bocd+v", "bocd+b") for row in matrix]
+    assert in_c == [make_detector(name).detect(row).tolist()
+                    for name in ("bocd", "bocd+v", "bocd+b") for row in matrix]
     assert many == [found.tolist() for found in Bocd().detect_many(matrix)]
 
 
-def test_jit_fallback_gives_the_change_points_of_the_ahead_of_time_build(
-        monkeypatch, step_series, gradual_series):
-    """Where the kernel cannot be built ahead of time (no C compiler), numba's JIT compiles the
-    same source with the same flags: the same change points."""
-    from tracekit.core import compiled
-    from tracekit.detect import bocd_kernel
-
-    pytest.importorskip("numba")
-    matrix = np.vstack([step_series, gradual_series, iteration_times(seed=5, noise=0.03)])
-    ahead_of_time = bocd_kernel.compiled()
-    monkeypatch.setattr(compiled, "load", lambda *args: None)
-    jit = compiled.kernel("bocd_steps", Path(bocd_kernel.__file__), bocd_kernel._ahead_of_time,
-                          bocd_kernel.OPTIONS)
-    assert type(jit).__name__ == "CPUDispatcher"
-    results = []
-    for kernel in (ahead_of_time, jit):
-        monkeypatch.setattr("tracekit.detect.bocd.compiled", lambda k=kernel: k)
-        run = Bocd().detect_many(matrix)
-        results.append([found.tolist() for found in run])
-    assert results[0] == results[1]
-    assert any(results[0])
+def test_compaction_keeps_the_likeliest_and_of_equals_the_later_runs():
+    """A full posterior whose 66 columns are equally likely but five: the compaction keeps those
+    five and, of the equal ones, the last 27, as numpy's stable argsort picks them. Columns
+    differ only in the sign of their mean, which the step keeps, so the signs say which stayed."""
+    kernel = compiled()
+    if kernel is None:
+        pytest.skip("no C compiler: only the numpy recursion runs")
+    detector = Bocd()
+    posterior = RunLengthPosterior(1, detector.hazard, detector.prior, detector.prune,
+                                   detector.max_run_lengths)
+    capacity = posterior.n.size
+    signs = np.random.default_rng(7).choice([-1.0, 1.0], capacity)
+    posterior.mu[0] = 0.5 * signs
+    posterior.beta[0] = 1.0
+    posterior.n[:] = 10
+    posterior.log_prob[0] = np.where(np.arange(capacity) < 5, -3.0, -5.0)
+    posterior.constants.ensure(64)
+    steps = kernel(posterior.log_prob, posterior.mu, posterior.beta, posterior.n,
+                   np.zeros(1, np.int64), np.array([0.0, 1.0, 1.0, 1.0]),
+                   np.array([posterior.log_hazard, posterior.log_growth, posterior.log_prune, 0.9]),
+                   np.array([detector.max_run_lengths, detector.short_run], np.int64))
+    size, t = steps(np.zeros((1, 1)), capacity, 100, posterior.constants.table,
+                    np.empty((1, 1), np.int64))
+    kept = np.r_[0:5, capacity - 27:capacity]
+    assert (size, t) == (33, 101)
+    assert np.sign(posterior.mu[0, :32]).tolist() == signs[kept].tolist()
+    assert posterior.n[:33].tolist() == [11] * 32 + [0]

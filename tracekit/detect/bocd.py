@@ -25,7 +25,7 @@ import numpy as np
 from scipy.special import gammaln
 
 from tracekit.detect.base import Detector, as_series, reference_level
-from tracekit.detect.bocd_kernel import compiled
+from tracekit.detect.bocd_kernel import BoundSteps, compiled
 
 PAPER_THRESHOLD = 0.9
 """Greyhound (ATC 2025) reports a change when the change probability exceeds 0.9."""
@@ -155,6 +155,8 @@ class BocdRun:
     t: int = 0
     posterior: RunLengthPosterior = field(init=False)
     last_start: np.ndarray = field(init=False)
+    steps: BoundSteps | None = field(init=False, default=None)
+    """The C recursion bound to this run's arrays, once it has stepped."""
 
     def __post_init__(self) -> None:
         d = self.detector
@@ -164,19 +166,20 @@ class BocdRun:
 
     def advance_block(self, z: np.ndarray) -> np.ndarray:
         """Absorb ``z[:, i]`` (one normalised point per series) for every i; the change start
-        per series and point, -1 for none. Compiled when numba is installed."""
+        per series and point, -1 for none. Compiled where a C compiler is installed."""
         kernel = compiled()
         if kernel is None:
             return np.column_stack([self.advance(z[:, i]) for i in range(z.shape[1])])
         d, p = self.detector, self.posterior
+        if self.steps is None:
+            self.steps = kernel(
+                p.log_prob, p.mu, p.beta, p.n, self.last_start,
+                np.array([d.prior.mu0, d.prior.kappa0, d.prior.alpha0, d.prior.beta0]),
+                np.array([p.log_hazard, p.log_growth, p.log_prune, d.threshold]),
+                np.array([d.max_run_lengths, d.short_run], np.int64))
         p.constants.ensure(int(p.n[: p.size].max()) + z.shape[1] + 1)
         starts = np.empty(z.shape, np.int64)
-        prior = np.array([d.prior.mu0, d.prior.kappa0, d.prior.alpha0, d.prior.beta0])
-        rates = np.array([p.log_hazard, p.log_growth, p.log_prune, d.threshold])
-        limits = np.array([d.max_run_lengths, d.short_run], np.int64)
-        p.size, self.t = kernel(np.ascontiguousarray(z, np.float64), p.log_prob, p.mu, p.beta,
-                                p.n, p.size, self.t, self.last_start, p.constants.table, prior,
-                                rates, limits, starts)
+        p.size, self.t = self.steps(z, p.size, self.t, p.constants.table, starts)
         return starts
 
     def advance(self, z: np.ndarray) -> np.ndarray:
