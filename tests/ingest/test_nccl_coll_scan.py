@@ -4,7 +4,6 @@ without it (random mixes of good, damaged and unrelated lines, blocks cut anywhe
 
 from __future__ import annotations
 
-import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +20,7 @@ from tracekit.ingest import base, nccl_coll_scan
 from tracekit.ingest.base import Source
 
 pytestmark = pytest.mark.skipif(nccl_coll_scan.compiled() is None,
-                                reason="numba is not available: only the polars parser runs")
+                                reason="no C compiler: only the polars parser runs")
 
 BODY = ("{host}:{pid}:{tid} [{dev}] NCCL INFO {op}: opCount {op_count} sendbuff 0x7f11b4000000 "
         "recvbuff (nil) count {count} datatype {datatype} op 0 root {root} comm {comm} "
@@ -254,31 +253,20 @@ def test_first_use_on_two_threads_at_once_compiles_once():
     assert output.split("\n")[0] == "[True, True] False"
 
 
-def test_jit_fallback_scans_like_the_ahead_of_time_build():
-    """Where the scan cannot be built ahead of time (no C compiler), numba's JIT compiles the
-    same source: both read a mix of every accepted and refused line shape alike."""
+def test_without_a_compiler_the_polars_parser_reads_the_same(monkeypatch):
+    """Where the C scan cannot be built, :func:`nccl_coll_scan.compiled` is None and every line
+    goes to the polars parser: the reader's output is the same."""
     lines = [coll(prefix, host=host) for prefix in ACCEPTED_PREFIXES for host in HOSTS]
     lines += [coll().replace("op 0", "op  0"), coll(suffix=" task 5 globalrank 3"), "other"]
-    code = (
-        "import pickle, sys\n"
-        "from tracekit.core import compiled\n"
-        "from tracekit.ingest import nccl_coll_scan as s\n"
-        "if sys.argv[1] == 'jit':\n"
-        "    compiled.load = lambda *args: None\n"
-        "kernel = s.compiled()\n"
-        "scanned = s.scan(sys.stdin.buffer.read())\n"
-        "sys.stdout.buffer.write(pickle.dumps((type(kernel).__name__, scanned.lines,\n"
-        "    scanned.calls.rows(), scanned.rejected, scanned.rejected_lines.tolist())))\n"
-    )
-    block = ("\n".join(lines) + "\n").encode()
-    kinds, results = [], []
-    for how in ("ahead-of-time", "jit"):
-        output = subprocess.run([sys.executable, "-c", code, how], input=block,
-                                capture_output=True, check=True,
-                                cwd=Path(__file__).parents[2]).stdout
-        kind, *result = pickle.loads(output)
-        kinds.append(kind)
-        results.append(result)
-    assert kinds[1] == "CPUDispatcher"
-    assert results[0] == results[1]
-    assert len(results[0][1]) == len(lines) - 2
+    source = Source.from_bytes("mix.log", ("\n".join(lines) + "\n").encode())
+    results = [read_all(nccl_debug.NcclDebugReader(), source, {"tz": "UTC"})]
+    monkeypatch.setattr(nccl_coll_scan, "_compiled", None)
+    monkeypatch.setattr(nccl_coll_scan, "_failed", True)
+    assert nccl_coll_scan.scan(b"x\n") is None
+    results.append(read_all(nccl_debug.NcclDebugReader(), source, {"tz": "UTC"}))
+    fast, slow = results
+    # every call but the double space (quarantined) and "other" (skipped)
+    assert (fast.tables["collectives"].height, fast.quarantine.height) == (len(lines) - 2, 1)
+    for name in fast.tables:
+        assert_frame_equal(fast.tables[name], slow.tables[name])
+    assert_frame_equal(fast.quarantine, slow.quarantine)

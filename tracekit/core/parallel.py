@@ -47,10 +47,10 @@ CONNECT_TIMEOUT_S = 10.0
 """How long to wait for a scheduler at ``tcp://host:port`` before giving up with a clear error."""
 
 ONE_CORE_ENVIRONMENT = {
-    "POLARS_MAX_THREADS": "1", "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-"""Environment of a LocalCluster worker process, set before it imports polars or numba: a
-worker is one core. Without it every worker's polars and numba start a thread per CPU, so
+    "POLARS_MAX_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1"}
+"""Environment of a LocalCluster worker process, set before it imports polars or numpy: a
+worker is one core. Without it every worker's polars and BLAS start a thread per CPU, so
 ``local:1`` already uses every core and N workers oversubscribe them N times (standard Dask
 practice; ``docs/scale-out.md`` sets the same on Slurm and Kubernetes workers)."""
 
@@ -59,7 +59,7 @@ WARM_UP = ("tracekit.ingest.pipeline", "tracekit.iterations", "tracekit.attribut
 """What every Dask worker imports (``module``) and loads (``module:function``) as soon as the
 executor opens, in a thread beside its task thread, so that the first partition of each stage
 starts warm. Measured per worker process (one thread): the detectors' imports (scipy.special)
-~0.45 s of CPU, the compiled kernels ~2 ms each (built ahead of time,
+~0.45 s of CPU, the compiled kernels ~1 ms each (C, built once and cached,
 :mod:`tracekit.core.compiled`), the rest ~0.1 s. A worker pays this once either way; warming
 moves it out of the first detection partition into the cluster's start and the client's own
 work, when the worker would idle."""
