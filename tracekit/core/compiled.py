@@ -1,11 +1,11 @@
 """C kernels built once by the system's C compiler into shared libraries cached on disk.
 
 The two hot loops (the NCCL COLL line scan, the BOCD recursion) are plain C99 files beside their
-Python modules, with no Python C API, loaded with :mod:`ctypes`: loading costs about a
+Python modules, with no Python C API, loaded with :mod:`ctypes`: loading costs under a
 millisecond per process, with nothing imported but ctypes, and a ``ctypes.CDLL`` function
 releases the GIL while it runs (the NCCL scan runs on two parse threads).
 
-A kernel's library is built on first use (well under a second) with ``-O2`` for the platform's
+A kernel's library is built on first use (0.1-0.25 CPU-s) with ``-O2`` for the platform's
 generic CPU, so that a cache shared by the nodes of a cluster serves them all, and without
 floating-point contraction or fast-math so that it computes what numpy computes. Its name
 carries a hash of the C source, the compiler command, the interpreter and the platform, so

@@ -59,7 +59,7 @@ WARM_UP = ("tracekit.ingest.pipeline", "tracekit.iterations", "tracekit.attribut
 """What every Dask worker imports (``module``) and loads (``module:function``) as soon as the
 executor opens, in a thread beside its task thread, so that the first partition of each stage
 starts warm. Measured per worker process (one thread): the detectors' imports (scipy.special)
-~0.45 s of CPU, the compiled kernels ~1 ms each (C, built once and cached,
+~0.45 s of CPU, the compiled kernels under 1 ms each (C, built once and cached,
 :mod:`tracekit.core.compiled`), the rest ~0.1 s. A worker pays this once either way; warming
 moves it out of the first detection partition into the cluster's start and the client's own
 work, when the worker would idle."""
