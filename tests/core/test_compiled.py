@@ -147,3 +147,7 @@ def test_editing_the_source_builds_a_new_library(tmp_path):
         results.append(function(compiled.load(source), "edited")(40))
     assert results == [41, 42]
     assert len(built(tmp_path, "edited_kernel")) == 2
+
+
+def test_a_missing_source_is_no_kernel(tmp_path):
+    assert compiled.load(tmp_path / "absent_kernel.c") is None

@@ -45,8 +45,11 @@ def load(source: Path) -> ctypes.CDLL | None:
     """The shared library built from the C file ``source``, from the cache, built first when
     there is none; None when it cannot be built or loaded (see the marker file for why)."""
     command = compiler()
-    folder = cache_folder(source)
-    name = f"{source.stem}_{_key(source, command)}"
+    try:
+        folder = cache_folder(source)
+        name = f"{source.stem}_{_key(source, command)}"
+    except OSError:  # no source (an install without the package data), no cache folder
+        return None
     path, marker = folder / (name + LIBRARY_SUFFIX), folder / (name + ".failed")
     if marker.exists():
         return None
