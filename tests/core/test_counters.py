@@ -6,7 +6,12 @@ import polars as pl
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tracekit.core.counters import collapse_repeats, counter_rates, split_glitches
+from tracekit.core.counters import (
+    collapse_repeats,
+    counter_rates,
+    shares_of_increase,
+    split_glitches,
+)
 
 S = 10**9
 
@@ -66,3 +71,14 @@ def test_repeats_collapse_to_the_exporter_interval():
 def test_rates_are_never_negative(values):
     rates = counter_rates(_frame(values, 32), ["k"], width_bits=pl.col("w"))["rate_per_s"]
     assert (rates.drop_nulls() >= 0).all()
+
+
+def test_shares_of_increase_per_host_and_none_across_a_reset():
+    seconds = pl.DataFrame({
+        "host": ["a", "a", "a", "a", "b", "b"],
+        "busy": [10.0, 13.0, 1.0, 4.0, 0.0, 1.0],
+        "total": [100.0, 110.0, 20.0, 40.0, 0.0, 4.0],
+    })
+    shares = seconds.select(*shares_of_increase({"busy_pct": "busy"}, "total", "host"))
+    # host a: 3 of 10 s busy, then a reset (both fall), then 3 of 20 s; host b: 1 of 4 s
+    assert shares["busy_pct"].to_list() == [None, 30.0, None, 15.0, None, 25.0]

@@ -29,7 +29,7 @@ from tracekit.attribute.evidence import (
     Window,
     scrape_interval_ns,
 )
-from tracekit.core.counters import counter_rates
+from tracekit.core.counters import counter_rates, shares_of_increase
 
 DCGM_LAG_SCRAPES = 4
 """DCGM windows reach this many scrape intervals past the episode's end: two collect intervals
@@ -168,12 +168,8 @@ def cpu_busy_pct(host_metrics: pl.DataFrame) -> pl.DataFrame:
         return direct
     wide = cumulative.pivot(on="metric", index=["host", "ts_ns"], values="value",
                             aggregate_function="first").sort("host", "ts_ns")
-    delta = {c: pl.col(c).diff().over("host") for c in
-             ("cpu_busy_seconds_total", "cpu_seconds_total")}
-    derived = wide.select("host", "ts_ns", pl.when(
-        (delta["cpu_seconds_total"] > 0) & (delta["cpu_busy_seconds_total"] >= 0))
-        .then(100 * delta["cpu_busy_seconds_total"] / delta["cpu_seconds_total"])
-        .alias("value")).drop_nulls("value")
+    derived = wide.select("host", "ts_ns", *shares_of_increase(
+        {"value": "cpu_busy_seconds_total"}, "cpu_seconds_total", "host")).drop_nulls("value")
     return pl.concat([direct, derived])
 
 

@@ -82,3 +82,16 @@ def counter_rates(frame: pl.DataFrame, series: list[str], ts: str = "ts_ns",
     return ordered.with_columns(
         pl.when(dt_ns > 0).then(increase * 1e9 / dt_ns).alias(rate)
     )
+
+
+def shares_of_increase(parts: dict[str, str], total: str, over: str) -> list[pl.Expr]:
+    """Per output name in ``parts``: 100 x its column's increase over ``total``'s since the
+    previous row of the same ``over`` group (rows sorted by time), the busy share of CPU time
+    from cumulative seconds. Null where the total did not grow or any part fell (a counter
+    reset: no share can be read across it)."""
+    delta = {c: pl.col(c).diff().over(over) for c in [*parts.values(), total]}
+    valid = delta[total] > 0
+    for column in parts.values():
+        valid &= delta[column] >= 0
+    return [pl.when(valid).then(100 * delta[column] / delta[total]).alias(name)
+            for name, column in parts.items()]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from tracekit.core import schema
-from tracekit.core.counters import collapse_repeats, counter_rates
+from tracekit.core.counters import collapse_repeats, counter_rates, shares_of_increase
 from tracekit.core.errors import InputError
 from tracekit.core.identity import IdentityMap, learn_hosts, normalise_bus_id
 from tracekit.ingest import metric_names
@@ -341,14 +341,10 @@ def _cpu_rows(samples: pl.DataFrame) -> Built:
         pl.col("value").filter(pl.col("mode") == "iowait").sum().alias("iowait"),
         pl.col("value").filter(pl.col("mode") == "steal").sum().alias("steal"),
     ).sort("host", "ts_ns")
-    delta = {c: pl.col(c) - pl.col(c).shift(1).over("host") for c in
-             ("total", "busy", "iowait", "steal")}
-    valid = (delta["total"] > 0) & (delta["busy"] >= 0) & (delta["iowait"] >= 0) \
-        & (delta["steal"] >= 0)
-    shares = totals.with_columns(
-        pl.when(valid).then(100 * delta[c] / delta["total"]).alias(f"cpu_{c}_pct")
-        for c in ("busy", "iowait", "steal")
-    ).rename({"cpu_busy_pct": "cpu_util_pct"}).unpivot(
+    shares = totals.with_columns(*shares_of_increase(
+        {"cpu_util_pct": "busy", "cpu_iowait_pct": "iowait", "cpu_steal_pct": "steal"},
+        "total", "host"),
+    ).unpivot(
         ["cpu_util_pct", "cpu_iowait_pct", "cpu_steal_pct"], index=["host", "ts_ns"],
         variable_name="metric", value_name="value",
     ).drop_nulls("value").with_columns(pl.lit("%").alias("unit"))
