@@ -80,6 +80,7 @@ def _monitoring(dataset: Path, labels: pl.DataFrame, hosts: list[str], per_host:
     rows_gpu, rows_host, rows_nic = [], [], []
     faults = labels.filter("fail_slow").row(0, named=True) if labels["fail_slow"].any() else None
     for host in hosts:
+        sent = 0  # the counter: what the 1 s rates add up to
         for t in ts:
             inside = faults is not None and faults["t_start_ns"] <= t < faults["t_end_ns"]
             causes = faults["cause"].split("+") if inside else []
@@ -87,7 +88,8 @@ def _monitoring(dataset: Path, labels: pl.DataFrame, hosts: list[str], per_host:
             rows_host.append((int(t), host, "node-exporter", "cpu_util_pct", cpu, "%", None))
             link = (faults or {}).get("target_link") or ""
             cnp = 5000.0 if "network-congestion" in causes and host in link.split("-") else 10.0
-            rows_nic.append((int(t), host, "mlx5_0", 1, "np_cnp_sent", int(t // 10**6), cnp))
+            sent += int(cnp)
+            rows_nic.append((int(t), host, "mlx5_0", 1, "np_cnp_sent", sent, cnp))
             for gpu in range(per_host):
                 hot = (inside and faults["target_host"] == host and faults["target_gpu"] == gpu
                        and "gpu-thermal" in causes and thermal)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from tracekit.core.counters import nic_counter_rates
+
 THERMAL_FLAGS = ("clock_event_hw_thermal", "clock_event_sw_thermal")
 """DCGM clock-event reasons (NVML ``nvmlClocksEventReason*``) that mean thermal throttling."""
 
@@ -150,14 +152,26 @@ def host_finding(host_metrics: pl.DataFrame, host: str, window: Window) -> Findi
     return Finding(None, text + ": no CPU saturation, host cause unexplained")
 
 
+def congestion_rates(nic_counters: pl.DataFrame) -> pl.DataFrame:
+    """Congestion-notification rate per host and scrape (host, ts_ns, rate_per_s), from the
+    counters across the whole job, not the rates stored per file at ingest: a dump of one
+    snapshot per file has none within a file, and a file's first sample has none."""
+    counters = nic_counters.filter(pl.col("counter").is_in(CONGESTION_COUNTERS),
+                                   pl.col("value").is_not_null())
+    if counters.is_empty():
+        return pl.DataFrame(schema={"host": pl.String, "ts_ns": pl.Int64,
+                                    "rate_per_s": pl.Float64})
+    rated = nic_counter_rates(counters.drop("rate_per_s"))
+    return (rated.drop_nulls("rate_per_s").group_by("host", "ts_ns")
+            .agg(pl.col("rate_per_s").sum()).sort("host", "ts_ns"))
+
+
 def nic_finding(nic_counters: pl.DataFrame, hosts: tuple[str, ...], window: Window) -> Finding:
     """Network congestion on the NICs of ``hosts``: a CNP / ECN rate surge."""
-    counters = nic_counters.filter(pl.col("counter").is_in(CONGESTION_COUNTERS),
-                                   pl.col("rate_per_s").is_not_null())
-    if counters.filter(pl.col("host").is_in(hosts)).is_empty():
+    per_host = congestion_rates(nic_counters)
+    if per_host.filter(pl.col("host").is_in(hosts)).is_empty():
         return Finding(None, "", "no RNIC congestion counters (nic_counters np_cnp_sent / "
                        f"rp_cnp_handled) for {', '.join(hosts)}: cannot confirm congestion")
-    per_host = (counters.group_by("host", "ts_ns").agg(pl.col("rate_per_s").sum()))
     stats = _stats(per_host, window, pl.col("rate_per_s"), ["host"])
     peers = stats.filter(~pl.col("host").is_in(hosts))["during"].median()
     surged, parts = [], []

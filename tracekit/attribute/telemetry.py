@@ -23,13 +23,13 @@ import polars as pl
 
 from tracekit.attribute.evidence import (
     CNP_SURGE,
-    CONGESTION_COUNTERS,
     CPU_RISE_PCT,
     THERMAL_FLAGS,
     Window,
+    congestion_rates,
     scrape_interval_ns,
 )
-from tracekit.core.counters import counter_rates, shares_of_increase
+from tracekit.core.counters import shares_of_increase
 
 DCGM_LAG_SCRAPES = 4
 """DCGM windows reach this many scrape intervals past the episode's end: two collect intervals
@@ -203,21 +203,6 @@ def host_suspects(host_metrics: pl.DataFrame, hosts: list[str], window: Window) 
             + (f"(peers {others:.0f} %) " if others is not None else "")
             + f"in {share:.0%} of the episode's scrapes")))
     return out
-
-
-def congestion_rates(nic_counters: pl.DataFrame) -> pl.DataFrame:
-    """Congestion-notification rate per host and scrape (host, ts_ns, rate_per_s), from the
-    counters across the whole job: a dump of one snapshot per file has no rate within a file."""
-    counters = nic_counters.filter(pl.col("counter").is_in(CONGESTION_COUNTERS),
-                                   pl.col("value").is_not_null())
-    if counters.is_empty():
-        return pl.DataFrame(schema={"host": pl.String, "ts_ns": pl.Int64,
-                                    "rate_per_s": pl.Float64})
-    series = ["host", "device", "port", "counter"]
-    rated = counter_rates(counters.unique([*series, "ts_ns"], keep="last").drop("rate_per_s"),
-                          series)
-    return (rated.drop_nulls("rate_per_s").group_by("host", "ts_ns")
-            .agg(pl.col("rate_per_s").sum()).sort("host", "ts_ns"))
 
 
 def link_suspects(nic_counters: pl.DataFrame, hosts: list[str],

@@ -29,6 +29,18 @@ implies ~2^32 / interval (a 100/s counter reset from 3e9 to 0 read 1.29e8/s, 10^
 rate). A series with no other increase falls back to :data:`WRAP_MAX_FRACTION` alone."""
 
 
+QUEUE_COUNTERS_32BIT = frozenset({
+    "rx_write_requests", "rx_read_requests", "rx_atomic_requests", "out_of_buffer",
+    "out_of_sequence", "duplicate_request", "rnr_nak_retry_err", "packet_seq_err",
+    "implied_nak_seq_err", "local_ack_timeout_err", "rx_dct_connect",
+})
+"""mlx5 Q counters, read from firmware as 32-bit values and so wrapping at 2^32 (kernel
+``drivers/infiniband/hw/mlx5/counters.c``, ``be32_to_cpu``); congestion counters are 64-bit."""
+
+NIC_SERIES = ["host", "device", "port", "counter"]
+"""What names one RDMA NIC counter series."""
+
+
 def split_glitches(frame: pl.DataFrame, series: list[str], ts: str = "ts_ns",
                    value: str = "value") -> tuple[pl.DataFrame, pl.DataFrame]:
     """``frame`` as (plausible, glitches), sorted by series and time: a glitch is a negative
@@ -95,3 +107,11 @@ def shares_of_increase(parts: dict[str, str], total: str, over: str) -> list[pl.
         valid &= delta[column] >= 0
     return [pl.when(valid).then(100 * delta[column] / delta[total]).alias(name)
             for name, column in parts.items()]
+
+
+def nic_counter_rates(samples: pl.DataFrame) -> pl.DataFrame:
+    """RDMA NIC counter samples (ts_ns, host, device, port, counter, value) with
+    ``rate_per_s``: repeats collapsed, 32-bit wraps for the Q counters. One definition for the
+    rates of one file at ingest and for those across every file of a job in attribution."""
+    width = pl.when(pl.col("counter").is_in(list(QUEUE_COUNTERS_32BIT))).then(32).otherwise(64)
+    return counter_rates(collapse_repeats(samples, NIC_SERIES), NIC_SERIES, width_bits=width)

@@ -14,23 +14,13 @@ from collections.abc import Iterator
 import polars as pl
 
 from tracekit.core import schema
-from tracekit.core.counters import collapse_repeats, counter_rates, split_glitches
+from tracekit.core.counters import NIC_SERIES, nic_counter_rates, split_glitches
 from tracekit.core.identity import short_host
 from tracekit.ingest.base import Chunk, Reader, Source, iter_line_batches, quarantine_frame
 from tracekit.ingest.snapshots import SnapshotClock, missing_time_error
 
-QUEUE_COUNTERS_32BIT = frozenset({
-    "rx_write_requests", "rx_read_requests", "rx_atomic_requests", "out_of_buffer",
-    "out_of_sequence", "duplicate_request", "rnr_nak_retry_err", "packet_seq_err",
-    "implied_nak_seq_err", "local_ack_timeout_err", "rx_dct_connect",
-})
-"""mlx5 Q counters, read from firmware as 32-bit values and so wrapping at 2^32 (kernel
-``drivers/infiniband/hw/mlx5/counters.c``, ``be32_to_cpu``); congestion counters are 64-bit."""
-
 NOT_COUNTERS = frozenset({"lifespan"})
 """hw_counters entries that are settings, not counters (``lifespan``: ms caching window)."""
-
-NIC_SERIES = ["host", "device", "port", "counter"]
 
 _SYSFS = (r"^(?:\S*/)?([^/\s]+)/ports/(\d+)/(hw_counters|counters)/([A-Za-z0-9_]+):\s*(\S*)\s*$")
 
@@ -38,9 +28,7 @@ _SYSFS = (r"^(?:\S*/)?([^/\s]+)/ports/(\d+)/(hw_counters|counters)/([A-Za-z0-9_]
 def nic_rows(samples: pl.DataFrame) -> pl.DataFrame:
     """Canonical ``nic_counters`` from samples with ts_ns, host, device, port, counter and
     value: repeats collapsed, rates computed with 32-bit wraps for the Q counters."""
-    collapsed = collapse_repeats(samples, NIC_SERIES)
-    width = pl.when(pl.col("counter").is_in(list(QUEUE_COUNTERS_32BIT))).then(32).otherwise(64)
-    rated = counter_rates(collapsed, NIC_SERIES, width_bits=width)
+    rated = nic_counter_rates(samples)
     return schema.conform("nic_counters", rated.select(
         pl.col("ts_ns"), pl.col("host"), pl.col("device"), pl.col("port").cast(pl.Int32),
         pl.col("counter"), pl.col("value").cast(pl.Int64), pl.col("rate_per_s"),
