@@ -87,8 +87,9 @@ def test_a_later_process_loads_it_without_building_or_numba(spin, spin_source):
 
 
 def test_the_gil_is_released_while_the_kernel_runs(spin):
-    """Another Python thread keeps counting during the call about as fast as while this one
-    sleeps (with the GIL held it would get one switch interval, 5 ms, at the start)."""
+    """Another Python thread keeps counting during the call (with the GIL held it would get
+    one switch interval, 5 ms of the 0.2 s, at the start: 0.025 of its sleeping rate; released,
+    it gets the core it shares with the kernel on a loaded machine, 0.24 of it seen at load 10)."""
     counted, running = [0], threading.Event()
 
     def count():
@@ -108,7 +109,7 @@ def test_the_gil_is_released_while_the_kernel_runs(spin):
     during_kernel = counts_per_s(lambda: spin(40))  # about 0.2 s of arithmetic
     running.clear()
     counter.join()
-    assert during_kernel > 0.3 * sleeping
+    assert during_kernel > 0.1 * sleeping
 
 
 def test_a_missing_compiler_is_recorded_and_not_tried_again(tmp_path, monkeypatch, caplog):

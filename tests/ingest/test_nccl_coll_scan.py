@@ -40,6 +40,14 @@ def scan(lines: list[str], end: str = "\n") -> nccl_coll_scan.ScannedBlock:
     return nccl_coll_scan.scan(("header" + end + end.join(lines) + end).encode())
 
 
+def with_texts(scanned: nccl_coll_scan.ScannedBlock) -> pl.DataFrame:
+    """The scanned calls with the texts their ``*_id`` columns index."""
+    strings = pl.lit(scanned.strings)
+    return scanned.calls.with_columns(strings.gather(pl.col("host_id")).alias("host"),
+                                      strings.gather(pl.col("op_id")).alias("op_name"),
+                                      strings.gather(pl.col("comm_id")).alias("comm"))
+
+
 ACCEPTED_PREFIXES = {
     # prefix: (timestamp kind, seconds, zone offset, fraction ns)
     "": (nccl_coll_scan.TS_NONE, 0, 0, 0),
@@ -64,7 +72,7 @@ def test_accepted_shapes_and_their_values():
     lines.append(coll(op="Send", op_count="ABC", count=0, datatype=13, root=-1, dev=123,
                       suffix=" task 5 globalrank 13"))
     scanned = scan(lines, "\r\n")
-    calls = scanned.calls
+    calls = with_texts(scanned)
     assert (scanned.lines, calls.height, scanned.rejected) == (len(lines) + 1, len(lines),
                                                                 b"header\r\n")
     assert calls["line_index"].to_list() == list(range(1, len(lines) + 1))
@@ -118,7 +126,7 @@ def test_byte_order_mark_inside_a_block_stays_on_its_line():
     """Only the block's first line loses a byte-order mark, as when polars splits it all."""
     block = (coll() + "\n\ufeff" + INIT.format(host="h", pid=1, comm="0x1", rank=0, dev=0)
              + "\n").encode()
-    lines = nccl_debug._split_block(block, 1, "UTC")[1]
+    lines = nccl_debug._split_block(block, 1, "UTC")[2]
     assert lines.rows() == [(2, block.decode().split("\n")[1])]
 
 
@@ -230,7 +238,7 @@ def test_mix_of_every_shape_is_mostly_scanned():
     """The equivalence test above is not vacuous: most good lines take the compiled path."""
     lines = [coll(prefix, host=host) for prefix in ACCEPTED_PREFIXES for host in HOSTS]
     assert scan(lines).calls.height == len(lines)
-    assert pl.Series(scan(lines).calls["host"]).n_unique() == len(HOSTS)
+    assert with_texts(scan(lines))["host"].n_unique() == len(HOSTS)
 
 
 def test_first_use_on_two_threads_at_once_compiles_once():

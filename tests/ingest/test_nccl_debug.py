@@ -277,11 +277,12 @@ def test_calls_are_numbered_per_comm_and_ranked_per_device_across_batches(batche
     import tracekit.ingest.nccl_debug as module
 
     state = module._JoinState()
-    state.process_ranks = pl.DataFrame(
+    process_ranks = pl.DataFrame(
         [(h, p, d, 8, False, r) for h, p, d, r in ranks], orient="row",
-        schema=state.process_ranks.schema).unique(["host", "pid", "cuda_dev"], keep="first",
-                                                  maintain_order=True)
-    by_device = {(h, p, d): r for h, p, d, _, _, r in state.process_ranks.iter_rows()}
+        schema=state.process_ranks.schema | {"host_id": pl.String}).unique(
+        ["host_id", "pid", "cuda_dev"], keep="first", maintain_order=True)
+    by_device = {(h, p, d): r for h, p, d, _, _, r in process_ranks.iter_rows()}
+    state.process_ranks = process_ranks.with_columns(state.ids(process_ranks["host_id"]))
     by_process = {}
     for (h, p, _), r in by_device.items():
         by_process.setdefault((h, p), r)
@@ -289,11 +290,13 @@ def test_calls_are_numbered_per_comm_and_ranked_per_device_across_batches(batche
     for rows in batches:
         calls = pl.DataFrame(
             [(h, p, d, c, g, "allreduce", "float32") for h, p, c, d, g in rows], orient="row",
-            schema={"host": pl.String, "pid": pl.Int64, "cuda_dev": pl.Int32, "comm": pl.String,
-                    "global_rank": pl.Int32, "op": pl.String, "dtype": pl.String}).with_columns(
+            schema={"host_id": pl.String, "pid": pl.Int64, "cuda_dev": pl.Int32,
+                    "comm_id": pl.String, "global_rank": pl.Int32, "op": pl.String,
+                    "dtype": pl.String}).with_columns(
             *(pl.lit(None, dtype).alias(c) for c, dtype in (
                 ("nranks", pl.Int32), ("op_count", pl.Int64), ("count", pl.Int64),
                 ("bytes", pl.Int64), ("peer", pl.Int32), ("t_start_ns", pl.Int64))))
+        calls = calls.with_columns(state.ids(calls["host_id"]), state.ids(calls["comm_id"]))
         got = module._number_and_rank(calls, state)
         expected_seq, expected_rank = [], []
         for h, p, c, d, g in rows:

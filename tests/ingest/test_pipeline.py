@@ -174,6 +174,20 @@ def test_parts_per_part_rows_by_rank_named_by_content(tmp_path, monkeypatch):
     assert table["rank"].to_list() == [i % 2 for i in range(10)]
 
 
+def test_a_chunk_of_interleaved_ranks_goes_to_one_folder_per_rank_in_row_order():
+    import polars as pl
+
+    chunk = pl.DataFrame({"rank": [2, None, 0, 2, 0, None, 2], "seq": range(7)},
+                         schema={"rank": pl.Int32, "seq": pl.Int64})
+    layout = {folder: piece["seq"].to_list() for folder, piece in
+              pipeline._layout("collectives", chunk)}
+    assert layout == {f"rank={pipeline.HIVE_NULL}/": [1, 5], "rank=0/": [2, 4],
+                      "rank=2/": [0, 3, 6]}
+    one_rank = chunk.filter(pl.col("rank") == 2)
+    assert [(folder, piece.equals(one_rank)) for folder, piece in
+            pipeline._layout("collectives", one_rank)] == [("rank=2/", True)]
+
+
 def test_a_source_failing_midway_leaves_no_parts_and_no_staged_files(tmp_path, monkeypatch):
     monkeypatch.setattr(pipeline, "PART_ROWS", 1)
     monkeypatch.setattr(base, "LINE_BATCH_BYTES", 300)

@@ -42,8 +42,6 @@ CSV_SCHEMA = {c: pl.Int64 if c in NUMERIC_COLUMNS else pl.String for c in COLUMN
 FAST_PATH_FIELDS = [i for i, c in enumerate(COLUMNS) if c not in ("sendbuff", "recvbuff")]
 """Fields the fast path converts: the buffer pointers are free text no table keeps, and
 skipping them saves a fifth of the CSV parse."""
-DTYPE_BYTES = {code: size for code, (_, size) in nccl_names.DTYPES.items()}
-"""Bytes per element by ``ncclDataType_t`` value (an integer lookup, not one by name)."""
 
 
 class HookCsvReader(Reader):
@@ -190,8 +188,7 @@ def _collectives(rows: pl.DataFrame) -> pl.DataFrame:
         pl.lit(None, dtype=pl.Int64).alias("op_count"),
         pl.col("count"),
         nccl_names.dtype_name(pl.col("datatype")).alias("dtype"),
-        (pl.col("count") * pl.col("datatype").replace_strict(
-            DTYPE_BYTES, default=None, return_dtype=pl.Int64)).alias("bytes"),
+        (pl.col("count") * nccl_names.dtype_bytes(pl.col("datatype"))).alias("bytes"),
         pl.when(pl.col("peer") >= 0).then(pl.col("peer")).cast(pl.Int32).alias("peer"),
         pl.col("t_call_ns").alias("t_start_ns"),
         (pl.col("t_call_ns") + duration).alias("t_end_ns"),

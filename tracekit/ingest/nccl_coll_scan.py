@@ -58,11 +58,14 @@ polars parser."""
 @dataclass
 class ScannedBlock:
     """What the scan made of a block: ``calls`` holds the accepted lines' values (the
-    :data:`FIELDS` numbers, with ``host``, ``op_name`` and ``comm`` as text); ``rejected`` the
-    other lines' bytes, whose indices in the block are ``rejected_lines``."""
+    :data:`FIELDS` numbers), whose ``host_id``, ``op_id`` and ``comm_id`` index ``strings``,
+    the block's distinct texts (a few dozen: the reader maps them to its own ids once per
+    block instead of hashing a text per call); ``rejected`` the other lines' bytes, whose
+    indices in the block are ``rejected_lines``."""
 
     lines: int
     calls: pl.DataFrame
+    strings: pl.Series
     rejected: bytes
     rejected_lines: np.ndarray
 
@@ -130,12 +133,7 @@ def scan(block: bytes) -> ScannedBlock | None:
     texts = pl.Series([block[offset:offset + length].decode("ascii")
                        for offset, length in strings[:string_count, :2].tolist()],
                       dtype=pl.String)
-    columns = {name: fields[index, :accepted] for index, name in enumerate(FIELDS)}
-    calls = pl.DataFrame(columns).with_columns(
-        texts.gather(columns["host_id"]).alias("host"),
-        texts.gather(columns["op_id"]).alias("op_name"),
-        texts.gather(columns["comm_id"]).alias("comm"),
-    ).drop("host_id", "op_id", "comm_id")
+    calls = pl.DataFrame({name: fields[index, :accepted] for index, name in enumerate(FIELDS)})
     first, count = runs[:run_count, 0], runs[:run_count, 1]
     rejected_lines = np.arange(count.sum()) + np.repeat(first - (np.cumsum(count) - count), count)
-    return ScannedBlock(lines, calls, rejected[:rejected_size].tobytes(), rejected_lines)
+    return ScannedBlock(lines, calls, texts, rejected[:rejected_size].tobytes(), rejected_lines)

@@ -50,14 +50,26 @@ ROOTED_OPS = ("broadcast", "reduce", "gather", "scatter")
 _DTYPE_CODES = max(DTYPES) + 1
 _DTYPE_NAMES = pl.Series([DTYPES[code][0] if code in DTYPES else None
                           for code in range(_DTYPE_CODES)], dtype=pl.String)
+_DTYPE_BYTES = pl.Series([DTYPES[code][1] if code in DTYPES else None
+                          for code in range(_DTYPE_CODES)], dtype=pl.Int64)
+
+
+def _by_code(code: pl.Expr, table: pl.Series) -> pl.Expr:
+    """``table[code]``, null for a code outside it. Indexing a table by the code costs a third
+    of a dictionary ``replace``, and the readers call this on every call record."""
+    return pl.when(code.is_between(0, _DTYPE_CODES - 1)).then(
+        pl.lit(table).gather(code.clip(0, _DTYPE_CODES - 1)))
 
 
 def dtype_name(code: pl.Expr) -> pl.Expr:
     """Map an integer ``ncclDataType_t`` expression to the tracekit dtype name (null when
-    unknown). Indexing a table by the code costs a third of a dictionary ``replace``, and the
-    readers call this on every call record."""
-    return pl.when(code.is_between(0, _DTYPE_CODES - 1)).then(
-        pl.lit(_DTYPE_NAMES).gather(code.clip(0, _DTYPE_CODES - 1)))
+    unknown)."""
+    return _by_code(code, _DTYPE_NAMES)
+
+
+def dtype_bytes(code: pl.Expr) -> pl.Expr:
+    """Bytes per element of an integer ``ncclDataType_t`` expression (null when unknown)."""
+    return _by_code(code, _DTYPE_BYTES)
 
 
 def dtype_size(name: pl.Expr) -> pl.Expr:
