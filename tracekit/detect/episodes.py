@@ -372,7 +372,7 @@ def detect_dataset(dataset: Dataset | str | Path, detectors: list[str] | None = 
         episodes.append(straggler_episodes(
             dataset.job, _preferred_iterations(iterations), dataset.table("op_traces").collect(),
             dataset.table("collectives"), dataset.table("parallel_layout").collect(),
-            min_slowdown))
+            min_slowdown, executor))
     detection = Detection(pl.concat([schema.table("events").empty(), *events]),
                           pl.concat([schema.table("episodes").empty(), *episodes]),
                           gap_notes(series.job["iteration"]))
