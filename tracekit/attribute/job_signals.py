@@ -46,7 +46,8 @@ from tracekit.core.dataset import Dataset, open_dataset, write_parquet
 from tracekit.core.parallel import Executor, map_all, partition_size
 
 RANKS_PER_BATCH = 8
-"""Most ranks read by one partition of pass 1 (8 ranks x 10,000 iterations is ~7 M calls)."""
+"""Most ranks of one partition of pass 1 (read one at a time: a partition's memory is one
+rank's calls, its count what the scheduler hands out)."""
 
 CALLS_PER_BIN = 5_000_000
 """About this many calls in one bin of groups (memory of a pass 2 partition) sets how many bins
@@ -245,13 +246,23 @@ def scan_ranks(dataset_path: str, ranks: list[int]) -> pl.LazyFrame:
 def _rank_batch(partition: tuple[str, list[int], Windows, str | None]
                 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, Part]:
     """Pass 1 for one batch of ranks: handle summaries and signatures, the batch's first own
-    time, and its own times inside the windows (:func:`_keep`)."""
+    time, and its own times inside the windows (:func:`_keep`). A handle belongs to one rank
+    and a rank's own times to its own calls, so the ranks are read one at a time and a worker
+    holds one rank's calls."""
     path, ranks, windows, part = partition
-    collectives = scan_ranks(path, ranks)
+    summaries = [_rank_signals(scan_ranks(path, [rank]), windows) for rank in ranks]
+    handles, signatures, first_gaps, gaps = (
+        pl.concat([s[i] for s in summaries], how="vertical_relaxed") for i in range(4))
+    return handles, signatures, first_gaps.head(1), _keep(gaps, part)
+
+
+def _rank_signals(collectives: pl.LazyFrame, windows: Windows
+                  ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """One rank's handle summaries and signatures, first own time and own times inside the
+    windows."""
     handles, signatures = handle_summary(collective_calls(collectives))
     gaps = call_gaps(collectives)
-    return (handles, signatures, gaps.head(1),
-            _keep(gaps.filter(_in_windows("t_ns", windows)), part))
+    return handles, signatures, gaps.head(1), gaps.filter(_in_windows("t_ns", windows))
 
 
 def _group_bin(partition: tuple[str, pl.DataFrame, Windows, str | None]
