@@ -27,7 +27,6 @@ only add work.
 from __future__ import annotations
 
 import math
-import re
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -43,7 +42,7 @@ from tracekit.attribute.groups import HANDLE, assign_groups, handle_summary
 from tracekit.attribute.instances import collective_calls, collective_instances, member_calls
 from tracekit.core import schema
 from tracekit.core.dataset import Dataset, open_dataset, write_parquet
-from tracekit.core.parallel import Executor, map_all, partition_size
+from tracekit.core.parallel import RANK_FOLDER, Executor, map_all, partition_size, rank_scans
 
 RANKS_PER_BATCH = 8
 """Most ranks of one partition of pass 1 (read one at a time: a partition's memory is one
@@ -224,16 +223,13 @@ def _in_windows(column: str, windows: Windows) -> pl.Expr:
     return inside
 
 
-_RANK_FOLDER = re.compile(r"rank=(\d+)")
-
-
 def scan_ranks(dataset_path: str, ranks: list[int]) -> pl.LazyFrame:
     """The ``collectives`` calls of ``ranks``, reading only their ``rank=N`` folders (and any
     part outside such a folder, whose ranks only its rows tell)."""
     wanted = set(ranks)
     parts = []
     for part in open_dataset(dataset_path).parts("collectives"):
-        folder = _RANK_FOLDER.fullmatch(part.parent.name)
+        folder = RANK_FOLDER.fullmatch(part.parent.name)
         if folder is None or int(folder.group(1)) in wanted:
             parts.append(part)
     spec = schema.table("collectives")
@@ -250,7 +246,8 @@ def _rank_batch(partition: tuple[str, list[int], Windows, str | None]
     and a rank's own times to its own calls, so the ranks are read one at a time and a worker
     holds one rank's calls."""
     path, ranks, windows, part = partition
-    summaries = [_rank_signals(scan_ranks(path, [rank]), windows) for rank in ranks]
+    scans = rank_scans(open_dataset(path), "collectives", ranks)
+    summaries = [_rank_signals(scans[rank], windows) for rank in ranks]
     handles, signatures, first_gaps, gaps = (
         pl.concat([s[i] for s in summaries], how="vertical_relaxed") for i in range(4))
     return handles, signatures, first_gaps.head(1), _keep(gaps, part)

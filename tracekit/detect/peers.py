@@ -41,7 +41,7 @@ import polars as pl
 from scipy.ndimage import median_filter
 
 from tracekit.core import schema
-from tracekit.core.parallel import Executor, LocalExecutor, map_all
+from tracekit.core.parallel import Executor, LocalExecutor, RankScans, map_all, per_rank
 from tracekit.core.schema import COMPUTE_OPS
 from tracekit.core.thresholds import SUSPECT_RATIO
 from tracekit.detect.base import MAD_TO_SIGMA
@@ -78,7 +78,7 @@ class OwnTimes:
 
 
 def own_times(iterations: pl.DataFrame, op_traces: pl.DataFrame,
-              collectives: pl.LazyFrame | None = None,
+              collectives: pl.LazyFrame | RankScans | None = None,
               layout: pl.DataFrame | None = None,
               executor: Executor | None = None) -> OwnTimes | None:
     """The best own-time matrix the dataset holds (module docstring), ``iterations`` being those
@@ -123,12 +123,14 @@ RANKS_PER_BLOCK = 16
 joined to its own iterations only, so a worker holds one rank's calls, whatever the job."""
 
 
-def outside_collectives(iterations: pl.DataFrame, collectives: pl.LazyFrame,
+def outside_collectives(iterations: pl.DataFrame, collectives: pl.LazyFrame | RankScans,
                         executor: Executor | None = None) -> pl.DataFrame | None:
     """Each rank's time per iteration outside collective calls (its compute and host work: a
     rank that waits for a straggler waits inside the calls), from calls with an end time;
     overlapping calls count once. None when the calls have no end times (NCCL debug logs).
-    ``executor`` runs the blocks of :data:`RANKS_PER_BLOCK` ranks (default: a local loop)."""
+    ``collectives``: the calls, or one scan per rank of ``iterations`` (a dataset's
+    :func:`~tracekit.core.parallel.rank_scans`). ``executor`` runs the blocks of
+    :data:`RANKS_PER_BLOCK` ranks (default: a local loop)."""
     spans = (iterations.filter(pl.col("t_start_ns").is_not_null(),
                                pl.col("t_end_ns").is_not_null())
              .select("rank", "iteration", pl.col("t_start_ns").alias("iteration_ns"),
@@ -140,7 +142,7 @@ def outside_collectives(iterations: pl.DataFrame, collectives: pl.LazyFrame,
     blocks = [ranks[first:first + RANKS_PER_BLOCK]
               for first in range(0, len(ranks), RANKS_PER_BLOCK)]
     inside = map_all(executor or LocalExecutor(), _inside_calls,
-                     [(block, collectives.filter(pl.col("rank").is_in(block)),
+                     [(block, list(per_rank(collectives, block).values()),
                        spans.filter(pl.col("rank").is_in(block))) for block in blocks],
                      key=lambda partition: f"own times of ranks {partition[0][0]}-"
                                            f"{partition[0][-1]}")
@@ -153,13 +155,12 @@ def outside_collectives(iterations: pl.DataFrame, collectives: pl.LazyFrame,
                     .alias("duration_s")))
 
 
-def _inside_calls(partition: tuple[list[int], pl.LazyFrame, pl.DataFrame]
+def _inside_calls(partition: tuple[list[int], list[pl.LazyFrame], pl.DataFrame]
                   ) -> list[pl.DataFrame]:
     """Per rank of a block and iteration, the time inside its calls (a partition of
     :func:`outside_collectives`, run in this process or on a Dask worker)."""
-    block, collectives, spans = partition
-    return [(collectives.filter(pl.col("rank") == rank, pl.col("t_start_ns").is_not_null(),
-                                pl.col("t_end_ns").is_not_null())
+    block, scans, spans = partition
+    return [(calls.filter(pl.col("t_start_ns").is_not_null(), pl.col("t_end_ns").is_not_null())
              .select(pl.col("rank").cast(pl.Int32), "t_start_ns", "t_end_ns")
              .sort("t_start_ns")
              .with_columns(pl.max_horizontal("t_start_ns", pl.col("t_end_ns").cum_max()
@@ -172,7 +173,7 @@ def _inside_calls(partition: tuple[list[int], pl.LazyFrame, pl.DataFrame]
              .filter(pl.col("t_start_ns") < pl.col("iteration_end_ns"))
              .group_by("rank", "iteration").agg(pl.col("inside_ns").sum())
              .collect())
-            for rank in block]
+            for rank, calls in zip(block, scans, strict=True)]
 
 
 def pipeline_stage(layout: pl.DataFrame | None) -> pl.Expr:
@@ -237,7 +238,7 @@ def _merge(runs: list[tuple[int, int, int]]) -> list[tuple[int, int, list[int]]]
 
 
 def straggler_episodes(job: str, iterations: pl.DataFrame, op_traces: pl.DataFrame,
-                       collectives: pl.LazyFrame | None = None,
+                       collectives: pl.LazyFrame | RankScans | None = None,
                        layout: pl.DataFrame | None = None,
                        min_slowdown: float = 0.05,
                        executor: Executor | None = None) -> pl.DataFrame:
