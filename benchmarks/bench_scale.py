@@ -165,6 +165,7 @@ def _partitions(stage: str, ranks: int, ranks_per_block: int, workers: int) -> i
     from tracekit.attribute.job_signals import RANKS_PER_BATCH as ATTRIBUTE_RANKS
     from tracekit.core.parallel import PARTITIONS_PER_WORKER
     from tracekit.detect.episodes import JOB_DETECTORS
+    from tracekit.detect.peers import RANKS_PER_BLOCK as PEER_RANKS
     from tracekit.iterations.reconstruct import RANKS_PER_BATCH as ITERATION_RANKS
 
     def batches(most: int) -> int:
@@ -176,8 +177,10 @@ def _partitions(stage: str, ranks: int, ranks_per_block: int, workers: int) -> i
         return ranks  # one hook CSV file per rank
     if stage == "iterations":
         return batches(ITERATION_RANKS)
-    if stage == "detect":  # each detector: its blocks of ranks and the job-level series
-        return len(JOB_DETECTORS) * (1 + math.ceil(ranks / ranks_per_block))
+    if stage == "detect":  # each detector: its blocks of ranks and the job-level series;
+        # the peer comparison: its blocks of ranks' own times
+        return (len(JOB_DETECTORS) * (1 + math.ceil(ranks / ranks_per_block))
+                + math.ceil(ranks / PEER_RANKS))
     return batches(ATTRIBUTE_RANKS)  # the rank batches; group bins are as many or fewer
 
 
