@@ -13,7 +13,8 @@ and a projection for N nodes from the CPU seconds of ``local:1``.
 
 ``TRACEKIT_BENCH_SCALE_BASELINE=<checkout>`` also runs every configuration with the tracekit of
 another checkout (e.g. ``git worktree add /tmp/base HEAD~5``), interleaved with this one so
-both see the same load; ``TRACEKIT_BENCH_SCALE_REPEATS=N`` keeps the best of N runs.
+both see the same load; ``TRACEKIT_BENCH_REPEAT=N`` (default 3) runs each N times and prints
+every figure as min / median / max of the runs.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import json
 import math
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -146,14 +148,15 @@ def _measure(cluster: str | None, ranks: Path, code: Path | None = None) -> dict
             "load": (load, os.getloadavg()[0])}
 
 
-def _best_of(runs: list[dict]) -> dict:
-    """Fastest of repeated runs, field by field for times and CPU seconds (noise on a shared
-    machine only ever adds)."""
-    best = dict(runs[0])
-    for key in runs[0]:
-        if key.endswith("_s") or key == "load":
-            best[key] = min(run[key] for run in runs)
-    return best
+def _spread(values: list[float], digits: int = 1) -> str:
+    """``min/median/max`` of repeated runs (a shared machine's noise only ever adds: the min
+    is the closest to the work, the spread how much to trust it)."""
+    return "/".join(f"{v:,.{digits}f}" for v in (min(values), statistics.median(values),
+                                                 max(values)))
+
+
+def _largest_worker_mib(run: dict) -> int:
+    return max(run["peak_rss_mib"].values())
 
 
 def _partitions(stage: str, ranks: int, ranks_per_block: int, workers: int) -> int:
@@ -162,6 +165,7 @@ def _partitions(stage: str, ranks: int, ranks_per_block: int, workers: int) -> i
     from tracekit.attribute.job_signals import RANKS_PER_BATCH as ATTRIBUTE_RANKS
     from tracekit.core.parallel import PARTITIONS_PER_WORKER
     from tracekit.detect.episodes import JOB_DETECTORS
+    from tracekit.detect.peers import RANKS_PER_BLOCK as PEER_RANKS
     from tracekit.iterations.reconstruct import RANKS_PER_BATCH as ITERATION_RANKS
 
     def batches(most: int) -> int:
@@ -173,108 +177,115 @@ def _partitions(stage: str, ranks: int, ranks_per_block: int, workers: int) -> i
         return ranks  # one hook CSV file per rank
     if stage == "iterations":
         return batches(ITERATION_RANKS)
-    if stage == "detect":  # each detector: its blocks of ranks and the job-level series
-        return len(JOB_DETECTORS) * (1 + math.ceil(ranks / ranks_per_block))
+    if stage == "detect":  # each detector: its blocks of ranks and the job-level series;
+        # the peer comparison: its blocks of ranks' own times
+        return (len(JOB_DETECTORS) * (1 + math.ceil(ranks / ranks_per_block))
+                + math.ceil(ranks / PEER_RANKS))
     return batches(ATTRIBUTE_RANKS)  # the rank batches; group bins are as many or fewer
 
 
-def _cost_model(one: dict) -> list[str]:
+def _cost_model(ones: list[dict]) -> list[str]:
     """Each stage's cost per partition in ``local:1`` (one single-threaded worker, so its CPU
-    seconds are the partitions' cost on one core) and at the projected size. A partition is a
-    batch of ranks over all iterations, so its cost grows with the iterations and the ranks it
-    holds, and the client's with ranks x iterations: the doubling benchmark
+    seconds are the partitions' cost on one core) and at the projected size, over the runs. A
+    partition is a batch of ranks over all iterations, so its cost grows with the iterations
+    and the ranks it holds, and the client's with ranks x iterations: the doubling benchmark
     (``benchmarks/bench_doubling.py``) checks that every stage is linear in both."""
     scale = PROJECTED_RANKS * PROJECTED_ITERATIONS / (RANKS * ITERATIONS)
     lines = [f"per-partition cost model, from local:1 ({RANKS} x {ITERATIONS:,}) to "
-             f"{PROJECTED_RANKS:,} x {PROJECTED_ITERATIONS:,} (x{scale:,.0f} the rank-iterations):"]
+             f"{PROJECTED_RANKS:,} x {PROJECTED_ITERATIONS:,} (x{scale:,.0f} the "
+             "rank-iterations), CPU-s min/median/max:"]
     for stage in STAGES:
-        workers_cpu, client_cpu = one[f"{stage}_workers_cpu_s"], one[f"{stage}_client_cpu_s"]
-        measured = _partitions(stage, RANKS, one["ranks_per_block"], 1)
-        projected = _partitions(stage, PROJECTED_RANKS, one["ranks_per_block"], 1)
-        lines.append(f"  {stage:<10} {measured:>4} partitions x {workers_cpu / measured:6.2f} "
-                     f"CPU-s -> {projected:>5} x {workers_cpu * scale / projected:7.2f} CPU-s; "
-                     f"client {client_cpu:5.1f} -> {client_cpu * scale:7.1f} CPU-s")
+        measured = _partitions(stage, RANKS, ones[0]["ranks_per_block"], 1)
+        projected = _partitions(stage, PROJECTED_RANKS, ones[0]["ranks_per_block"], 1)
+        each = [one[f"{stage}_workers_cpu_s"] / measured for one in ones]
+        client = [one[f"{stage}_client_cpu_s"] for one in ones]
+        lines.append(
+            f"  {stage:<10} {measured:>4} partitions x {_spread(each, 2)} -> {projected:>5} x "
+            f"{_spread([c * scale * measured / projected for c in each], 2)}; client "
+            f"{_spread(client)} -> {_spread([c * scale for c in client], 0)}")
     return lines
 
 
-def _projection(one: dict) -> list[str]:
-    """Wall time of each stage for the projected job on N workers, from ``local:1``: the
-    client's CPU seconds run alone (Amdahl's serial part), the workers' CPU seconds spread over
-    min(workers, partitions). Start-up and data transfer are left out (and on this machine the
-    client shares the workers' cores), so this is a lower bound."""
+def _projected_s(one: dict, workers: int) -> dict[str, float]:
+    """Wall seconds of each stage of the projected job on ``workers`` workers, from one
+    ``local:1`` run: the client's CPU seconds run alone (Amdahl's serial part), the workers'
+    CPU seconds spread over min(workers, partitions). Start-up and data transfer are left out
+    (and on this machine the client shares the workers' cores), so this is a lower bound."""
     scale = PROJECTED_RANKS * PROJECTED_ITERATIONS / (RANKS * ITERATIONS)
-    lines = []
+    return {stage: scale * (one[f"{stage}_client_cpu_s"] + one[f"{stage}_workers_cpu_s"]
+                            / min(workers, _partitions(stage, PROJECTED_RANKS,
+                                                       one["ranks_per_block"], workers)))
+            for stage in STAGES}
+
+
+def _projection(ones: list[dict]) -> list[str]:
+    """The projected job's wall time per setup, min/median/max over the ``local:1`` runs."""
     setups = [("this machine, local:2", 2)] + [
         (f"{nodes} nodes x {WORKERS_PER_NODE} workers", nodes * WORKERS_PER_NODE)
         for nodes in PROJECTED_NODES]
+    lines = []
     for name, workers in setups:
-        parts, total = [], 0.0
-        for stage in STAGES:
-            client = one[f"{stage}_client_cpu_s"] * scale
-            partitions = _partitions(stage, PROJECTED_RANKS, one["ranks_per_block"], workers)
-            wall = client + one[f"{stage}_workers_cpu_s"] * scale / min(workers, partitions)
-            total += wall
-            parts.append(f"{stage} ~{wall:,.0f} s ({client:,.0f} s client)")
-        lines.append(f"  {name:>26}: {', '.join(parts)}; total ~{total:,.0f} s "
-                     f"= {total / 60:,.1f} min")
+        walls = [_projected_s(one, workers) for one in ones]
+        parts = ", ".join(f"{stage} {_spread([w[stage] for w in walls], 0)} s"
+                          for stage in STAGES)
+        lines.append(f"  {name:>26}: {parts}; total "
+                     f"{_spread([sum(w.values()) / 60 for w in walls])} min")
     return lines
-
-
-def _cpu_cell(run: dict, stage: str) -> str:
-    client, workers = run[f"{stage}_client_cpu_s"], run[f"{stage}_workers_cpu_s"]
-    serial = client / (client + workers) if client + workers else 0.0
-    return f"{client:.1f}+{workers:.1f} ({serial:.0%})"
 
 
 def main() -> None:
     ranks = synthesize()
     baseline = os.environ.get("TRACEKIT_BENCH_SCALE_BASELINE")
-    repeats = int(os.environ.get("TRACEKIT_BENCH_SCALE_REPEATS", "1"))
+    repeats = int(os.environ.get("TRACEKIT_BENCH_REPEAT", "3"))
     codes = {"this": None, **({"baseline": Path(baseline).resolve()} if baseline else {})}
     runs: dict[tuple[str, str | None], list[dict]] = {}
     for _ in range(repeats):  # interleaved, so both codes see the same load
         for cluster in CONFIGS:
             for name, code in codes.items():
                 runs.setdefault((name, cluster), []).append(_measure(cluster, ranks, code))
-    results = {key: _best_of(value) for key, value in runs.items()}
-    none = results["this", None]
+    none = runs["this", None][0]
+    for (name, _), done in runs.items():
+        for r in done:
+            assert r["rows"] == none["rows"] and r["iteration_rows"] == none["iteration_rows"]
+            assert (r["events"], r["episodes"]) == (none["events"], none["episodes"]), name
+            assert r["failed"] == 0
     mb = none["bytes"] / 1e6
     print(f"job: {RANKS} ranks x {ITERATIONS:,} iterations, {mb:,.0f} MB hook CSV, "
-          f"{none['rows']:,} collective rows, {none['partitions']['ingest']} files; best of "
-          f"{repeats}; baseline: {baseline or 'none (set TRACEKIT_BENCH_SCALE_BASELINE to a '}"
-          f"{'' if baseline else 'checkout of the code to compare)'}")
-    print(f"{'code':<9} {'cluster':<8} {'startup':>8} {'ingest':>8} {'MB/s':>6} "
-          f"{'iterations':>10} {'detect':>8} {'attribute':>9} {'total':>8}  {'load avg':>9}  "
-          "peak RSS per worker (MiB)")
-    for (name, cluster), r in results.items():
-        assert r["rows"] == none["rows"] and r["iteration_rows"] == none["iteration_rows"]
-        assert (r["events"], r["episodes"]) == (none["events"], none["episodes"]), name
-        assert r["failed"] == 0
-        print(f"{name:<9} {cluster or 'none':<8} {r['startup_s']:>7.1f}s {r['ingest_s']:>7.1f}s "
-              f"{mb / r['ingest_s']:>6.0f} {r['iterations_s']:>9.1f}s {r['detect_s']:>7.1f}s "
-              f"{r['attribute_s']:>8.1f}s {r['total_s']:>7.1f}s  {r['load'][0]:>4.1f}-"
-              f"{r['load'][1]:<4.1f}  {', '.join(map(str, r['peak_rss_mib'].values()))}")
+          f"{none['rows']:,} collective rows, {none['partitions']['ingest']} files; "
+          f"min/median/max of {repeats} run(s); baseline: "
+          f"{baseline or 'none (set TRACEKIT_BENCH_SCALE_BASELINE to a checkout to compare)'}")
+    print(f"{'code':<9} {'cluster':<8} {'total s':>17} {'ingest MB/s':>13} {'load avg':>9}  "
+          "peak RSS of the largest worker, MiB (no cluster: the process)")
+    for (name, cluster), done in runs.items():
+        loads = [load for r in done for load in r["load"]]
+        print(f"{name:<9} {cluster or 'none':<8} {_spread([r['total_s'] for r in done]):>17} "
+              f"{_spread([mb / r['ingest_s'] for r in done], 0):>13} "
+              f"{min(loads):>4.1f}-{max(loads):<4.1f}  "
+              f"{_spread([_largest_worker_mib(r) for r in done], 0)}")
     found = {}
     for detector, *_ in none["episodes"]:
         found[detector] = found.get(detector, 0) + 1
-    print(f"identical in every configuration: {none['events']:,} change events, episodes "
-          f"{found or 'none'} and their verdicts")
-    print("CPU seconds per stage, client + workers (serial share: the client's part):")
-    print(f"{'code':<9} {'cluster':<8} " + " ".join(f"{stage:>19}" for stage in STAGES))
-    for (name, cluster), r in results.items():
-        print(f"{name:<9} {cluster or 'none':<8} "
-              + " ".join(f"{_cpu_cell(r, stage):>19}" for stage in STAGES))
+    print(f"identical in every configuration and run: {none['events']:,} change events, "
+          f"episodes {found or 'none'} and their verdicts")
+    print("per stage, min/median/max: wall s | client CPU-s | workers CPU-s")
+    for (name, cluster), done in runs.items():
+        for stage in STAGES:
+            print(f"{name:<9} {cluster or 'none':<8} {stage:<10} "
+                  + " | ".join(_spread([r[f"{stage}{field}"] for r in done])
+                               for field in ("_s", "_client_cpu_s", "_workers_cpu_s")))
     for name in codes:
-        one, two = results[name, "local:1"], results[name, "local:2"]
-        over_none = results[name, None]["total_s"] / two["total_s"]
-        print(f"speed-up local:2 / local:1 ({name}; goal 1.8x): " + ", ".join(
-            f"{stage.removesuffix('_s')} {one[stage] / two[stage]:.2f}x"
-            for stage in (*(f"{s}_s" for s in STAGES), "total_s"))
-            + f"; local:2 / no cluster, total: {over_none:.2f}x")
-    print("\n".join(_cost_model(results["this", "local:1"])))
+        ones, twos = runs[name, "local:1"], runs[name, "local:2"]
+        print(f"speed-up local:2 / local:1 ({name}; goal 1.8x), min/median/max over pairs of "
+              "runs: " + ", ".join(
+                  f"{stage.removesuffix('_s')} "
+                  f"{_spread([o[stage] / t[stage] for o, t in zip(ones, twos, strict=True)], 2)}x"
+                  for stage in (*(f"{s}_s" for s in STAGES), "total_s")))
+    ones = runs["this", "local:1"]
+    print("\n".join(_cost_model(ones)))
     print(f"projection for {PROJECTED_RANKS:,} ranks x {PROJECTED_ITERATIONS:,} iterations "
-          "(client alone, workers' CPU spread over the partitions; a lower bound):")
-    print("\n".join(_projection(results["this", "local:1"])))
+          "(client alone, workers' CPU spread over the partitions; a lower bound), "
+          "min/median/max:")
+    print("\n".join(_projection(ones)))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tracekit.cli import app
-from tracekit.core import schema
+from tracekit.core import parallel, schema
 from tracekit.core.dataset import create_dataset, open_dataset
 from tracekit.core.errors import InputError, TracekitError
 from tracekit.core.parallel import LocalExecutor, map_all, open_executor, partition_size
@@ -508,3 +508,30 @@ def test_cli_analysis_commands_refuse_an_unreachable_cluster(tmp_path, command):
     assert result.exit_code == 2, result.output
     assert f"cannot reach a Dask scheduler at {address}" in result.output
     assert "Traceback" not in result.output
+
+
+def test_rank_scans_open_only_each_ranks_folder_and_parts_outside_rank_folders(tmp_path,
+                                                                                monkeypatch):
+    """Each rank's scan reads its ``rank=N`` folder and the parts outside rank folders (whose
+    rows may be of any rank), never another rank's folder."""
+    dataset = create_dataset(tmp_path / "ds")
+    folder = tmp_path / "ds" / "collectives"
+    rows = {"rank=0/a.parquet": [0, 0], "rank=1/a.parquet": [1], "loose.parquet": [1, 2]}
+    for name, ranks in rows.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        frame = pl.DataFrame({"rank": ranks, "t_start_ns": range(len(ranks))},
+                             schema={"rank": pl.Int32, "t_start_ns": pl.Int64})
+        schema.conform("collectives", frame).write_parquet(folder / name)
+    opened: list[list[str]] = []
+    scan = pl.scan_parquet
+
+    def recording_scan(parts, **options):
+        opened.append([str(Path(p).relative_to(folder)) for p in parts])
+        return scan(parts, **options)
+
+    monkeypatch.setattr(parallel.pl, "scan_parquet", recording_scan)
+    scans = parallel.rank_scans(dataset, "collectives", [0, 1, 2, 3])
+    assert opened == [["loose.parquet", "rank=0/a.parquet"], ["loose.parquet", "rank=1/a.parquet"],
+                      ["loose.parquet"], ["loose.parquet"]]
+    assert {rank: scan.collect()["rank"].to_list() for rank, scan in scans.items()} == {
+        0: [0, 0], 1: [1, 1], 2: [2], 3: []}

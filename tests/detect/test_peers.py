@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from tracekit import open_dataset
-from tracekit.detect import detect_dataset
+from tracekit.detect import detect_dataset, peers
 from tracekit.detect.peers import peer_medians, straggler_episodes
 from tracekit.detect.verdict import VERDICT_DETECTOR, shown_episodes
 from tracekit.ingest.pipeline import ingest
@@ -180,6 +180,19 @@ def test_thermal_gpu_from_the_first_step_in_raw_formats(tmp_path):
     assert (row["ranks"], row["start_iteration"]) == ("5", 0)
     assert row["slowdown"] == pytest.approx(injected, rel=0.10)
     assert "time outside collectives" in row["evidence"]
+
+
+def test_own_times_do_not_depend_on_the_blocks_of_ranks(tmp_path, monkeypatch):
+    """The time outside collectives is computed by blocks of ranks (a worker holds one rank's
+    calls): blocks of one rank and blocks of the whole job give the same own times."""
+    synthesized(tmp_path, "tp2-dp2-pp2", ["thermal:rank=5@0+200x1.3"])
+    dataset = open_dataset(tmp_path / "ds")
+    iterations = dataset.table("iterations").filter(pl.col("source") == "acf").collect()
+    whole = peers.outside_collectives(iterations, dataset.table("collectives"))
+    monkeypatch.setattr(peers, "RANKS_PER_BLOCK", 1)
+    single = peers.outside_collectives(iterations, dataset.table("collectives"))
+    assert (whole.height, whole["rank"].n_unique()) == (iterations.height, 8)
+    assert whole.equals(single)
 
 
 def test_healthy_pipeline_job_has_no_straggler(tmp_path):

@@ -27,7 +27,6 @@ only add work.
 from __future__ import annotations
 
 import math
-import re
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -43,10 +42,11 @@ from tracekit.attribute.groups import HANDLE, assign_groups, handle_summary
 from tracekit.attribute.instances import collective_calls, collective_instances, member_calls
 from tracekit.core import schema
 from tracekit.core.dataset import Dataset, open_dataset, write_parquet
-from tracekit.core.parallel import Executor, map_all, partition_size
+from tracekit.core.parallel import RANK_FOLDER, Executor, map_all, partition_size, rank_scans
 
 RANKS_PER_BATCH = 8
-"""Most ranks read by one partition of pass 1 (8 ranks x 10,000 iterations is ~7 M calls)."""
+"""Most ranks of one partition of pass 1 (read one at a time: a partition's memory is one
+rank's calls, its count what the scheduler hands out)."""
 
 CALLS_PER_BIN = 5_000_000
 """About this many calls in one bin of groups (memory of a pass 2 partition) sets how many bins
@@ -223,16 +223,13 @@ def _in_windows(column: str, windows: Windows) -> pl.Expr:
     return inside
 
 
-_RANK_FOLDER = re.compile(r"rank=(\d+)")
-
-
 def scan_ranks(dataset_path: str, ranks: list[int]) -> pl.LazyFrame:
     """The ``collectives`` calls of ``ranks``, reading only their ``rank=N`` folders (and any
     part outside such a folder, whose ranks only its rows tell)."""
     wanted = set(ranks)
     parts = []
     for part in open_dataset(dataset_path).parts("collectives"):
-        folder = _RANK_FOLDER.fullmatch(part.parent.name)
+        folder = RANK_FOLDER.fullmatch(part.parent.name)
         if folder is None or int(folder.group(1)) in wanted:
             parts.append(part)
     spec = schema.table("collectives")
@@ -245,13 +242,24 @@ def scan_ranks(dataset_path: str, ranks: list[int]) -> pl.LazyFrame:
 def _rank_batch(partition: tuple[str, list[int], Windows, str | None]
                 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, Part]:
     """Pass 1 for one batch of ranks: handle summaries and signatures, the batch's first own
-    time, and its own times inside the windows (:func:`_keep`)."""
+    time, and its own times inside the windows (:func:`_keep`). A handle belongs to one rank
+    and a rank's own times to its own calls, so the ranks are read one at a time and a worker
+    holds one rank's calls."""
     path, ranks, windows, part = partition
-    collectives = scan_ranks(path, ranks)
+    scans = rank_scans(open_dataset(path), "collectives", ranks)
+    summaries = [_rank_signals(scans[rank], windows) for rank in ranks]
+    handles, signatures, first_gaps, gaps = (
+        pl.concat([s[i] for s in summaries], how="vertical_relaxed") for i in range(4))
+    return handles, signatures, first_gaps.head(1), _keep(gaps, part)
+
+
+def _rank_signals(collectives: pl.LazyFrame, windows: Windows
+                  ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """One rank's handle summaries and signatures, first own time and own times inside the
+    windows."""
     handles, signatures = handle_summary(collective_calls(collectives))
     gaps = call_gaps(collectives)
-    return (handles, signatures, gaps.head(1),
-            _keep(gaps.filter(_in_windows("t_ns", windows)), part))
+    return handles, signatures, gaps.head(1), gaps.filter(_in_windows("t_ns", windows))
 
 
 def _group_bin(partition: tuple[str, pl.DataFrame, Windows, str | None]

@@ -18,17 +18,22 @@ import importlib
 import logging
 import math
 import os
+import re
 import resource
 import socket
 import sys
 import threading
 import uuid
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
+import polars as pl
+
+from tracekit.core import schema
 from tracekit.core.dataset import Dataset
 from tracekit.core.errors import TracekitError
 
@@ -371,6 +376,42 @@ def partition_size(items: int, executor: Executor, most: int) -> int:
     if workers <= 1:
         return most
     return max(1, min(most, math.ceil(items / (workers * PARTITIONS_PER_WORKER))))
+
+
+RANK_FOLDER = re.compile(r"rank=(\d+)")
+"""A table's folder of one rank's parts (``collectives/rank=5/``), as ingest writes them."""
+
+RankScans = Mapping[int, pl.LazyFrame]
+"""Each rank's rows of a table, one lazy scan per rank: what a partition that reads its ranks
+one at a time (a worker holds one rank's rows) is handed."""
+
+
+def rank_scans(dataset: Dataset, table: str, ranks: Iterable[int]) -> dict[int, pl.LazyFrame]:
+    """Each of ``ranks``' rows of ``table``, each scan opening only the parts of its
+    ``rank=N`` folder (and any part outside such a folder, whose ranks only its rows tell),
+    from one listing of the parts. Filtering the whole table by rank instead opens every
+    part's footer for every rank: quadratic in the ranks (iterations' per-rank reads took
+    0.014 CPU-s a rank at 16 ranks, 0.018 at 32)."""
+    by_rank: dict[int | None, list[Path]] = {}
+    for part in dataset.parts(table):
+        folder = RANK_FOLDER.fullmatch(part.parent.name)
+        by_rank.setdefault(None if folder is None else int(folder.group(1)), []).append(part)
+    spec = schema.table(table)
+    scans = {}
+    for rank in ranks:
+        parts = sorted([*by_rank.get(None, []), *by_rank.get(rank, [])])
+        scan = (pl.scan_parquet(parts, schema=spec.schema, hive_partitioning=False) if parts
+                else spec.empty().lazy())
+        scans[rank] = scan.filter(pl.col("rank") == rank)
+    return scans
+
+
+def per_rank(rows: pl.LazyFrame | RankScans, ranks: Iterable[int]) -> dict[int, pl.LazyFrame]:
+    """Each of ``ranks``' rows: ``rows`` itself when already one scan per rank
+    (:func:`rank_scans`), else ``rows`` filtered to each rank."""
+    if isinstance(rows, Mapping):
+        return {rank: rows[rank] for rank in ranks}
+    return {rank: rows.filter(pl.col("rank") == rank) for rank in ranks}
 
 
 def record_build(dataset: Dataset, stage: str, executor: Executor, **details: Any) -> None:

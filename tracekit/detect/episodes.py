@@ -24,7 +24,7 @@ import polars as pl
 from tracekit.core import schema
 from tracekit.core.dataset import Dataset, open_dataset
 from tracekit.core.errors import InputError
-from tracekit.core.parallel import Executor, LocalExecutor, map_all, record_build
+from tracekit.core.parallel import Executor, LocalExecutor, map_all, rank_scans, record_build
 from tracekit.detect.base import Detector
 from tracekit.detect.bocd_verify import MIN_FAIL_SLOW_ITERATIONS
 from tracekit.detect.peers import NAME as PEER_DETECTOR
@@ -371,8 +371,9 @@ def detect_dataset(dataset: Dataset | str | Path, detectors: list[str] | None = 
     if PEER_DETECTOR in names:
         episodes.append(straggler_episodes(
             dataset.job, _preferred_iterations(iterations), dataset.table("op_traces").collect(),
-            dataset.table("collectives"), dataset.table("parallel_layout").collect(),
-            min_slowdown))
+            rank_scans(dataset, "collectives",
+                       iterations["rank"].drop_nulls().unique().sort().to_list()),
+            dataset.table("parallel_layout").collect(), min_slowdown, executor))
     detection = Detection(pl.concat([schema.table("events").empty(), *events]),
                           pl.concat([schema.table("episodes").empty(), *episodes]),
                           gap_notes(series.job["iteration"]))

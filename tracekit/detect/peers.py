@@ -41,6 +41,7 @@ import polars as pl
 from scipy.ndimage import median_filter
 
 from tracekit.core import schema
+from tracekit.core.parallel import Executor, LocalExecutor, RankScans, map_all, per_rank
 from tracekit.core.schema import COMPUTE_OPS
 from tracekit.core.thresholds import SUSPECT_RATIO
 from tracekit.detect.base import MAD_TO_SIGMA
@@ -77,13 +78,16 @@ class OwnTimes:
 
 
 def own_times(iterations: pl.DataFrame, op_traces: pl.DataFrame,
-              collectives: pl.LazyFrame | None = None,
-              layout: pl.DataFrame | None = None) -> OwnTimes | None:
+              collectives: pl.LazyFrame | RankScans | None = None,
+              layout: pl.DataFrame | None = None,
+              executor: Executor | None = None) -> OwnTimes | None:
     """The best own-time matrix the dataset holds (module docstring), ``iterations`` being those
-    of one source; None without per-rank times of at least two ranks."""
+    of one source; None without per-rank times of at least two ranks. ``executor`` runs the
+    time outside collectives by blocks of ranks."""
     per_rank = iterations.filter(pl.col("rank").is_not_null(), pl.col("duration_s").is_finite())
     compute = op_traces.filter(pl.col("op").is_in(COMPUTE_OPS), pl.col("pp_stage").is_not_null())
-    outside = None if collectives is None else outside_collectives(per_rank, collectives)
+    outside = (None if collectives is None
+               else outside_collectives(per_rank, collectives, executor))
     if compute.height:
         own = (compute.group_by("rank", "step")
                .agg(pl.col("duration_s").sum(), pl.col("pp_stage").first().alias("group"))
@@ -114,11 +118,19 @@ def own_times(iterations: pl.DataFrame, op_traces: pl.DataFrame,
                     matrix)
 
 
-def outside_collectives(iterations: pl.DataFrame, collectives: pl.LazyFrame
-                        ) -> pl.DataFrame | None:
+RANKS_PER_BLOCK = 16
+"""Ranks of one own-time partition (read one rank at a time within it): a rank's calls are
+joined to its own iterations only, so a worker holds one rank's calls, whatever the job."""
+
+
+def outside_collectives(iterations: pl.DataFrame, collectives: pl.LazyFrame | RankScans,
+                        executor: Executor | None = None) -> pl.DataFrame | None:
     """Each rank's time per iteration outside collective calls (its compute and host work: a
     rank that waits for a straggler waits inside the calls), from calls with an end time;
-    overlapping calls count once. None when the calls have no end times (NCCL debug logs)."""
+    overlapping calls count once. None when the calls have no end times (NCCL debug logs).
+    ``collectives``: the calls, or one scan per rank of ``iterations`` (a dataset's
+    :func:`~tracekit.core.parallel.rank_scans`). ``executor`` runs the blocks of
+    :data:`RANKS_PER_BLOCK` ranks (default: a local loop)."""
     spans = (iterations.filter(pl.col("t_start_ns").is_not_null(),
                                pl.col("t_end_ns").is_not_null())
              .select("rank", "iteration", pl.col("t_start_ns").alias("iteration_ns"),
@@ -126,27 +138,42 @@ def outside_collectives(iterations: pl.DataFrame, collectives: pl.LazyFrame
              .sort("iteration_ns"))
     if spans.is_empty():
         return None
-    calls = (collectives.filter(pl.col("rank").is_not_null(), pl.col("t_start_ns").is_not_null(),
-                                pl.col("t_end_ns").is_not_null())
-             .select(pl.col("rank").cast(pl.Int32), "t_start_ns", "t_end_ns")
-             .sort("rank", "t_start_ns")
-             .with_columns(pl.max_horizontal("t_start_ns", pl.col("t_end_ns").cum_max()
-                                             .shift(1).over("rank")).alias("from_ns"))
-             .with_columns((pl.col("t_end_ns") - pl.col("from_ns")).clip(0).alias("inside_ns"))
-             .sort("t_start_ns")
-             .join_asof(spans.lazy().select("rank", "iteration", "iteration_ns",
-                                            "iteration_end_ns"),
-                        left_on="t_start_ns", right_on="iteration_ns", by="rank",
-                        strategy="backward", check_sortedness=False)
-             .filter(pl.col("t_start_ns") < pl.col("iteration_end_ns"))
-             .group_by("rank", "iteration").agg(pl.col("inside_ns").sum())
-             .collect())
+    ranks = spans["rank"].unique().sort().to_list()
+    blocks = [ranks[first:first + RANKS_PER_BLOCK]
+              for first in range(0, len(ranks), RANKS_PER_BLOCK)]
+    inside = map_all(executor or LocalExecutor(), _inside_calls,
+                     [(block, list(per_rank(collectives, block).values()),
+                       spans.filter(pl.col("rank").is_in(block))) for block in blocks],
+                     key=lambda partition: f"own times of ranks {partition[0][0]}-"
+                                           f"{partition[0][-1]}")
+    calls = pl.concat([frame for block in inside for frame in block])
     if calls.is_empty():
         return None
     return (spans.join(calls, on=["rank", "iteration"], how="left")
             .select("rank", "iteration",
                     (pl.col("duration_s") - pl.col("inside_ns").fill_null(0) / 1e9).clip(0)
                     .alias("duration_s")))
+
+
+def _inside_calls(partition: tuple[list[int], list[pl.LazyFrame], pl.DataFrame]
+                  ) -> list[pl.DataFrame]:
+    """Per rank of a block and iteration, the time inside its calls (a partition of
+    :func:`outside_collectives`, run in this process or on a Dask worker)."""
+    block, scans, spans = partition
+    return [(calls.filter(pl.col("t_start_ns").is_not_null(), pl.col("t_end_ns").is_not_null())
+             .select(pl.col("rank").cast(pl.Int32), "t_start_ns", "t_end_ns")
+             .sort("t_start_ns")
+             .with_columns(pl.max_horizontal("t_start_ns", pl.col("t_end_ns").cum_max()
+                                             .shift(1)).alias("from_ns"))
+             .with_columns((pl.col("t_end_ns") - pl.col("from_ns")).clip(0).alias("inside_ns"))
+             .join_asof(spans.lazy().filter(pl.col("rank") == rank)
+                        .select("rank", "iteration", "iteration_ns", "iteration_end_ns"),
+                        left_on="t_start_ns", right_on="iteration_ns", by="rank",
+                        strategy="backward", check_sortedness=False)
+             .filter(pl.col("t_start_ns") < pl.col("iteration_end_ns"))
+             .group_by("rank", "iteration").agg(pl.col("inside_ns").sum())
+             .collect())
+            for rank, calls in zip(block, scans, strict=True)]
 
 
 def pipeline_stage(layout: pl.DataFrame | None) -> pl.Expr:
@@ -211,14 +238,16 @@ def _merge(runs: list[tuple[int, int, int]]) -> list[tuple[int, int, list[int]]]
 
 
 def straggler_episodes(job: str, iterations: pl.DataFrame, op_traces: pl.DataFrame,
-                       collectives: pl.LazyFrame | None = None,
+                       collectives: pl.LazyFrame | RankScans | None = None,
                        layout: pl.DataFrame | None = None,
-                       min_slowdown: float = 0.05) -> pl.DataFrame:
+                       min_slowdown: float = 0.05,
+                       executor: Executor | None = None) -> pl.DataFrame:
     """Peer-comparison episodes of one job, in the ``episodes`` schema (detector ``peers``);
     ``iterations`` are those of the source detection runs on. As for the change-point
     detectors, an episode slows the job by more than ``min_slowdown`` (its blocking slowdown):
-    a straggler the job does not wait for is no fail-slow of the job."""
-    times = own_times(iterations, op_traces, collectives, layout)
+    a straggler the job does not wait for is no fail-slow of the job. ``executor`` runs the
+    own times' blocks of ranks (default: a local loop)."""
+    times = own_times(iterations, op_traces, collectives, layout, executor)
     if times is None:
         return schema.table("episodes").empty()
     peers = np.full_like(times.own_s, np.nan)

@@ -12,7 +12,7 @@ import polars as pl
 
 from tracekit.core.dataset import Dataset
 from tracekit.core.errors import InputError
-from tracekit.core.parallel import Executor, LocalExecutor, record_build
+from tracekit.core.parallel import Executor, LocalExecutor, rank_scans, record_build
 from tracekit.iterations.compare import Comparison, RankComparison, compare
 from tracekit.iterations.period import ACF_THRESHOLD, Period, find_period, match_acf
 from tracekit.iterations.reconstruct import (
@@ -44,8 +44,8 @@ def reconstruct_dataset(dataset: Dataset, threshold: float = ACF_THRESHOLD,
         raise InputError("no collectives table: ingest per-rank collective logs first (hook CSV, "
                          "NCCL_DEBUG=INFO COLL lines, Inspector)", str(dataset.path))
     executor = executor or LocalExecutor()
-    result = reconstruct(dataset.table("collectives"), threshold, executor,
-                         dataset.ranks("collectives"))
+    ranks = dataset.ranks("collectives")
+    result = reconstruct(rank_scans(dataset, "collectives", ranks), threshold, executor, ranks)
     dataset.write_part("iterations", result.iterations, PART)
     record_build(dataset, "iterations", executor, ranks=len(result.ranks))
     dataset.save_manifest()
