@@ -32,7 +32,7 @@ STAGES = ("ingest", "iterations", "detect", "attribute")
 LINEAR_BOUND = 2.2
 """Largest ratio a linear stage shows for twice its input: 2, plus a tenth for n log n sorts
 and the noise of a shared machine (issue 26's bound)."""
-ONE_CORE = {"POLARS_MAX_THREADS": "1", "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+ONE_CORE = {"POLARS_MAX_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
 
 def _spec(ranks: int, iterations: int, faults: int):
