@@ -27,6 +27,7 @@ def write_iterations(path, ranks: int = 4):
             schema_overrides={"rank": pl.Int32}))
     dataset = create_dataset(path, job="j1")
     dataset.write_table("iterations", schema.conform("iterations", pl.concat(frames)))
+    dataset.save_manifest()
     return dataset
 
 

@@ -166,9 +166,13 @@ def test_parts_per_part_rows_by_rank_named_by_content(tmp_path, monkeypatch):
     sha = hashlib.sha256((tmp_path / "in" / "two-ranks.csv").read_bytes()).hexdigest()[:16]
     folder = tmp_path / "ds" / "collectives"
     files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
-    # rows 0-2, 3-5, 6-8 and 9 (rank 1 only) make parts 0 to 3
-    assert files == [*(f"rank=0/{sha}-{n:05d}.parquet" for n in range(3)),
-                     *(f"rank=1/{sha}-{n:05d}.parquet" for n in range(4))]
+    # rows 0-2, 3-5, 6-8 and 9 (rank 1 only) make parts 0 to 3, with this ingest's token
+    assert [file.split(".")[0] for file in files] == [
+        *(f"rank=0/{sha}-{n:05d}" for n in range(3)), *(f"rank=1/{sha}-{n:05d}" for n in range(4))]
+    assert len({file.split(".")[1] for file in files}) == 1
+    manifest = json.loads((tmp_path / "ds" / "manifest.json").read_text())
+    key = manifest["sources"][0]["key"]
+    assert manifest["parts"]["collectives"] == dict.fromkeys(files, key)
     table = open_dataset(tmp_path / "ds")["collectives"].collect().sort("seq")
     assert table["seq"].to_list() == list(range(10))
     assert table["rank"].to_list() == [i % 2 for i in range(10)]
@@ -226,27 +230,28 @@ def test_a_nccl_log_failing_on_a_parse_thread_leaves_nothing(tmp_path, monkeypat
     assert not any(t.name.startswith("tracekit-parse") for t in threading.enumerate())
 
 
-def test_leftover_parts_of_the_same_bytes_are_removed(dump, tmp_path, monkeypatch):
-    """A part an interrupted ingest left in a rank folder goes when the bytes are read again;
-    after a parser change, parts in rank folders no longer written go too."""
+def test_parts_the_manifest_does_not_list_are_invisible_and_removed_by_the_next_writer(
+        dump, tmp_path, monkeypatch):
+    """A part an interrupted ingest left is not read and goes when the next writer starts;
+    after a parser change the new parts are listed in place of the old, which the next
+    writer removes (a reader that opened the manifest before could still read them)."""
     sha = hashlib.sha256((dump / "rank0.csv").read_bytes()).hexdigest()[:16]
     folder = tmp_path / "ds" / "collectives"
     ingest([dump], tmp_path / "ds")
-    part = folder / "rank=0" / f"{sha}-00000.parquet"
-    leftover = folder / "rank=0" / f"{sha}-00007.parquet"
+    [part] = (folder / "rank=0").glob(f"{sha}-00000.*.parquet")
+    leftover = folder / "rank=5" / f"{sha}-00000.0123456789ab.parquet"
+    leftover.parent.mkdir()
     shutil.copy(part, leftover)
-    (dump / "rank0.csv").rename(dump / "rank0-renamed.csv")  # new to this path: read again
-    ingest([dump], tmp_path / "ds")
-    assert part.exists() and not leftover.exists()
-
-    moved = folder / "rank=5" / f"{sha}-00000.parquet"
-    moved.parent.mkdir()
-    shutil.copy(part, moved)
+    assert open_dataset(tmp_path / "ds")["collectives"].collect().height == 8
     monkeypatch.setattr(hook_csv.HookCsvReader, "version", "2")
     again = ingest([dump], tmp_path / "ds")
     assert [s.status for s in again.sources] == ["ingested", "ingested"]
-    assert part.exists() and not moved.exists()
+    assert not leftover.exists() and part.exists()
     assert open_dataset(tmp_path / "ds")["collectives"].collect().height == 8
+    ingest([], tmp_path / "ds")
+    assert not part.exists()
+    assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.parquet")) == sorted(
+        open_dataset(tmp_path / "ds").manifest["parts"]["collectives"])
 
 
 @pytest.mark.parametrize("make_log", ["hook", "nccl"])
@@ -281,7 +286,8 @@ def test_on_one_core_the_same_dataset_is_written_without_threads(tmp_path, monke
         threads = [name for name in started if name.startswith("tracekit-")]
         assert bool(threads) != one_core, threads
         folder = tmp_path / f"ds-{one_core}" / "collectives"
-        tables.append((sorted(str(p.relative_to(folder)) for p in folder.rglob("*.parquet")),
+        tables.append((sorted(str(p.relative_to(folder)).split(".")[0]
+                              for p in folder.rglob("*.parquet")),
                        pl.read_parquet(folder / "**" / "*.parquet").sort("rank", "seq")))
     (threaded_parts, threaded), (inline_parts, inline) = tables
     assert inline_parts == threaded_parts and len(inline_parts) > 2  # several writes
@@ -327,3 +333,65 @@ def test_members_after_a_refused_member_are_still_read(tmp_path):
     assert [(s.path.split("!")[1], s.status, s.total_rows) for s in summary.sources] == [
         ("rank0.csv", "ingested", 2), ("../escape.csv", "failed", 0), ("rank1.csv", "ingested", 3)]
     assert "archive member path contains '..'" in summary.sources[1].error
+
+
+KILLED_AT_RENAME = """
+import os, signal, sys
+from pathlib import Path
+from tracekit.ingest.pipeline import ingest
+renames, kill_at, rename = 0, int(sys.argv[1]), os.replace
+
+def replace(*args, **kwargs):
+    global renames
+    renames += 1
+    if renames == kill_at:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return rename(*args, **kwargs)
+
+os.replace = replace
+ingest([Path(sys.argv[3])], Path(sys.argv[2]))
+"""
+
+
+def _visible(path) -> tuple[list, list]:
+    """What a reader of the dataset sees: its source records and every row of its tables."""
+    dataset = open_dataset(path)
+    rows = [(name, sorted(dataset[name].collect().rows())) for name in dataset]
+    return sorted((s["path"], s["sha256"]) for s in dataset.manifest["sources"]), rows
+
+
+def test_a_kill_at_any_rename_leaves_the_old_dataset_or_the_new_never_a_mix(dump, tmp_path):
+    """Killed (SIGKILL) before each rename an ingest makes (parts written, parts named, the
+    manifest), a reader sees the dataset as it was or as the full run leaves it; running the
+    ingest again leaves it as the full run does."""
+    import subprocess
+    import sys
+
+    ingest([dump], tmp_path / "before")
+    (dump / "rank0.csv").write_text(hook_log(0, 8))  # grew: replaces its rows
+    (dump / "rank2.csv").write_text(hook_log(2, 4) + "garbage\n")  # new, with a quarantined line
+    shutil.copytree(tmp_path / "before", tmp_path / "after")
+    ingest([dump], tmp_path / "after")
+    old, new = _visible(tmp_path / "before"), _visible(tmp_path / "after")
+    assert old != new
+    seen = []
+    for kill_at in range(1, 20):
+        target = tmp_path / f"killed-{kill_at}"
+        shutil.copytree(tmp_path / "before", target)
+        run = subprocess.run([sys.executable, "-c", KILLED_AT_RENAME, str(kill_at), str(target),
+                              str(dump)], capture_output=True, text=True)
+        if run.returncode == 0:
+            break
+        assert run.returncode == -9, run.stderr
+        seen.append("new" if _visible(target) == new else "old" if _visible(target) == old
+                    else "mixed")
+        ingest([dump], target)
+        assert _visible(target) == new
+        ingest([], target)  # the next writer removes what the killed run left
+        listed = open_dataset(target).manifest["parts"]
+        assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*.parquet")) == \
+            sorted(f"{name}/{file}" for name, files in listed.items() for file in files)
+    # the manifest's rename is the last: before it, the dataset is as it was
+    # rank0's part and rank2's two (calls, quarantine), each written then named; the manifest
+    assert seen == ["old"] * 7
+
