@@ -395,3 +395,34 @@ def test_a_kill_at_any_rename_leaves_the_old_dataset_or_the_new_never_a_mix(dump
     # rank0's part and rank2's two (calls, quarantine), each written then named; the manifest
     assert seen == ["old"] * 7
 
+
+
+def test_a_stage_writing_while_an_ingest_runs_keeps_both(tmp_path):
+    """A stage that opened the dataset before an ingest recorded new sources writes its table
+    under the writer lock, from the manifest as it is then: both end recorded, in any order."""
+    import threading
+
+    import polars as pl
+
+    from tracekit.core import schema
+
+    ingest([_log(tmp_path, "rank0.csv", 0)], tmp_path / "ds")
+    stage = open_dataset(tmp_path / "ds")
+    events = schema.table("events").empty()
+    more = threading.Thread(target=ingest, args=([_log(tmp_path, "rank1.csv", 1)],
+                                                 tmp_path / "ds"))
+    more.start()
+    with stage.updating():
+        stage.write_table("events", events)
+    more.join()
+    ingest([_log(tmp_path, "rank2.csv", 2)], tmp_path / "ds")  # and an ingest after the stage
+    dataset = open_dataset(tmp_path / "ds")
+    assert [s["path"].rsplit("/", 1)[-1] for s in dataset.manifest["sources"]] == [
+        "rank0.csv", "rank1.csv", "rank2.csv"]
+    assert set(dataset.manifest["parts"]) == {"collectives", "events"}
+    assert dataset["collectives"].select(pl.len()).collect().item() == 15
+
+
+def _log(folder, name: str, rank: int):
+    (folder / name).write_text(hook_log(rank, 5))
+    return folder / name

@@ -85,7 +85,7 @@ def writing_to(path: Path) -> Iterator[None]:
 
 
 @contextmanager
-def writer_lock(path: Path, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
+def writer_lock(path: Path, wait_s: float | None = None) -> Iterator[None]:
     """Hold the dataset's writer lock (``flock`` on the dataset folder itself, whose inode
     never changes, unlike the manifest's, and which leaves no file behind): one writer at a
     time, so two ingests cannot each save a manifest without the other's sources. The kernel
@@ -94,6 +94,7 @@ def writer_lock(path: Path, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
     writer replaced) are removed (:func:`_remove_unlisted`)."""
     with writing_to(path):
         folder = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    wait_s = LOCK_WAIT_S if wait_s is None else wait_s
     try:
         deadline = time.monotonic() + wait_s
         while True:
