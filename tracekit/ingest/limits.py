@@ -2,9 +2,10 @@
 
 A dump comes from thousands of machines and sometimes from people who should not be trusted,
 so what one input may cost is bounded by these limits, not by what the input claims: each is a
-named default, exceeding it is a one-line :class:`~tracekit.core.errors.InputError` naming the file
-(and line), and each can be raised for one ingest with ``--option NAME=VALUE``
-(``--option max_line_bytes=67108864``). No check recurses on the input's structure.
+named default, exceeding it is a one-line :class:`~tracekit.core.errors.InputError` naming the
+file (and line; a line over ``max_line_bytes`` is one quarantined line instead), and each can be
+raised for one ingest with ``--option NAME=VALUE`` (``--option max_line_bytes=67108864``). No
+check recurses on the input's structure.
 """
 
 from __future__ import annotations
@@ -44,10 +45,11 @@ class Limits:
     xz); runs of one byte compress ~1000x (DEFLATE's ceiling is 1032x): 200 leaves real dumps
     5x room and stops a 10 MB bomb after 2 GB instead of 10 GiB."""
     max_line_bytes: int = 16 * 1024**2
-    """How far one text line may run past a batch of lines (a line inside one batch is
-    bounded by it): one more batch (:data:`~tracekit.ingest.base.LINE_BATCH_BYTES`), so no
-    block a reader parses is more than twice a batch. Real lines are under 4 KiB; a file of
-    zeros without a line end is one line, and stops here."""
+    """One text line: a longer one is quarantined and skipped to its end
+    (:func:`~tracekit.ingest.base.iter_line_blocks`). One batch
+    (:data:`~tracekit.ingest.base.LINE_BATCH_BYTES`), so no block a reader parses is more than
+    twice a batch. Real lines are under 4 KiB; a file of zeros without a line end is one
+    line, and stops here."""
     max_nesting: int = 64
     """Depth of containers in a JSON or pickle dump. The formats read nest at most 6 deep; a
     deeper document is hostile, and walking or converting it costs time and memory per level."""

@@ -32,7 +32,7 @@ from tracekit.core.dataset import Dataset, dataset_writer, source_record_key
 from tracekit.core.errors import InputError, TracekitError
 from tracekit.core.parallel import Executor, LocalExecutor, Outcome, Report
 from tracekit.ingest import registry
-from tracekit.ingest.base import Chunk, Reader, Source, cores
+from tracekit.ingest.base import Chunk, Reader, Source, cores, quarantine_overlong
 from tracekit.ingest.limits import Limits, refuse_compressed
 from tracekit.ingest.sources import input_files, iter_sources
 
@@ -274,7 +274,7 @@ def _read_into(
     writer = _PartWriter(dataset)
     ranks: set[int] = set()
     try:
-        for chunk in reader.read(source, options):
+        for chunk in quarantine_overlong(reader.read(source, options), source):
             rows = 0
             for name, frame in _chunk_tables(dataset, chunk).items():
                 if frame.height == 0:
