@@ -273,3 +273,39 @@ def test_a_long_line_in_any_line_format_costs_one_quarantined_line(sample, tmp_p
     assert (long.lines, long.skipped, long.quarantined, long.rows) == (
         plain.lines + 1, plain.skipped, plain.quarantined + 1, plain.rows)
     assert 2 in open_dataset(tmp_path / "ds-long")["quarantine"].collect()["line_no"]
+
+
+RAW_LAST_BYTE = {"nccl-debug"}
+"""Readers that look at the file's last byte itself for a line end (to tell a cut last line):
+a CR-only file's last line reads as cut there (nccl_debug._ends_with_line_end takes only
+``\\n``), one quarantined line in place of its row."""
+
+
+@pytest.mark.parametrize("sample", _line_samples(), ids=lambda path: path.name)
+def test_cr_only_line_ends_read_as_the_same_lines_in_any_line_format(sample, tmp_path):
+    """Each line-based sample with its line ends made ``\\r`` alone reads the rows, skipped
+    and quarantined lines it reads with ``\\n`` (a CR-only file was one line: skipped -1)."""
+    data = sample.read_bytes().replace(b"\r\n", b"\n")
+    summaries = []
+    for name, body in (("lf", data), ("cr", data.replace(b"\n", b"\r"))):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / sample.name).write_bytes(body)
+        [summary] = ingest([tmp_path / name / sample.name], tmp_path / f"ds-{name}",
+                           format=summaries[0].format if summaries else None,
+                           options={"start": "2026-01-01T00:00:00Z", "interval": "1000",
+                                    "ts": "1700000000"}).sources
+        summaries.append(summary)
+    lf, cr = summaries
+    if lf.format in WHOLE_DOCUMENTS:
+        pytest.skip(f"{lf.format} is read as one document")
+    assert lf.status == "ingested", lf.error
+    cut_last = lf.format in RAW_LAST_BYTE and (_cut_last_lines(tmp_path / "ds-cr")
+                                               - _cut_last_lines(tmp_path / "ds-lf"))
+    assert (cr.status, cr.lines, cr.skipped, cr.quarantined - cut_last,
+            sum(cr.rows.values()) + cut_last) == (
+        lf.status, lf.lines, lf.skipped, lf.quarantined, sum(lf.rows.values())), cr.error
+
+
+def _cut_last_lines(dataset) -> int:
+    reasons = open_dataset(dataset)["quarantine"].collect()["reason"]
+    return reasons.str.starts_with("truncated last line").sum()

@@ -205,6 +205,10 @@ def iter_line_blocks(source: Source, batch_bytes: int = LINE_BATCH_BYTES) -> Ite
     """The bytes of a text source in blocks of whole lines (about ``batch_bytes`` each; a line
     longer than that makes its block longer). The last block may end without a line end.
 
+    Line ends may be ``\n``, ``\r\n`` or, where the first :data:`SNIFF_BYTES` show them,
+    ``\r`` alone (old exporters, a damaged copy; :class:`_LoneCrAsLineEnd`): looking at the
+    head only costs a ``\n`` file nothing.
+
     A line longer than ``source.limits.max_line_bytes`` is set aside (:attr:`Source.overlong`,
     to be quarantined with its number) and an empty line stands in for it, so the numbers of
     the lines after it hold and one long line never costs the file. Its bytes are skipped, not
@@ -217,6 +221,9 @@ def iter_line_blocks(source: Source, batch_bytes: int = LINE_BATCH_BYTES) -> Ite
     digest = hashlib.sha256() if source.hash_while_reading and source._sha256 is None else None
     max_line, line_no = source.limits.max_line_bytes, 1
     with source.open() as stream:
+        head = source._head if source._head is not None else _peek(stream)
+        if b"\r" in head and LONE_CR.search(head):
+            stream, digest = _LoneCrAsLineEnd(stream), None
         split = _seek_line_blocks if stream.seekable() else _cut_line_blocks
         for block in split(stream, batch_bytes, max_line):
             if isinstance(block, _Overlong):
@@ -231,6 +238,38 @@ def iter_line_blocks(source: Source, batch_bytes: int = LINE_BATCH_BYTES) -> Ite
             yield block
     if digest is not None:
         source._sha256 = digest.hexdigest()
+
+
+def _peek(stream: BinaryIO) -> bytes:
+    """The first :data:`SNIFF_BYTES` of a seekable stream, left at its start (nothing of one
+    that cannot seek: its head is known from the sniff)."""
+    if not stream.seekable():
+        return b""
+    head = stream.read(SNIFF_BYTES)
+    stream.seek(0)
+    return head
+
+
+class _LoneCrAsLineEnd:
+    """A binary stream whose ``\r`` not followed by ``\n`` reads as ``\n``: the same length,
+    so positions (seek, tell) are the stream's own. A ``\r\n`` cut between two reads reads as
+    two line ends (one empty line, counted as skipped)."""
+
+    def __init__(self, stream: BinaryIO):
+        self.stream = stream
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.stream.read(size)
+        return LONE_CR.sub(b"\n", data) if b"\r" in data else data
+
+    def seekable(self) -> bool:
+        return self.stream.seekable()
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return self.stream.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self.stream.tell()
 
 
 LINE_END_PEEK_BYTES = 64 * 1024
@@ -388,10 +427,10 @@ def quarantine_overlong(chunks: Iterable[Chunk], source: Source) -> Iterator[Chu
 def iter_line_batches(source: Source, batch_bytes: int = LINE_BATCH_BYTES) -> Iterator[LineBatch]:
     """Split a text source into batches of whole lines without a Python loop per line.
 
-    Line ends may be ``\\n`` or ``\\r\\n``; undecodable bytes are replaced rather than fatal (a
-    torn multi-byte character must not lose the rest of the line). A last line without a line
-    end is still returned, so readers can quarantine it as truncated. The next batch is read
-    and split while the caller parses this one.
+    Line ends may be ``\\n``, ``\\r\\n`` or ``\\r`` (:func:`iter_line_blocks`); undecodable bytes
+    are replaced rather than fatal (a torn multi-byte character must not lose the rest of the
+    line). A last line without a line end is still returned, so readers can quarantine it as
+    truncated. The next batch is read and split while the caller parses this one.
     """
 
     def batches() -> Iterator[LineBatch]:
