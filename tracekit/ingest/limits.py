@@ -132,7 +132,27 @@ def json_nesting(stream: BinaryIO) -> int:
     """The deepest nesting of brackets in JSON text, outside strings, found in numpy passes
     over blocks without parsing: for a document a parser would take apart recursively or
     convert level by level (polars' JSON decoder took 13.8 GB for a 1,000-deep 2.2 KB label)."""
-    depth = deepest = 0
+    return max((int(levels.max(initial=0)) for _, levels, _ in _json_levels(stream)), default=0)
+
+
+def json_array_lines(stream: BinaryIO, depth: int) -> np.ndarray:
+    """The line (1-based) of every ``[`` outside strings that opens nesting level ``depth``, in
+    document order: where each element of a list of lists at that depth starts, for numbering
+    what a reader quarantines by the line a user finds it on (same numpy passes as
+    :func:`json_nesting`; JSON strings hold no raw line end)."""
+    found, lines_before = [], 1
+    for data, levels, inside in _json_levels(stream):
+        newline = data == ord("\n")
+        opens = np.flatnonzero((data == ord("[")) & ~inside & (levels == depth))
+        found.append(lines_before + np.cumsum(newline)[opens])
+        lines_before += int(newline.sum())
+    return np.concatenate(found) if found else np.empty(0, np.int64)
+
+
+def _json_levels(stream: BinaryIO) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per block of JSON text: its bytes, the nesting level after each byte and whether each
+    byte is inside a string (escaped quotes and backslash runs across blocks told apart)."""
+    depth = 0
     in_string = False
     escaped = False  # the previous block ended in an odd run of backslashes
     for block in _blocks(stream):
@@ -150,12 +170,11 @@ def json_nesting(stream: BinaryIO) -> int:
         step = np.where(inside, 0, np.where(np.isin(data, (91, 123)), 1,
                                                     np.where(np.isin(data, (93, 125)), -1, 0)))
         levels = depth + np.cumsum(step)
-        deepest = max(deepest, int(levels.max(initial=depth)))
+        yield data, levels, inside
         depth = int(levels[-1])
         in_string = bool(inside[-1])
         trailing = len(data) - 1 - int(last_plain[-1])
         escaped = (trailing + (escaped and trailing == len(data))) % 2 == 1
-    return deepest
 
 
 def check_json(source, stream: BinaryIO) -> None:
