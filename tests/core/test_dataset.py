@@ -205,10 +205,13 @@ def test_files_the_manifest_does_not_list_are_removed_under_the_lock(tmp_path):
     (folder / "rank=1").mkdir()
     (folder / "rank=1" / ".tmp-feed-x.parquet").write_bytes(b"half")
     (tmp_path / "ds" / ".tmp-feed-manifest.json").write_text("{")
+    scratch = tmp_path / "ds" / ".attribute-0123" / ".tmp-feed-gaps.parquet"  # a stage's, in use
+    scratch.parent.mkdir()
+    scratch.write_bytes(b"half")
     with dataset_module.writer_lock(tmp_path / "ds"):
         pass
     assert sorted(p.name for p in (tmp_path / "ds").rglob("*") if p.is_file()) == [
-        kept.name, "manifest.json"]
+        scratch.name, kept.name, "manifest.json"]
 
 
 def test_target_that_cannot_be_written_is_one_line(tmp_path):

@@ -117,14 +117,18 @@ def _remove_unlisted(path: Path) -> None:
     """Remove the temporaries in ``path`` and the files in its tables that its manifest does not
     list: parts of dead runs and the files a writer replaced, which the last writer kept for
     readers that had opened the manifest before it. One listing of the dataset per writer, not
-    per source. A dataset without a parts list (older versions) loses only temporaries."""
+    per source. A dataset without a parts list (older versions) loses only temporaries. Other
+    folders (a stage's scratch, ``.attribute-*``, in use by a run that holds no lock yet) are
+    left alone."""
     try:
         listed = json.loads((path / MANIFEST).read_text()).get("parts")
     except (OSError, json.JSONDecodeError):
         listed = None
-    for folder, _, files in os.walk(path):
+    for folder, subfolders, files in os.walk(path):
         relative = os.path.relpath(folder, path).split(os.sep)
         table = relative[0] if relative[0] in schema.TABLES else None
+        if folder == str(path):  # a stage's hidden scratch folder is its own
+            subfolders[:] = [name for name in subfolders if name in schema.TABLES]
         for file in files:
             inside = "/".join([*relative[1:], file])
             if file.startswith(TEMPORARY_PREFIX) or (
