@@ -426,3 +426,60 @@ def test_a_stage_writing_while_an_ingest_runs_keeps_both(tmp_path):
 def _log(folder, name: str, rank: int):
     (folder / name).write_text(hook_log(rank, 5))
     return folder / name
+
+
+def _one_row_members(count: int) -> list[tuple[str, bytes]]:
+    """``count`` one-call hook CSV logs of 3 ranks (every third with a quarantined line), each
+    its own bytes: the many-small-members dump of issue 22."""
+    return [(f"rank{i}.csv", (f"{HEADER}\n0,{T0 + i},5000,host-a,100,{i % 3},0,0xc0,2,0,"
+                              "AllReduce,256,7,0x1,0x1,-1\n" + "7,x\n" * (i % 3 == 0)).encode())
+            for i in range(count)]
+
+
+@pytest.mark.parametrize("layout", ["archive", "folder"])
+def test_directory_listings_and_manifest_writes_do_not_grow_with_members(tmp_path, monkeypatch,
+                                                                         layout):
+    """Per member, an ingest writes its parts and nothing else: the directory listings, the
+    manifest writes and the footer reads of an ingest are the same for 3 members as for 30,
+    into a new dataset and again into the same one."""
+    import os
+
+    from tracekit.core import dataset as dataset_module
+
+    listings, saves, footers = [], [], []
+    scandir, listdir = os.scandir, os.listdir
+
+    def listed(list_folder):  # only ours: imports list the folders of sys.path
+        return lambda path=".": (str(path).startswith(str(tmp_path)) and listings.append(path)
+                                 or list_folder(path))
+
+    monkeypatch.setattr(os, "scandir", listed(scandir))
+    monkeypatch.setattr(os, "listdir", listed(listdir))
+    save, footer = dataset_module.Dataset.save_manifest, dataset_module._stats_from_footer
+    monkeypatch.setattr(dataset_module.Dataset, "save_manifest",
+                        lambda self: saves.append(1) or save(self))
+    monkeypatch.setattr(dataset_module, "_stats_from_footer",
+                        lambda part: footers.append(part) or footer(part))
+    counts = {}
+    for members in (3, 30):
+        dump = tmp_path / f"dump{members}"
+        dump.mkdir()
+        for name, data in _one_row_members(members):
+            (dump / name).write_bytes(data)
+        inputs = dump
+        if layout == "archive":
+            inputs = tmp_path / f"dump{members}.tar"
+            with tarfile.open(inputs, "w") as tar:
+                tar.add(dump, arcname="dump")
+        runs = []
+        for _ in range(2):  # new, then every member unchanged
+            listings.clear(), saves.clear(), footers.clear()
+            summary = ingest([inputs], tmp_path / f"ds{members}")
+            assert len(summary.sources) == members
+            runs.append((len(listings), len(saves), len(footers)))
+        counts[members] = runs
+    # (listings, manifest writes, footers read) of the new dataset (created, then saved once)
+    # and of the second ingest, whose writer lists the dataset's 6 folders once (root,
+    # quarantine, collectives and its 3 rank folders); a folder of inputs adds its 2 listings
+    expected = {"archive": [(1, 2, 0), (6, 1, 0)], "folder": [(3, 2, 0), (8, 1, 0)]}
+    assert counts[3] == counts[30] == expected[layout]

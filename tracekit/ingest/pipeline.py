@@ -34,7 +34,7 @@ from tracekit.core.parallel import Executor, LocalExecutor, Outcome, Report
 from tracekit.ingest import registry
 from tracekit.ingest.base import Chunk, Reader, Source, cores, quarantine_overlong
 from tracekit.ingest.limits import Limits, refuse_compressed
-from tracekit.ingest.sources import input_files, iter_sources
+from tracekit.ingest.sources import input_files, is_archive, iter_sources
 
 ProgressCallback = Callable[[str, int, int], None]
 """Called as ``progress(source_name, bytes_done_delta, rows_delta)`` while reading."""
@@ -116,8 +116,9 @@ def _ingest_files(dataset: Dataset, files: list[Path], format: str | None,
                   executor: Executor) -> list[SourceSummary]:
     """Run the files on ``executor``, recording each source in the manifest (held by the
     caller's writer lock) as its file completes."""
+    known = _records_by_file(dataset)
     tasks = [_FileTask(str(file), str(dataset.path), dataset.job, format, options, limits,
-                       _known_records(dataset, str(file))) for file in files]
+                       known.get(str(file), {})) for file in files]
     last_save = time.monotonic()
 
     def record(outcome: Outcome) -> None:
@@ -141,11 +142,17 @@ def _ingest_files(dataset: Dataset, files: list[Path], format: str | None,
     return summaries
 
 
-def _known_records(dataset: Dataset, file: str) -> dict[str, dict[str, Any]]:
-    """Manifest records of earlier ingests of this file (or its archive members), by source key:
-    a worker gets only what it needs to skip unchanged sources."""
-    return {source_record_key(s): s for s in dataset.manifest["sources"]
-            if s["path"] == file or s["path"].startswith(f"{file}!")}
+def _records_by_file(dataset: Dataset) -> dict[str, dict[str, dict[str, Any]]]:
+    """Manifest records of earlier ingests by input file (an archive's members under the
+    archive), each by source key: a worker gets only what it needs to skip unchanged sources.
+    One pass over the manifest, not one per file (a folder of 100,000 files into a dataset of
+    as many sources compared 10^10 paths)."""
+    by_file: dict[str, dict[str, dict[str, Any]]] = {}
+    for record in dataset.manifest["sources"]:
+        archive = record["path"].split("!", 1)[0]
+        file = archive if archive != record["path"] and is_archive(archive) else record["path"]
+        by_file.setdefault(file, {})[source_record_key(record)] = record
+    return by_file
 
 
 @dataclass(frozen=True)
