@@ -106,6 +106,7 @@ def _monitoring(dataset: Path, labels: pl.DataFrame, hosts: list[str], per_host:
     ds.write_table("host_metrics", schema.conform("host_metrics", host.cast(
         dict(schema.HOST_METRICS.schema))))
     ds.write_table("nic_counters", nic.cast(dict(schema.NIC_COUNTERS.schema)))
+    ds.save_manifest()
 
 
 @pytest.fixture(scope="module")
@@ -118,10 +119,12 @@ def verdicts(tmp_path_factory) -> dict[str, tuple[dict, pl.DataFrame]]:
         hosts = sorted(open_dataset(dataset).table("collectives").select("host").unique()
                        .collect()["host"].to_list())
         _monitoring(dataset, labels, hosts, per_host, thermal=not name.startswith("degradation"))
-        open_dataset(dataset).write_table("episodes", _episodes_from_labels(name, labels))
+        with open_dataset(dataset).updating() as written:
+            written.write_table("episodes", _episodes_from_labels(name, labels))
         out[name] = (attribute_dataset(dataset).episodes.row(0, named=True), labels)
     dataset, labels = _synth(root / "bare", "thermal-a")
-    open_dataset(dataset).write_table("episodes", _episodes_from_labels("thermal-a", labels))
+    with open_dataset(dataset).updating() as written:
+        written.write_table("episodes", _episodes_from_labels("thermal-a", labels))
     out["bare"] = (attribute_dataset(dataset).episodes.row(0, named=True), labels)
     return out
 
@@ -182,6 +185,7 @@ def test_no_collectives_is_insufficient_evidence(tmp_path):
         "job": ["empty"], "episode": pl.Series([1], dtype=pl.Int32), "detector": ["x"],
         "t_start_ns": [10**18], "t_end_ns": [10**18 + 10**9]}))
     ds.write_table("episodes", episode)
+    ds.save_manifest()
     row = attribute_dataset(ds).episodes.row(0, named=True)
     assert row["cause"] == "insufficient-evidence"
     assert "no collective calls with timestamps" in row["evidence"]
@@ -249,8 +253,8 @@ def test_nccl_debug_logs_and_synthesized_monitoring(tmp_path, injection, cause, 
                    (Injection.parse(injection),), collectives="nccl", job="nccl")
     result = generate_job(tmp_path / "job", spec)
     ingest([tmp_path / "job" / "ranks", tmp_path / "job" / "monitoring"], tmp_path / "ds")
-    open_dataset(tmp_path / "ds").write_table("episodes",
-                                              _episodes_from_labels("nccl", result.labels))
+    with open_dataset(tmp_path / "ds").updating() as written:
+        written.write_table("episodes", _episodes_from_labels("nccl", result.labels))
     verdict = attribute_dataset(tmp_path / "ds").episodes.row(0, named=True)
     assert (verdict["cause"], verdict["target"]) == (cause, target)
     if cause == "gpu-degradation":  # no telemetry moved: the wait it imposed names it
@@ -268,8 +272,8 @@ def test_cpu_contention_from_the_synthesizers_node_exporter(tmp_path):
                    (Injection.parse("cpu:host=1@150+150x2.0"),), job="cpu")
     result = generate_job(tmp_path / "job", spec)
     ingest([tmp_path / "job" / "ranks", tmp_path / "job" / "monitoring"], tmp_path / "ds")
-    open_dataset(tmp_path / "ds").write_table("episodes",
-                                              _episodes_from_labels("cpu", result.labels))
+    with open_dataset(tmp_path / "ds").updating() as written:
+        written.write_table("episodes", _episodes_from_labels("cpu", result.labels))
     verdict = attribute_dataset(tmp_path / "ds").episodes.row(0, named=True)
     assert (verdict["cause"], verdict["target"]) == ("cpu-contention", "host:gpu02")
     assert "host gpu02: CPU (no sample before) 77 % (peers 3 %)" in verdict["evidence"]

@@ -74,31 +74,41 @@ def test_table_stats_come_from_part_footers_and_only_for_changed_tables(tmp_path
     monkeypatch.setattr(dataset_module, "_scan",
                         lambda name, parts: scanned.append(name) or scan(name, parts))
     dataset.save_manifest()
+    assert (read, scanned) == ([], [])  # the writer knows what it wrote
+    opened = open_dataset(tmp_path / "ds")
+    opened.save_manifest()
+    assert read == []  # nothing changed: the totals stand
+    opened.manifest["tables"].clear()
+    opened.save_manifest()
     assert (sorted(read), scanned) == (["episodes", "iterations"], [])
     read.clear()
-    dataset.save_manifest()
-    assert read == []
-    # same part name, same size: only the rename into place tells the new contents apart
     shifted = iterations_frame(5).with_columns(pl.col("t_start_ns", "t_end_ns") + 7)
-    dataset.write_table("iterations", shifted)
-    dataset.save_manifest()
-    assert (read, scanned) == (["iterations"], [])
-    assert dataset.manifest["tables"]["iterations"]["t_min_ns"] == 7
-    assert open_dataset(tmp_path / "ds").manifest["tables"] == dataset.manifest["tables"]
+    opened.write_table("iterations", shifted)
+    opened.save_manifest()
+    assert (read, scanned) == ([], [])
+    assert opened.manifest["tables"]["iterations"]["t_min_ns"] == 7
+    assert open_dataset(tmp_path / "ds").manifest["tables"] == opened.manifest["tables"]
 
 
-def test_parts_without_footer_stats_are_scanned(tmp_path):
-    """Parts written before footers carried statistics (or by another tool) still count, in
-    the manifest and in the ranks a stage partitions by."""
+def test_a_dataset_from_before_parts_were_listed_reads_the_parts_on_disk(tmp_path):
+    """Its parts are adopted (those written by another tool, without footer statistics, are
+    scanned) and count in the manifest and in the ranks a stage partitions by."""
     dataset = create_dataset(tmp_path / "ds", job="job-a")
     dataset.write_part("iterations", iterations_frame(3), "new")
+    dataset.save_manifest()
     iterations_frame(5).with_columns(pl.col("rank") + 2, pl.col("t_start_ns") * 2).write_parquet(
         tmp_path / "ds" / "iterations" / "old.parquet")
-    dataset.save_manifest()
-    stats = dataset.manifest["tables"]["iterations"]
+    manifest = json.loads((tmp_path / "ds" / "manifest.json").read_text())
+    del manifest["parts"], manifest["tables"]
+    (tmp_path / "ds" / "manifest.json").write_text(json.dumps(manifest))
+    opened = open_dataset(tmp_path / "ds")
+    opened.save_manifest()
+    stats = opened.manifest["tables"]["iterations"]
     assert (stats["rows"], stats["ranks"], stats["parts"]) == (8, 7, 2)
     assert (stats["t_min_ns"], stats["t_max_ns"]) == (0, 8_000_000_000)
-    assert dataset.ranks("iterations") == list(range(7))
+    assert opened.ranks("iterations") == list(range(7))
+    assert set(opened.manifest["parts"]["iterations"].values()) == {"iterations/old",
+                                                                    "iterations/new"}
 
 
 def test_mismatched_frame_is_refused_and_nothing_written(tmp_path):
@@ -123,8 +133,8 @@ def test_interrupted_write_leaves_previous_table_intact(tmp_path, monkeypatch):
         dataset.write_table("iterations", iterations_frame(10))
     monkeypatch.undo()
     assert dataset["iterations"].collect().height == 3
-    leftovers = [p.name for p in (tmp_path / "ds" / "iterations").iterdir()]
-    assert leftovers == ["data.parquet"]
+    leftovers = [p.name.split(".")[0] for p in (tmp_path / "ds" / "iterations").iterdir()]
+    assert leftovers == ["data"]
 
 
 def test_other_job_id_is_refused(tmp_path):
@@ -141,15 +151,17 @@ def test_open_missing_or_foreign_folder_says_what_is_wrong(tmp_path):
         open_dataset(tmp_path / "plain")
 
 
-def test_remove_parts_takes_only_the_prefix_at_any_depth_except_those_kept(tmp_path):
+def test_a_part_written_again_is_listed_in_place_of_the_old_file(tmp_path):
     dataset = create_dataset(tmp_path / "ds", job="job-a")
-    frame = iterations_frame(2)
-    names = ["aaaa-00000", "aaaa-00001", "rank=1/aaaa-00000", "rank=1/bbbb-00000", "bbbb-00000"]
-    paths = {name: dataset.write_part("iterations", frame, name) for name in names}
-    dataset.remove_parts("iterations", "aaaa", keep={paths["aaaa-00000"]})
-    assert [str(p.relative_to(tmp_path / "ds" / "iterations")) for p in dataset.parts("iterations")
-            ] == ["aaaa-00000.parquet", "bbbb-00000.parquet", "rank=1/bbbb-00000.parquet"]
-    dataset.remove_parts("collectives", "aaaa")  # no folder: nothing to do
+    first = dataset.write_part("iterations", iterations_frame(2), "rank=1/a")
+    dataset.write_part("iterations", iterations_frame(3), "b")
+    second = dataset.write_part("iterations", iterations_frame(4), "rank=1/a")
+    assert first != second and first.exists()  # a reader of the last manifest may need it
+    assert dataset.parts("iterations") == sorted([second, *(tmp_path / "ds" / "iterations").glob(
+        "b.*.parquet")])
+    assert dataset["iterations"].collect().height == 7
+    dataset.write_table("iterations", iterations_frame(1))
+    assert [p.name.split(".")[0] for p in dataset.parts("iterations")] == ["data"]
 
 
 def test_second_writer_waits_then_refuses_with_one_line(tmp_path):
@@ -183,16 +195,23 @@ def test_two_concurrent_writers_keep_both_records(tmp_path):
     assert [s["path"] for s in open_dataset(path).manifest["sources"]] == ["a", "b", "c", "d"]
 
 
-def test_staged_files_of_dead_runs_are_removed_under_the_lock(tmp_path):
+def test_files_the_manifest_does_not_list_are_removed_under_the_lock(tmp_path):
     dataset = create_dataset(tmp_path / "ds", "job-a")
-    dataset.write_part("iterations", iterations_frame(3), "kept")
+    kept = dataset.write_part("iterations", iterations_frame(3), "kept")
+    dataset.save_manifest()
+    dataset.write_part("iterations", iterations_frame(3), "unsaved")
     folder = tmp_path / "ds" / "iterations"
-    (folder / ".staged-0123456789ab-00000.parquet").write_bytes(b"half")
+    (folder / ".staged-00000.0123456789ab.parquet").write_bytes(b"half")
     (folder / "rank=1").mkdir()
     (folder / "rank=1" / ".tmp-feed-x.parquet").write_bytes(b"half")
+    (tmp_path / "ds" / ".tmp-feed-manifest.json").write_text("{")
+    scratch = tmp_path / "ds" / ".attribute-0123" / ".tmp-feed-gaps.parquet"  # a stage's, in use
+    scratch.parent.mkdir()
+    scratch.write_bytes(b"half")
     with dataset_module.writer_lock(tmp_path / "ds"):
         pass
-    assert sorted(p.name for p in folder.rglob("*") if p.is_file()) == ["kept.parquet"]
+    assert sorted(p.name for p in (tmp_path / "ds").rglob("*") if p.is_file()) == [
+        scratch.name, kept.name, "manifest.json"]
 
 
 def test_target_that_cannot_be_written_is_one_line(tmp_path):
@@ -226,6 +245,8 @@ def test_full_disk_at_manifest_time_keeps_the_previous_manifest(tmp_path, monkey
 def test_damaged_part_is_one_line_naming_it(tmp_path):
     dataset = create_dataset(tmp_path / "ds", "job-a")
     part = dataset.write_part("iterations", iterations_frame(3), "a")
+    dataset.save_manifest()
     part.write_bytes(part.read_bytes()[:-20])
-    with pytest.raises(InputError, match=r"iterations/a\.parquet: damaged Parquet part \("):
-        dataset.save_manifest()
+    with pytest.raises(InputError, match=r"iterations/a\.[0-9a-f]{12}\.parquet: damaged "
+                                         r"Parquet part \("):
+        open_dataset(tmp_path / "ds").ranks("iterations")

@@ -401,7 +401,8 @@ def _write_iterations(path, series) -> pl.DataFrame:
         "job": "j", "rank": np.repeat(series.ranks, 300).astype(np.int32), "source": "acf",
         "iteration": np.tile(np.arange(300), 8), "duration_s": series.matrix.ravel(),
         "t_start_ns": np.tile(series.job["t_start_ns"].to_numpy(), 8)}))
-    create_dataset(path, "j").write_table("iterations", iterations)
+    with create_dataset(path, "j").updating() as written:
+        written.write_table("iterations", iterations)
     return iterations
 
 

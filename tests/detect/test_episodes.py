@@ -27,6 +27,7 @@ def write_iterations(path, ranks: int = 4):
             schema_overrides={"rank": pl.Int32}))
     dataset = create_dataset(path, job="j1")
     dataset.write_table("iterations", schema.conform("iterations", pl.concat(frames)))
+    dataset.save_manifest()
     return dataset
 
 
@@ -95,3 +96,23 @@ def test_gapped_iteration_numbers_are_noted():
         "logged); detectors count logged iterations, episodes keep the real numbers"]
     assert gap_notes(pl.Series([1, 2, 4, 5]))[0].startswith(
         "iteration numbers have gaps: 1 of the 5 from 1 to 5 are missing;")
+
+
+def test_detect_while_another_run_writes_the_dataset_waits_then_refuses_in_one_line(
+        tmp_path, monkeypatch):
+    """A stage writes its tables under the writer lock: while an ingest holds it, ``detect``
+    refuses after the wait (here 0.2 s) with one line, exit 2, and records nothing."""
+    from tracekit.core import dataset as dataset_module
+
+    write_iterations(tmp_path / "ds")
+    before = (tmp_path / "ds" / "manifest.json").read_text()
+    monkeypatch.setattr(dataset_module, "LOCK_WAIT_S", 0.2)
+    with dataset_module.dataset_writer(tmp_path / "ds"):
+        result = CliRunner().invoke(app, ["detect", str(tmp_path / "ds"), "--detector",
+                                          "bocd+b"])
+    assert result.exit_code == 2
+    assert result.output == (f"error: {tmp_path / 'ds'}: another tracekit run has been writing "
+                             "this dataset for over 0.2 s; wait for it to finish and run this "
+                             "again\n")
+    assert (tmp_path / "ds" / "manifest.json").read_text() == before
+    assert not open_dataset(tmp_path / "ds").has_table("episodes")

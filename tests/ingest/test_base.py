@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from tracekit.core.errors import InputError
 from tracekit.ingest.base import (
     LINE_SPLIT_SEPARATORS,
+    LONE_CR,
     LineBatch,
     Source,
     iter_line_batches,
@@ -34,16 +35,34 @@ def all_lines(data: bytes, batch_bytes: int = 1 << 20) -> list[str]:
 
 
 def reference_lines(data: bytes) -> list[str]:
-    """What a plain Python reader makes of the bytes."""
+    """What a plain Python reader makes of the bytes (a ``\r`` alone in the first
+    ``SNIFF_BYTES``, all of these, ends a line)."""
     if not data:
         return []
-    text = data.decode("utf-8", errors="replace").removeprefix("\ufeff")
+    text = LONE_CR.sub(b"\n", data).decode("utf-8", errors="replace").removeprefix("\ufeff")
     return [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")]
 
 
 def test_line_ends_blank_lines_and_unterminated_last_line():
     data = b"a\r\n\r\nb\n \n\nc \r\nlast"
     assert all_lines(data) == ["a", "", "b", " ", "", "c ", "last"]
+
+
+@pytest.mark.parametrize("batch_bytes", [1 << 20, 5])
+def test_cr_only_line_ends_are_line_ends(batch_bytes):
+    """A file whose head has a ``\r`` alone reads it as a line end, across blocks and with
+    CRLF lines among them; its lines are numbered as a ``\n`` file's."""
+    data = b"a\rbb\r\rc\r\nd\re"
+    assert all_lines(data, batch_bytes) == ["a", "bb", "", "c", "d", "e"]
+    numbers = [n for b in batches(data, batch_bytes) for n in b.frame()["line_no"].to_list()]
+    assert numbers == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_cr_only_file_is_hashed_as_its_bytes():
+    source = Source.from_bytes("t.log", b"a\rb\r")
+    source.hash_while_reading = True
+    assert b"".join(iter_line_blocks(source)) == b"a\nb\n"
+    assert source.sha256 == hashlib.sha256(b"a\rb\r").hexdigest()
 
 
 def test_byte_order_mark_and_undecodable_bytes():
@@ -106,10 +125,11 @@ def test_blocks_are_whole_lines_and_hash_the_file_once(lines, terminated, batch_
 
     source = Source("t.log", len(data), opener, hash_while_reading=True)
     blocks = list(iter_line_blocks(source, batch_bytes))
-    assert b"".join(blocks) == data
+    lone_cr = LONE_CR.search(data) is not None and seekable  # a pipe's head comes from the sniff
+    assert b"".join(blocks) == (LONE_CR.sub(b"\n", data) if lone_cr else data)
     assert all(block.endswith(b"\n") for block in blocks[:-1])
     assert source.sha256 == hashlib.sha256(data).hexdigest()
-    assert len(opened) == 1
+    assert len(opened) == 1 + lone_cr  # the bytes read were not the file's: hashed again
 
 
 def test_hash_is_not_computed_while_reading_unless_asked():

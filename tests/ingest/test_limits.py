@@ -4,6 +4,7 @@ error naming the file (or in parsed rows) within bounded memory, and each limit 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import pickle
 import resource
@@ -12,6 +13,7 @@ import tracemalloc
 import polars as pl
 import pytest
 
+from tracekit import open_dataset
 from tracekit.core.errors import InputError
 from tracekit.ingest import safe_pickle
 from tracekit.ingest.base import LINE_BATCH_BYTES, Source
@@ -63,32 +65,63 @@ def test_block_that_starts_like_zlib_is_split_as_text(tmp_path):
     assert (source.status, source.lines, source.skipped) == ("ingested", 2, 2)
 
 
-def test_long_line_is_an_error_naming_file_and_line_and_the_limit_can_be_raised(tmp_path):
-    """A file of zeros without a line end is one line: it stops at the limit (16 MiB past
-    the first batch), not at the end of the file."""
+def test_a_long_line_past_a_batch_is_quarantined_and_the_rest_of_the_file_read(tmp_path):
+    """A run of zeros without a line end is one line: it is skipped from the limit (16 MiB
+    past the first batch) to its end without being held, quarantined with its number, and the
+    lines after it are read; raising the limit reads it as a line."""
     log = tmp_path / "rank0.log"
     log.write_bytes(b"short\n" * 3 + bytes(2 * LINE_BATCH_BYTES + 1) + b"\nshort\n")
-    error = only_failure(ingest([log], tmp_path / "ds", format="nccl-debug"))
-    assert error == (f"{log}:4: line exceeds the limit of 16,777,216 bytes; if the input is "
-                     "trusted, raise it with --option max_line_bytes=N")
-    [raised] = ingest([log], tmp_path / "ds", format="nccl-debug",
+    before = peak_rss_bytes()
+    [source] = ingest([log], tmp_path / "ds", format="nccl-debug").sources
+    assert peak_rss_bytes() - before < BOUND_BYTES
+    assert (source.status, source.lines, source.skipped, source.quarantined) == (
+        "ingested", 5, 4, 1)
+    [row] = open_dataset(tmp_path / "ds")["quarantine"].collect().rows(named=True)
+    assert (row["source"], row["line_no"], row["raw"]) == (str(log), 4, "\x00" * 500)
+    assert row["reason"] == ("line exceeds the limit of 16,777,216 bytes; if the input is "
+                             "trusted, raise it with --option max_line_bytes=N (33,554,433 "
+                             "bytes)")
+    [record] = open_dataset(tmp_path / "ds").manifest["sources"]
+    assert record["sha256"] == hashlib.sha256(log.read_bytes()).hexdigest()  # hashed again
+    [raised] = ingest([log], tmp_path / "raised", format="nccl-debug",
                       options={"max_line_bytes": str(4 * LINE_BATCH_BYTES)}).sources
-    assert (raised.status, raised.lines) == ("ingested", 5)
+    assert (raised.status, raised.lines, raised.quarantined) == ("ingested", 5, 0)
+
+
+def test_every_line_over_the_limit_is_quarantined_inside_a_batch_too(tmp_path):
+    """Lines inside one batch are held to the limit as well (the splitter only looked where a
+    line crossed a batch): each is one quarantined line, and the file's other lines parse."""
+    from tests.ingest.test_pipeline import hook_log
+
+    lines = hook_log(0, 6).splitlines(keepends=True)
+    lines[2:2] = ["1" * 5000 + "\n"]
+    lines[5:5] = ["2" * 3001 + "\n"]
+    lines.append("3" * 4000)  # the last line, without a line end
+    log = tmp_path / "rank0.csv"
+    log.write_text("".join(lines))
+    [source] = ingest([log], tmp_path / "ds", options={"max_line_bytes": "3000"}).sources
+    assert (source.status, source.lines, source.rows, source.quarantined) == (
+        "ingested", 10, {"collectives": 6}, 3)
+    quarantine = open_dataset(tmp_path / "ds")["quarantine"].collect().sort("line_no")
+    assert quarantine["line_no"].to_list() == [3, 6, 10]
+    assert quarantine["raw"].to_list() == ["1" * 500, "2" * 500, "3" * 500]
+    assert quarantine["reason"].str.ends_with(" (5,000 bytes)").to_list() == [True, False, False]
 
 
 def test_long_line_of_a_stream_that_cannot_seek(tmp_path):
     """Archive members larger than the in-memory spool are files; small ones and pipes are
-    streams: both splitters stop at the limit."""
+    streams: both splitters skip a long line and keep its number and first bytes."""
     from tracekit.ingest.base import iter_line_blocks
 
     class Pipe(io.BytesIO):
         def seekable(self):
             return False
 
-    data = b"a\nb\n" + b"x" * 10_000
-    source = Source("pipe", len(data), lambda: Pipe(data), limits=Limits(max_line_bytes=3000))
-    with pytest.raises(InputError, match=r"^pipe:3: line exceeds the limit of 3,000 bytes"):
-        list(iter_line_blocks(source, batch_bytes=1024))
+    data = b"a\nb\n" + b"x" * 10_000 + b"\nc\n" + b"y" * 5000
+    for opener in (lambda: Pipe(data), lambda: io.BytesIO(data)):
+        source = Source("pipe", len(data), opener, limits=Limits(max_line_bytes=3000))
+        assert b"".join(iter_line_blocks(source, batch_bytes=1024)) == b"a\nb\n\nc\n\n"
+        assert list(source.overlong) == [(3, b"x" * 500, 10_000), (5, b"y" * 500, 5000)]
 
 
 @pytest.mark.parametrize("seekable", [True, False])
@@ -217,3 +250,78 @@ def test_one_megabyte_line_of_glued_nccl_records_is_cut_into_records(tmp_path):
     assert source.rows["collectives"] == 6000
     calls = pl.read_parquet(tmp_path / "ds" / "collectives" / "**" / "*.parquet")
     assert calls["op_count"].sort().to_list() == list(range(6000))
+
+
+WHOLE_DOCUMENTS = {"flight-recorder", "prometheus-json"}
+"""Formats read as one document, not line by line: a long line inside one is the document's
+(bounded by ``max_whole_file_bytes``)."""
+
+
+def _line_samples() -> list:
+    from tests.conftest import FORMATS
+
+    return sorted(FORMATS.glob("*")) if FORMATS.is_dir() else []
+
+
+@pytest.mark.parametrize("sample", _line_samples(), ids=lambda path: path.name)
+def test_a_long_line_in_any_line_format_costs_one_quarantined_line(sample, tmp_path):
+    """Each line-based sample, with a 10,000-byte line after its first, reads as it does
+    without it plus one quarantined line 2: no row lost, no line unaccounted for."""
+    options = {"max_line_bytes": "4096", "start": "2026-01-01T00:00:00Z", "interval": "1000"}
+
+    def read(name: str, body: bytes, format: str | None = None):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / sample.name).write_bytes(body)
+        [summary] = ingest([tmp_path / name / sample.name], tmp_path / f"ds-{name}",
+                           format=format, options=options).sources
+        return summary
+
+    data = sample.read_bytes()
+    plain = read("plain", data)
+    if "carry no timestamps" in (plain.error or ""):  # a snapshot: its time in a comment
+        data = b"# ts=1700000000\n" + data
+        plain = read("stamped", data)
+    if plain.format in WHOLE_DOCUMENTS:
+        pytest.skip(f"{plain.format} is read as one document")
+    cut = data.find(b"\n") + 1
+    long = read("long", data[:cut] + b"z" * 10_000 + b"\n" + data[cut:], plain.format)
+    assert (plain.status, long.status) == ("ingested", "ingested"), long.error
+    assert (long.lines, long.skipped, long.quarantined, long.rows) == (
+        plain.lines + 1, plain.skipped, plain.quarantined + 1, plain.rows)
+    assert 2 in open_dataset(tmp_path / "ds-long")["quarantine"].collect()["line_no"]
+
+
+RAW_LAST_BYTE = {"nccl-debug"}
+"""Readers that look at the file's last byte itself for a line end (to tell a cut last line):
+a CR-only file's last line reads as cut there (nccl_debug._ends_with_line_end takes only
+``\\n``), one quarantined line in place of its row."""
+
+
+@pytest.mark.parametrize("sample", _line_samples(), ids=lambda path: path.name)
+def test_cr_only_line_ends_read_as_the_same_lines_in_any_line_format(sample, tmp_path):
+    """Each line-based sample with its line ends made ``\\r`` alone reads the rows, skipped
+    and quarantined lines it reads with ``\\n`` (a CR-only file was one line: skipped -1)."""
+    data = sample.read_bytes().replace(b"\r\n", b"\n")
+    summaries = []
+    for name, body in (("lf", data), ("cr", data.replace(b"\n", b"\r"))):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / sample.name).write_bytes(body)
+        [summary] = ingest([tmp_path / name / sample.name], tmp_path / f"ds-{name}",
+                           format=summaries[0].format if summaries else None,
+                           options={"start": "2026-01-01T00:00:00Z", "interval": "1000",
+                                    "ts": "1700000000"}).sources
+        summaries.append(summary)
+    lf, cr = summaries
+    if lf.format in WHOLE_DOCUMENTS:
+        pytest.skip(f"{lf.format} is read as one document")
+    assert lf.status == "ingested", lf.error
+    cut_last = lf.format in RAW_LAST_BYTE and (_cut_last_lines(tmp_path / "ds-cr")
+                                               - _cut_last_lines(tmp_path / "ds-lf"))
+    assert (cr.status, cr.lines, cr.skipped, cr.quarantined - cut_last,
+            sum(cr.rows.values()) + cut_last) == (
+        lf.status, lf.lines, lf.skipped, lf.quarantined, sum(lf.rows.values())), cr.error
+
+
+def _cut_last_lines(dataset) -> int:
+    reasons = open_dataset(dataset)["quarantine"].collect()["reason"]
+    return reasons.str.starts_with("truncated last line").sum()

@@ -166,9 +166,13 @@ def test_parts_per_part_rows_by_rank_named_by_content(tmp_path, monkeypatch):
     sha = hashlib.sha256((tmp_path / "in" / "two-ranks.csv").read_bytes()).hexdigest()[:16]
     folder = tmp_path / "ds" / "collectives"
     files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
-    # rows 0-2, 3-5, 6-8 and 9 (rank 1 only) make parts 0 to 3
-    assert files == [*(f"rank=0/{sha}-{n:05d}.parquet" for n in range(3)),
-                     *(f"rank=1/{sha}-{n:05d}.parquet" for n in range(4))]
+    # rows 0-2, 3-5, 6-8 and 9 (rank 1 only) make parts 0 to 3, with this ingest's token
+    assert [file.split(".")[0] for file in files] == [
+        *(f"rank=0/{sha}-{n:05d}" for n in range(3)), *(f"rank=1/{sha}-{n:05d}" for n in range(4))]
+    assert len({file.split(".")[1] for file in files}) == 1
+    manifest = json.loads((tmp_path / "ds" / "manifest.json").read_text())
+    key = manifest["sources"][0]["key"]
+    assert manifest["parts"]["collectives"] == dict.fromkeys(files, key)
     table = open_dataset(tmp_path / "ds")["collectives"].collect().sort("seq")
     assert table["seq"].to_list() == list(range(10))
     assert table["rank"].to_list() == [i % 2 for i in range(10)]
@@ -240,27 +244,28 @@ def test_a_nccl_log_failing_on_a_parse_thread_leaves_nothing(tmp_path, monkeypat
     assert not any(t.name.startswith("tracekit-parse") for t in threading.enumerate())
 
 
-def test_leftover_parts_of_the_same_bytes_are_removed(dump, tmp_path, monkeypatch):
-    """A part an interrupted ingest left in a rank folder goes when the bytes are read again;
-    after a parser change, parts in rank folders no longer written go too."""
+def test_parts_the_manifest_does_not_list_are_invisible_and_removed_by_the_next_writer(
+        dump, tmp_path, monkeypatch):
+    """A part an interrupted ingest left is not read and goes when the next writer starts;
+    after a parser change the new parts are listed in place of the old, which the next
+    writer removes (a reader that opened the manifest before could still read them)."""
     sha = hashlib.sha256((dump / "rank0.csv").read_bytes()).hexdigest()[:16]
     folder = tmp_path / "ds" / "collectives"
     ingest([dump], tmp_path / "ds")
-    part = folder / "rank=0" / f"{sha}-00000.parquet"
-    leftover = folder / "rank=0" / f"{sha}-00007.parquet"
+    [part] = (folder / "rank=0").glob(f"{sha}-00000.*.parquet")
+    leftover = folder / "rank=5" / f"{sha}-00000.0123456789ab.parquet"
+    leftover.parent.mkdir()
     shutil.copy(part, leftover)
-    (dump / "rank0.csv").rename(dump / "rank0-renamed.csv")  # new to this path: read again
-    ingest([dump], tmp_path / "ds")
-    assert part.exists() and not leftover.exists()
-
-    moved = folder / "rank=5" / f"{sha}-00000.parquet"
-    moved.parent.mkdir()
-    shutil.copy(part, moved)
+    assert open_dataset(tmp_path / "ds")["collectives"].collect().height == 8
     monkeypatch.setattr(hook_csv.HookCsvReader, "version", "2")
     again = ingest([dump], tmp_path / "ds")
     assert [s.status for s in again.sources] == ["ingested", "ingested"]
-    assert part.exists() and not moved.exists()
+    assert not leftover.exists() and part.exists()
     assert open_dataset(tmp_path / "ds")["collectives"].collect().height == 8
+    ingest([], tmp_path / "ds")
+    assert not part.exists()
+    assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.parquet")) == sorted(
+        open_dataset(tmp_path / "ds").manifest["parts"]["collectives"])
 
 
 @pytest.mark.parametrize("make_log", ["hook", "nccl"])
@@ -295,7 +300,8 @@ def test_on_one_core_the_same_dataset_is_written_without_threads(tmp_path, monke
         threads = [name for name in started if name.startswith("tracekit-")]
         assert bool(threads) != one_core, threads
         folder = tmp_path / f"ds-{one_core}" / "collectives"
-        tables.append((sorted(str(p.relative_to(folder)) for p in folder.rglob("*.parquet")),
+        tables.append((sorted(str(p.relative_to(folder)).split(".")[0]
+                              for p in folder.rglob("*.parquet")),
                        pl.read_parquet(folder / "**" / "*.parquet").sort("rank", "seq")))
     (threaded_parts, threaded), (inline_parts, inline) = tables
     assert inline_parts == threaded_parts and len(inline_parts) > 2  # several writes
@@ -341,3 +347,153 @@ def test_members_after_a_refused_member_are_still_read(tmp_path):
     assert [(s.path.split("!")[1], s.status, s.total_rows) for s in summary.sources] == [
         ("rank0.csv", "ingested", 2), ("../escape.csv", "failed", 0), ("rank1.csv", "ingested", 3)]
     assert "archive member path contains '..'" in summary.sources[1].error
+
+
+KILLED_AT_RENAME = """
+import os, signal, sys
+from pathlib import Path
+from tracekit.ingest.pipeline import ingest
+renames, kill_at, rename = 0, int(sys.argv[1]), os.replace
+
+def replace(*args, **kwargs):
+    global renames
+    renames += 1
+    if renames == kill_at:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return rename(*args, **kwargs)
+
+os.replace = replace
+ingest([Path(sys.argv[3])], Path(sys.argv[2]))
+"""
+
+
+def _visible(path) -> tuple[list, list]:
+    """What a reader of the dataset sees: its source records and every row of its tables."""
+    dataset = open_dataset(path)
+    rows = [(name, sorted(dataset[name].collect().rows())) for name in dataset]
+    return sorted((s["path"], s["sha256"]) for s in dataset.manifest["sources"]), rows
+
+
+def test_a_kill_at_any_rename_leaves_the_old_dataset_or_the_new_never_a_mix(dump, tmp_path):
+    """Killed (SIGKILL) before each rename an ingest makes (parts written, parts named, the
+    manifest), a reader sees the dataset as it was or as the full run leaves it; running the
+    ingest again leaves it as the full run does."""
+    import subprocess
+    import sys
+
+    ingest([dump], tmp_path / "before")
+    (dump / "rank0.csv").write_text(hook_log(0, 8))  # grew: replaces its rows
+    (dump / "rank2.csv").write_text(hook_log(2, 4) + "garbage\n")  # new, with a quarantined line
+    shutil.copytree(tmp_path / "before", tmp_path / "after")
+    ingest([dump], tmp_path / "after")
+    old, new = _visible(tmp_path / "before"), _visible(tmp_path / "after")
+    assert old != new
+    seen = []
+    for kill_at in range(1, 20):
+        target = tmp_path / f"killed-{kill_at}"
+        shutil.copytree(tmp_path / "before", target)
+        run = subprocess.run([sys.executable, "-c", KILLED_AT_RENAME, str(kill_at), str(target),
+                              str(dump)], capture_output=True, text=True)
+        if run.returncode == 0:
+            break
+        assert run.returncode == -9, run.stderr
+        seen.append("new" if _visible(target) == new else "old" if _visible(target) == old
+                    else "mixed")
+        ingest([dump], target)
+        assert _visible(target) == new
+        ingest([], target)  # the next writer removes what the killed run left
+        listed = open_dataset(target).manifest["parts"]
+        assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*.parquet")) == \
+            sorted(f"{name}/{file}" for name, files in listed.items() for file in files)
+    # the manifest's rename is the last: before it, the dataset is as it was
+    # rank0's part and rank2's two (calls, quarantine), each written then named; the manifest
+    assert seen == ["old"] * 7
+
+
+
+def test_a_stage_writing_while_an_ingest_runs_keeps_both(tmp_path):
+    """A stage that opened the dataset before an ingest recorded new sources writes its table
+    under the writer lock, from the manifest as it is then: both end recorded, in any order."""
+    import threading
+
+    import polars as pl
+
+    from tracekit.core import schema
+
+    ingest([_log(tmp_path, "rank0.csv", 0)], tmp_path / "ds")
+    stage = open_dataset(tmp_path / "ds")
+    events = schema.table("events").empty()
+    more = threading.Thread(target=ingest, args=([_log(tmp_path, "rank1.csv", 1)],
+                                                 tmp_path / "ds"))
+    more.start()
+    with stage.updating():
+        stage.write_table("events", events)
+    more.join()
+    ingest([_log(tmp_path, "rank2.csv", 2)], tmp_path / "ds")  # and an ingest after the stage
+    dataset = open_dataset(tmp_path / "ds")
+    assert [s["path"].rsplit("/", 1)[-1] for s in dataset.manifest["sources"]] == [
+        "rank0.csv", "rank1.csv", "rank2.csv"]
+    assert set(dataset.manifest["parts"]) == {"collectives", "events"}
+    assert dataset["collectives"].select(pl.len()).collect().item() == 15
+
+
+def _log(folder, name: str, rank: int):
+    (folder / name).write_text(hook_log(rank, 5))
+    return folder / name
+
+
+def _one_row_members(count: int) -> list[tuple[str, bytes]]:
+    """``count`` one-call hook CSV logs of 3 ranks (every third with a quarantined line), each
+    its own bytes: the many-small-members dump of issue 22."""
+    return [(f"rank{i}.csv", (f"{HEADER}\n0,{T0 + i},5000,host-a,100,{i % 3},0,0xc0,2,0,"
+                              "AllReduce,256,7,0x1,0x1,-1\n" + "7,x\n" * (i % 3 == 0)).encode())
+            for i in range(count)]
+
+
+@pytest.mark.parametrize("layout", ["archive", "folder"])
+def test_directory_listings_and_manifest_writes_do_not_grow_with_members(tmp_path, monkeypatch,
+                                                                         layout):
+    """Per member, an ingest writes its parts and nothing else: the directory listings, the
+    manifest writes and the footer reads of an ingest are the same for 3 members as for 30,
+    into a new dataset and again into the same one."""
+    import os
+
+    from tracekit.core import dataset as dataset_module
+
+    listings, saves, footers = [], [], []
+    scandir, listdir = os.scandir, os.listdir
+
+    def listed(list_folder):  # only ours: imports list the folders of sys.path
+        return lambda path=".": (str(path).startswith(str(tmp_path)) and listings.append(path)
+                                 or list_folder(path))
+
+    monkeypatch.setattr(os, "scandir", listed(scandir))
+    monkeypatch.setattr(os, "listdir", listed(listdir))
+    save, footer = dataset_module.Dataset.save_manifest, dataset_module._stats_from_footer
+    monkeypatch.setattr(dataset_module.Dataset, "save_manifest",
+                        lambda self: saves.append(1) or save(self))
+    monkeypatch.setattr(dataset_module, "_stats_from_footer",
+                        lambda part: footers.append(part) or footer(part))
+    counts = {}
+    for members in (3, 30):
+        dump = tmp_path / f"dump{members}"
+        dump.mkdir()
+        for name, data in _one_row_members(members):
+            (dump / name).write_bytes(data)
+        inputs = dump
+        if layout == "archive":
+            inputs = tmp_path / f"dump{members}.tar"
+            with tarfile.open(inputs, "w") as tar:
+                tar.add(dump, arcname="dump")
+        runs = []
+        for _ in range(2):  # new, then every member unchanged
+            listings.clear(), saves.clear(), footers.clear()
+            summary = ingest([inputs], tmp_path / f"ds{members}")
+            assert len(summary.sources) == members
+            runs.append((len(listings), len(saves), len(footers)))
+        counts[members] = runs
+    # (listings, manifest writes, footers read) of the new dataset (created, then saved once)
+    # and of the second ingest, whose writer lists the dataset's 6 folders once (root,
+    # quarantine, collectives and its 3 rank folders); a folder of inputs adds its 2 listings
+    expected = {"archive": [(1, 2, 0), (6, 1, 0)], "folder": [(3, 2, 0), (8, 1, 0)]}
+    assert counts[3] == counts[30] == expected[layout]

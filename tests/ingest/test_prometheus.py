@@ -338,12 +338,24 @@ def test_values_no_table_can_hold_are_quarantined_in_json_and_csv():
                [[1760433600, "-5"], [1760433630, "9"]])]
     document = {"status": "success", "data": {"resultType": "matrix", "result": [
         {"metric": labels, "values": values} for labels, values in series]}}
-    result = read_all(PrometheusJsonReader(),
-                      Source.from_bytes("s.json", json.dumps(document).encode()))
+    text = json.dumps(document, indent=1)  # pretty-printed: a pair's "[" on a line of its own
+    result = read_all(PrometheusJsonReader(), Source.from_bytes("s.json", text.encode()))
+    lines = text.splitlines()
+    assert [lines[n - 1].strip() for n in result.quarantine["line_no"]] == ["["] * 3
+    assert [lines[n].strip() for n in result.quarantine["line_no"]] == [
+        "1760433600,", "1760433615,", "1760433600,"]  # the line a user finds each pair on
     assert result.quarantine.select("line_no", "reason", "raw").rows() == [
-        (0, "value NaN is not a finite number", "[1760433600, NaN]"),
-        (0, "value -inf is not a finite number", "[1760433615, -Inf]"),
-        (1, "counter reads -5.0, below zero", "[1760433600, -5]")]
+        (13, "value NaN is not a finite number", "[1760433600, NaN]"),
+        (17, "value -inf is not a finite number", "[1760433615, -Inf]"),
+        (34, "counter reads -5.0, below zero", "[1760433600, -5]")]
+    one_line = read_all(PrometheusJsonReader(),
+                        Source.from_bytes("s.json", json.dumps(document).encode()))
+    assert one_line.quarantine["line_no"].to_list() == [1, 1, 1]
+    # a label holding lists puts other arrays at a pair's depth: numbered by the first line
+    series[0][0]["odd"] = [[1]]
+    odd = read_all(PrometheusJsonReader(), Source.from_bytes("s.json", json.dumps(
+        document, indent=1).encode()))
+    assert odd.quarantine["line_no"].to_list() == [1, 1, 1]
     assert (result.lines, result.rows(), result.skipped) == (5, 2, 0)
     csv = ("timestamp,__name__,Hostname,gpu,value\n1760433600,DCGM_FI_DEV_GPU_TEMP,h,0,NaN\n"
            "1760433615,DCGM_FI_DEV_GPU_TEMP,h,0,inf\n1760433630,DCGM_FI_DEV_GPU_TEMP,h,0,60\n")

@@ -96,6 +96,7 @@ def test_exporter_widens_columns_that_overflow_the_published_dtypes(whatif, tmp_
     ops = dataset.table("op_traces").collect().with_columns(pl.col("micro_batch") + 200)
     wide = create_dataset(tmp_path / "wide")
     wide.write_table("op_traces", ops)
+    wide.save_manifest()
     trace_path, _ = export_whatif(tmp_path / "wide", tmp_path / "out", trial="W")
     trace = pl.read_parquet(trace_path)
     assert trace.schema["mb_id"] == pl.Int16 and trace["mb_id"].max() == 203

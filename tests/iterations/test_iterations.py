@@ -247,6 +247,7 @@ def test_dataset_round_trip_keeps_framework_rows_and_compares(tmp_path):
     dataset.write_part("collectives", calls, "calls")
     framework = truth.with_columns(pl.lit("framework").alias("source"))
     dataset.write_part("iterations", framework, "megatron")
+    dataset.save_manifest()
     reconstruct_dataset(dataset)
     reconstruct_dataset(dataset)
     stored = dataset.table("iterations").collect()
@@ -270,6 +271,7 @@ def test_failing_rank_fails_the_stage_naming_rank_and_cause_and_keeps_the_table(
     calls, _ = rank_frame(Layout(), 0, iterations=30, rank=3)
     dataset = create_dataset(tmp_path / "job", job="test")
     dataset.write_part("collectives", calls, "calls")
+    dataset.save_manifest()
     assert CliRunner().invoke(app, ["iterations", str(tmp_path / "job")]).exit_code == 0
 
     def out_of_bounds(symbols, period):
@@ -295,6 +297,7 @@ def test_a_lost_worker_is_retried_not_reported_as_the_ranks_error(tmp_path, monk
     calls, _ = rank_frame(Layout(), 0, iterations=30, rank=3)
     dataset = create_dataset(tmp_path / "job", job="test")
     dataset.write_part("collectives", calls, "calls")
+    dataset.save_manifest()
     split, failures = module._split_intervals, []
 
     def lost_once(symbols, period):

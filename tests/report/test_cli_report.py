@@ -41,6 +41,7 @@ def test_eval_baseline_update_and_regression(corpus_datasets, tmp_path):
     # weaken the detector: it no longer reports c1's episode
     weakened = open_dataset(corpus / "c1")
     weakened.write_table("episodes", weakened.table("episodes").collect().clear())
+    weakened.save_manifest()
     out = runner.invoke(app, ["eval", str(corpus), "--baseline", str(baseline)])
     assert out.exit_code == 1
     assert "regression: job bocd+b/compute accuracy: 50 vs baseline 100 (tolerance 2)" in out.output
@@ -54,6 +55,7 @@ def test_eval_refuses_an_unlabeled_corpus(corpus_datasets, tmp_path):
         shutil.copytree(path, corpus / path.name)
         dataset = open_dataset(corpus / path.name)
         dataset.write_table("labels", dataset.table("labels").collect().filter(pl.lit(False)))
+        dataset.save_manifest()
     out = CliRunner().invoke(app, ["eval", str(corpus)])
     assert out.exit_code == 2 and "needs a labeled corpus" in out.output
 

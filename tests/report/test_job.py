@@ -69,6 +69,7 @@ def test_validation_verdicts_in_the_job_report(tmp_path):
         job=pl.lit("j1"), episode=pl.lit(0, pl.Int32), threshold=pl.lit(0.1),
         device=pl.lit("NVIDIA H100 80GB HBM3"), ts_ns=pl.lit(T0 + 200 * S),
         evidence=pl.format("{} measured", "target"))))
+    dataset.save_manifest()
     report = job_report(dataset)
     section = next(s for s in report.sections if s.title == "Hardware validation")
     assert section.paragraphs[0].startswith(

@@ -113,7 +113,8 @@ def test_attribution_is_not_fooled_by_a_surge_during_a_thermal_episode(tmp_path)
     episode = result.labels.filter("fail_slow").select(
         pl.lit("decoy").alias("job"), pl.lit(0, pl.Int32).alias("episode"),
         "t_start_ns", "t_end_ns", "start_iteration", "end_iteration")
-    open_dataset(tmp_path / "ds").write_table("episodes", schema.conform("episodes", episode))
+    with open_dataset(tmp_path / "ds").updating() as written:
+        written.write_table("episodes", schema.conform("episodes", episode))
     verdict = attribute_dataset(tmp_path / "ds").episodes.row(0, named=True)
     assert (verdict["cause"], verdict["target"]) == ("gpu-thermal", "rank:3")
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from tracekit.cli import app
 from tracekit.core import schema
-from tracekit.core.dataset import create_dataset
+from tracekit.core.dataset import create_dataset, open_dataset
 
 runner = CliRunner()
 
@@ -46,12 +46,13 @@ def test_p2p_from_dataset_records_verdicts_for_the_episode(tmp_path):
     episodes = pl.DataFrame({"job": ["j"], "episode": [1], "detector": ["bocd+v"],
                              "target": ["link:n1-n2"]}, schema_overrides={"episode": pl.Int32})
     dataset.write_table("episodes", schema.conform("episodes", episodes))
+    dataset.save_manifest()
     result = runner.invoke(app, ["validate", "p2p", "--from", str(dataset.path), "--episode",
                                  "1", "--size-mb", "4", "--backend", "gloo", "--budget-s", "5",
                                  "--inject-delay", "1-2=0.05", "--threshold", "1.0"])
     assert result.exit_code == 0, result.output
     assert "recorded 6 verdicts" in result.output
-    verdicts = pl.read_parquet(dataset.path / "validations" / "data.parquet")
+    verdicts = open_dataset(dataset.path).table("validations").collect()
     # the n1 - n2 links are the suspects; 0->1 and 1->0 are each other's intra-host peers. On
     # a busy machine a healthy link may stay undecided, but none but 1->2 is named slow.
     rows = verdicts.select("target", "verdict").rows()

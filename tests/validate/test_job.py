@@ -53,6 +53,7 @@ def dataset(tmp_path):
                                                       "micro_batch_size": 1})]},
                           schema_overrides={"tp_size": pl.Int32})
     ds.write_table("parallel_layout", schema.conform("parallel_layout", layout))
+    ds.save_manifest()
     return ds
 
 

@@ -58,9 +58,9 @@ def attribute_dataset(dataset: Dataset | str | Path,
         return Attribution(episodes, stages)
     executor = executor or LocalExecutor()
     attributed, partitions = _attribute(dataset, episodes, executor)
-    dataset.write_table("episodes", attributed)
-    record_build(dataset, "attribute", executor, partitions=partitions)
-    dataset.save_manifest()
+    with dataset.updating():
+        dataset.write_table("episodes", attributed)
+        record_build(dataset, "attribute", executor, partitions=partitions)
     return Attribution(attributed, stages)
 
 

@@ -246,21 +246,21 @@ def _mixed_jobs(path: Path) -> str | None:
     which would otherwise show up later as a spurious imbalance. None when it does not."""
     import polars as pl
 
-    from tracekit.core.dataset import open_dataset
+    from tracekit.core.dataset import open_dataset, source_record_key
 
     opened = open_dataset(path)
-    by_prefix = {s["key"][:16]: s for s in opened.manifest["sources"] if "key" in s}
-    parts = pl.DataFrame({"part": [str(p) for p in opened.parts("collectives")]},
-                         schema={"part": pl.String})
-    parts = parts.with_columns(
-        rank=pl.col("part").str.extract(r"rank=(-?\d+)"),
-        prefix=pl.col("part").str.extract(r"([0-9a-f]{16})-\d+\.parquet$"))
+    by_key = {source_record_key(s): s for s in opened.manifest["sources"]}
+    listed = opened.manifest["parts"].get("collectives", {})
+    parts = pl.DataFrame({"part": [str(opened.path / "collectives" / f) for f in listed],
+                          "owner": list(listed.values())},
+                         schema={"part": pl.String, "owner": pl.String})
+    parts = parts.with_columns(rank=pl.col("part").str.extract(r"rank=(-?\d+)"))
     for (rank,), group in parts.group_by("rank", maintain_order=True):
-        if group["prefix"].n_unique() < 2:
+        if group["owner"].n_unique() < 2:
             continue
         spans = {}
-        for prefix, files in group.group_by("prefix").agg("part").iter_rows():
-            source = by_prefix.get(prefix)
+        for owner, files in group.group_by("owner").agg("part").iter_rows():
+            source = by_key.get(owner)
             span = pl.scan_parquet(files).select(
                 pl.col("t_start_ns").min().alias("lo"), pl.col("t_start_ns").max().alias("hi")
             ).collect().row(0)

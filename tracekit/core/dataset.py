@@ -3,14 +3,17 @@
 Layout::
 
     DATASET/
-      manifest.json            job id, sources, tables, tracekit version
+      manifest.json            job id, sources, the parts of each table, tracekit version
       collectives/             one folder per table
-        <part>.parquet         one or more parts (one per ingested source, or one per rank)
+        <part>.<token>.parquet one or more parts (one per ingested source, or one per rank)
 
-A table is the union of its parts. Parts make re-ingest idempotent (a source always writes the
-same part names, so writing it again replaces rather than duplicates) and let independent
-workers write in parallel. Every write goes to a hidden temporary file first and is renamed into
-place, so an interrupted write leaves the previous contents intact.
+A table is the union of the parts the manifest lists (``parts``: table -> file -> owner, the
+source key or ``<table>/<part>`` that wrote it). Every file is written under a new name, so no
+listed file ever changes; writing a source or a part again lists its new files in place of its
+old ones. The manifest is replaced by one rename, so a source (or a stage's tables) becomes
+visible with its record in one step, or not at all: files it does not list are invisible, and
+the next writer removes them (:func:`writer_lock`) once no reader of the manifest before can
+need them. Parts let independent workers write in parallel.
 """
 
 from __future__ import annotations
@@ -39,9 +42,9 @@ MANIFEST_VERSION = 1
 LOCK_WAIT_S = 10.0
 """How long a second writer waits for the first before refusing: long enough for a short
 ingest or a manifest save to finish, short enough that a user is not left guessing."""
-STAGED_PREFIXES = (".staged-", ".tmp-")
-"""Hidden names of parts being written (ingest's staged parts, :func:`atomic_path`'s
-temporaries): under the writer lock, any left are a dead run's and are removed."""
+TEMPORARY_PREFIX = ".tmp-"
+"""Hidden names of :func:`atomic_path`'s temporaries: under the writer lock, any left are a
+dead run's and are removed."""
 PARQUET_ZSTD_LEVEL = 1
 """Parts are zstd-compressed at level 1: on hook CSV rows split by rank it made the same file
 sizes as the default level 3 with 2-4% less CPU; lz4 and snappy saved 6-7% of the write CPU
@@ -82,14 +85,16 @@ def writing_to(path: Path) -> Iterator[None]:
 
 
 @contextmanager
-def writer_lock(path: Path, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
+def writer_lock(path: Path, wait_s: float | None = None) -> Iterator[None]:
     """Hold the dataset's writer lock (``flock`` on the dataset folder itself, whose inode
     never changes, unlike the manifest's, and which leaves no file behind): one writer at a
     time, so two ingests cannot each save a manifest without the other's sources. The kernel
     drops the lock when its process dies (``kill -9``), so a dead run never blocks the next.
-    Staged files left by dead runs are removed once the lock is held."""
+    Once the lock is held, files the manifest does not list (a dead run's, or those the last
+    writer replaced) are removed (:func:`_remove_unlisted`)."""
     with writing_to(path):
         folder = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    wait_s = LOCK_WAIT_S if wait_s is None else wait_s
     try:
         deadline = time.monotonic() + wait_s
         while True:
@@ -102,17 +107,33 @@ def writer_lock(path: Path, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
                                      f"over {wait_s:g} s; wait for it to finish and run this "
                                      "again", str(path)) from None
                 time.sleep(0.1)
-        _remove_staged(path)
+        _remove_unlisted(path)
         yield
     finally:
         os.close(folder)  # releases the lock
 
 
-def _remove_staged(path: Path) -> None:
-    """Remove the staged and temporary files of dead runs (:data:`STAGED_PREFIXES`)."""
-    for folder, _, files in os.walk(path):
+def _remove_unlisted(path: Path) -> None:
+    """Remove the temporaries in ``path`` and the files in its tables that its manifest does not
+    list: parts of dead runs and the files a writer replaced, which the last writer kept for
+    readers that had opened the manifest before it. One listing of the dataset per writer, not
+    per source. A dataset without a parts list (older versions) loses only temporaries. Other
+    folders (a stage's scratch, ``.attribute-*``, in use by a run that holds no lock yet) are
+    left alone."""
+    try:
+        listed = json.loads((path / MANIFEST).read_text()).get("parts")
+    except (OSError, json.JSONDecodeError):
+        listed = None
+    for folder, subfolders, files in os.walk(path):
+        relative = os.path.relpath(folder, path).split(os.sep)
+        table = relative[0] if relative[0] in schema.TABLES else None
+        if folder == str(path):  # a stage's hidden scratch folder is its own
+            subfolders[:] = [name for name in subfolders if name in schema.TABLES]
         for file in files:
-            if file.startswith(STAGED_PREFIXES):
+            inside = "/".join([*relative[1:], file])
+            if file.startswith(TEMPORARY_PREFIX) or (
+                    table is not None and listed is not None
+                    and inside not in listed.get(table, {})):
                 os.unlink(os.path.join(folder, file))
 
 
@@ -140,7 +161,7 @@ def source_record_key(record: dict[str, Any]) -> str:
 @dataclass
 class Dataset:
     """An opened dataset folder. Tables are read lazily; the manifest is kept in memory and
-    saved with :meth:`save_manifest`."""
+    saved with :meth:`save_manifest`, which makes what was written since visible."""
 
     path: Path
     manifest: dict[str, Any]
@@ -149,7 +170,14 @@ class Dataset:
     _by_path: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
     """The source key recorded for each path."""
     _replaced: set[str] = field(default_factory=set, repr=False, compare=False)
-    """Keys of records replaced by new bytes at their path: their parts go at the next save."""
+    """Keys of records replaced by new bytes at their path: their files go at the next save."""
+    _owned: dict[str, list[tuple[str, str]]] | None = field(default=None, repr=False,
+                                                            compare=False)
+    """The listed files of each owner, as (table, file): built once from the manifest."""
+    _stats: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict, repr=False,
+                                                          compare=False)
+    """Statistics of the files whose footers were read or which were written here, by (table,
+    file): a file never changes under its name, so they hold for the process' life."""
 
     @property
     def job(self) -> str:
@@ -158,22 +186,19 @@ class Dataset:
     # -- reading -----------------------------------------------------------------------------
 
     def parts(self, name: str) -> list[Path]:
-        """The Parquet parts of table ``name`` in a stable order (hidden temporaries excluded)."""
+        """The Parquet files the manifest lists for table ``name``, in a stable order."""
         schema.table(name)
-        folder = self.path / name
-        if not folder.is_dir():
-            return []
-        return sorted(p for p in folder.rglob("*.parquet") if not p.name.startswith("."))
+        return [self.path / name / file for file in sorted(self._listed().get(name, ()))]
 
     def ranks(self, name: str) -> list[int]:
         """The distinct ranks in table ``name``, from its parts' footers (a part without
         statistics there is scanned): listing them from the rows read the rank of every call
         on the machine that runs the command, 0.25 CPU-s on 35 M calls, twice per analysis."""
-        return sorted(set().union(*(_part_stats(name, part)["ranks"]
-                                    for part in self.parts(name))))
+        return sorted(set().union(*(self._file_stats(name, file)["ranks"]
+                                    for file in self._listed().get(name, ()))))
 
     def has_table(self, name: str) -> bool:
-        return bool(self.parts(name))
+        return bool(self._listed().get(name))
 
     def table(self, name: str) -> pl.LazyFrame:
         """Table ``name`` as a LazyFrame with the canonical schema (empty when absent)."""
@@ -202,39 +227,68 @@ class Dataset:
 
     # -- writing -----------------------------------------------------------------------------
 
-    def write_part(self, name: str, frame: pl.DataFrame, part: str) -> Path:
-        """Write ``frame`` as part ``part`` of table ``name``, atomically replacing a part of
-        the same name. Raises SchemaError (naming table and column) on a mismatched frame."""
+    def write_file(self, name: str, frame: pl.DataFrame, stem: str) -> tuple[str, dict[str, Any]]:
+        """Write ``frame`` as the file ``<stem>.parquet`` of table ``name``, not listed (so
+        invisible) until :meth:`list_files`; its name in the table and its statistics.
+        Raises SchemaError (naming table and column) on a mismatched frame."""
         schema.validate(name, frame)
-        final = self.path / name / f"{part}.parquet"
-        write_parquet(frame, final, {PART_STATS_KEY: json.dumps(_stats_from_rows(name, frame))})
-        return final
+        file = f"{stem}.parquet"
+        stats = _stats_from_rows(name, frame)
+        write_parquet(frame, self.path / name / file, {PART_STATS_KEY: json.dumps(stats)})
+        self._stats[name, file] = stats
+        return file, stats
+
+    def write_part(self, name: str, frame: pl.DataFrame, part: str) -> Path:
+        """Write ``frame`` as part ``part`` of table ``name`` (a new file,
+        ``<part>.<token>.parquet``) in place of the file written as that part before, from the
+        next save on."""
+        file, stats = self.write_file(name, frame, f"{part}.{uuid.uuid4().hex[:12]}")
+        self.list_files(f"{name}/{part}", {name: {file: stats}})
+        return self.path / name / file
 
     def write_table(self, name: str, frame: pl.DataFrame) -> Path:
-        """Replace table ``name`` by ``frame`` (one part). The new part is complete on disk
-        before any old part is removed."""
+        """Replace table ``name`` by ``frame`` (one part) from the next save on; the table as it
+        was stays listed should the write fail."""
+        others = {*self._listed().get(name, {}).values()} - {f"{name}/data"}
         final = self.write_part(name, frame, "data")
-        for old in self.parts(name):
-            if old != final:
-                old.unlink()
+        for owner in others:
+            self._unlist(owner, name)
         return final
 
-    def remove_parts(self, name: str, prefix: str, keep: set[Path] | None = None,
-                     folders: set[Path] | None = None) -> None:
-        """Remove the parts of ``name`` whose file name starts with ``prefix``, except ``keep``;
-        only in ``folders`` (folders of this table) when given, else anywhere in the table.
+    def list_files(self, owner: str, files: dict[str, dict[str, dict[str, Any]]]) -> None:
+        """List ``files`` (table -> file -> statistics) as those of ``owner`` (a source key,
+        or ``<table>/<part>``) in place of the files it had: visible from the next save."""
+        self._unlist(owner)
+        listed = self._listed()
+        for name, stats in files.items():
+            for file, file_stats in stats.items():
+                listed.setdefault(name, {})[file] = owner
+                self._stats[name, file] = file_stats
+        self._owners()[owner] = [(name, file) for name, stats in files.items() for file in stats]
 
-        It looks at file names (``os.walk``) and makes paths only of those with the prefix:
-        listing, sorting and comparing every part as a path made ingest slow."""
-        schema.table(name)
-        if folders is None:
-            folders = {Path(folder) for folder, _, _ in os.walk(self.path / name)}
-        for folder in folders:
-            for file in os.listdir(folder):
-                if file.startswith(prefix) and file.endswith(".parquet"):
-                    old = folder / file
-                    if old not in (keep or ()):
-                        old.unlink()
+    def _listed(self) -> dict[str, dict[str, str]]:
+        return self.manifest.setdefault("parts", {})
+
+    def _owners(self) -> dict[str, list[tuple[str, str]]]:
+        if self._owned is None:
+            self._owned = {}
+            for name, files in self._listed().items():
+                for file, owner in files.items():
+                    self._owned.setdefault(owner, []).append((name, file))
+        return self._owned
+
+    def _unlist(self, owner: str, table: str | None = None) -> None:
+        """Drop ``owner``'s files (in ``table`` only, when given) from the list; the next
+        writer removes them from disk."""
+        listed, owners = self._listed(), self._owners()
+        files = owners.pop(owner, [])
+        if table is not None and (others := [(n, f) for n, f in files if n != table]):
+            owners[owner] = others
+        for name, file in files:
+            if table in (None, name):
+                del listed[name][file]
+                if not listed[name]:
+                    del listed[name]
 
     # -- manifest ----------------------------------------------------------------------------
 
@@ -243,14 +297,17 @@ class Dataset:
         return next((s for s in self.manifest["sources"] if s["sha256"] == sha256), None)
 
     def record_source(self, record: dict[str, Any]) -> None:
-        """Add or replace (by :func:`source_record_key`) a source record in the manifest. A
-        record of other bytes at the same path (a log that grew) is dropped, and its parts are
-        removed at the next :meth:`save_manifest`, so its old rows do not stay beside the new.
-        Constant time per record (an archive of 100,000 members records 100,000 of them)."""
+        """Add or replace (by :func:`source_record_key`) a source record in the manifest, with
+        the files its ``parts`` entry names (table -> file -> statistics; taken out of the
+        record) in place of those it had. A record of other bytes at the same path (a log that
+        grew) is dropped, and its files are unlisted at the next :meth:`save_manifest`, so its
+        old rows do not stay beside the new. Constant time per record (an archive of 100,000
+        members records 100,000 of them)."""
         sources = self.manifest["sources"]
         if len(self._positions) != len(sources):
             self._index()
         key = source_record_key(record)
+        files = record.pop("parts", None)
         earlier = self._by_path.get(record["path"])
         replaces = (earlier not in (None, key)
                     and sources[self._positions[earlier]]["path"] == record["path"])
@@ -263,6 +320,8 @@ class Dataset:
             self._positions[key] = len(sources)
             sources.append(record)
         self._by_path[record["path"]] = key
+        if files is not None:
+            self.list_files(key, files)
         if replaces:
             self._compact()
 
@@ -276,19 +335,23 @@ class Dataset:
                                           key=lambda s: s["path"])
         self._index()
 
-    def _remove_replaced_parts(self) -> None:
-        """Remove the parts of replaced records whose bytes no record still has."""
+    def _unlist_replaced(self) -> None:
+        """Unlist the files of replaced records whose bytes no record still has."""
         for key in self._replaced - self._positions.keys():
-            for name in schema.TABLES:
-                if (self.path / name).is_dir():
-                    self.remove_parts(name, key[:16])
+            self._unlist(key)
         self._replaced.clear()
+
+    def _file_stats(self, name: str, file: str) -> dict[str, Any]:
+        if (name, file) not in self._stats:
+            self._stats[name, file] = _part_stats(name, self.path / name / file)
+        return self._stats[name, file]
 
     def refresh_table_stats(self) -> None:
         """Recompute rows, time span, ranks and hosts of every table whose parts changed.
 
         Each part carries its own statistics in its footer (:data:`PART_STATS_KEY`), computed
-        by whoever wrote it, so the machine that saves the manifest reads footers instead of
+        by whoever wrote it (and handed over with the source's record, so an ingest reads no
+        footer of its own), so the machine that saves the manifest reads footers instead of
         rows: rescanning the collectives of a 64-rank job of 10,000 iterations (35 M rows)
         cost that machine 1.3 CPU-s at every stage, the largest serial step of a stage on a
         cluster. Parts without it (written by older versions) are scanned. A table's totals
@@ -296,24 +359,36 @@ class Dataset:
         footers are read again while that holds."""
         known = self.manifest.get("tables", {})
         stats: dict[str, Any] = {}
+        listed = self._listed()
         for name in schema.TABLES:
-            parts = self.parts(name)
-            if not parts:
+            files = sorted(listed.get(name, ()))
+            if not files:
                 continue
-            fingerprint = _fingerprint(self.path, parts)
+            fingerprint = _fingerprint(files)
             if known.get(name, {}).get("fingerprint") == fingerprint:
                 stats[name] = known[name]
                 continue
-            per_part = [_part_stats(name, part) for part in parts]
-            stats[name] = {**_table_stats(name, per_part), "parts": len(parts),
+            per_part = [self._file_stats(name, file) for file in files]
+            stats[name] = {**_table_stats(name, per_part), "parts": len(files),
                            "fingerprint": fingerprint}
         self.manifest["tables"] = stats
 
+    @contextmanager
+    def updating(self) -> Iterator[Dataset]:
+        """Hold the writer lock (:func:`writer_lock`) while a stage writes its tables: the
+        manifest is read again once the lock is held, so what another writer recorded since
+        this one opened it (an ingest's sources) is kept, and saved at the end."""
+        with writer_lock(self.path):
+            self.manifest = open_dataset(self.path).manifest
+            self._positions, self._by_path, self._replaced, self._owned = {}, {}, set(), None
+            yield self
+            self.save_manifest()
+
     def save_manifest(self) -> None:
-        """Remove replaced sources' parts, refresh table statistics and write the manifest
-        atomically."""
+        """Unlist replaced sources' files, refresh table statistics and replace the manifest
+        by one rename: what was written since the last save becomes visible at once."""
         self._compact()
-        self._remove_replaced_parts()
+        self._unlist_replaced()
         self.refresh_table_stats()
         self.manifest["updated"] = _now()
         self.manifest["tracekit_version"] = _tracekit_version()
@@ -385,16 +460,10 @@ def _scan(name: str, parts: list[Path]) -> pl.LazyFrame:
     return pl.scan_parquet(parts, schema=schema.table(name).schema, hive_partitioning=False)
 
 
-def _fingerprint(root: Path, parts: list[Path]) -> str:
-    """What identifies the contents of a table's ``parts``: their paths, sizes, inodes and
-    modification times. Every write renames a new file into place, so a rewritten part gets a
-    new inode and time even where its path and size stay the same."""
-    digest = hashlib.sha256()
-    for part in parts:
-        status = part.stat()
-        digest.update(f"{part.relative_to(root)}\0{status.st_size}\0{status.st_ino}\0"
-                      f"{status.st_mtime_ns}\n".encode())
-    return digest.hexdigest()[:16]
+def _fingerprint(files: list[str]) -> str:
+    """What identifies the contents of a table's ``files``: their names, since a file is never
+    rewritten under its name."""
+    return hashlib.sha256("\n".join(files).encode()).hexdigest()[:16]
 
 
 def create_dataset(path: str | Path, job: str | None = None) -> Dataset:
@@ -455,4 +524,22 @@ def open_dataset(path: str | Path) -> Dataset:
         manifest = json.loads(manifest_path.read_text())
     except (OSError, json.JSONDecodeError) as error:
         raise InputError(f"unreadable manifest: {error}", str(manifest_path)) from None
+    if "parts" not in manifest:
+        manifest["parts"] = _files_on_disk(path, manifest)
     return Dataset(path, manifest)
+
+
+def _files_on_disk(path: Path, manifest: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """The parts list of a dataset written before manifests listed parts: every visible file
+    in its tables, owned by the source whose key its name starts with (``<sha16>-<n>``),
+    else by its name as a part."""
+    sources = {source_record_key(s)[:16]: source_record_key(s) for s in manifest["sources"]}
+    listed: dict[str, dict[str, str]] = {}
+    for name in schema.TABLES:
+        for part in sorted((path / name).rglob("*.parquet")):
+            if not part.name.startswith("."):
+                file = part.relative_to(path / name).as_posix()
+                stem = file.partition(".")[0]
+                owner = sources.get(part.name.partition("-")[0], f"{name}/{stem}")
+                listed.setdefault(name, {})[file] = owner
+    return listed

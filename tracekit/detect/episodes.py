@@ -377,8 +377,8 @@ def detect_dataset(dataset: Dataset | str | Path, detectors: list[str] | None = 
     detection = Detection(pl.concat([schema.table("events").empty(), *events]),
                           pl.concat([schema.table("episodes").empty(), *episodes]),
                           gap_notes(series.job["iteration"]))
-    dataset.write_table("events", detection.events)
-    dataset.write_table("episodes", detection.episodes)
-    record_build(dataset, "detect", executor, ranks_per_block=RANKS_PER_BLOCK)
-    dataset.save_manifest()
+    with dataset.updating():
+        dataset.write_table("events", detection.events)
+        dataset.write_table("episodes", detection.episodes)
+        record_build(dataset, "detect", executor, ranks_per_block=RANKS_PER_BLOCK)
     return detection

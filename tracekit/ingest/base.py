@@ -61,6 +61,10 @@ class Source:
     hash_while_reading: bool = False
     """Set by the ingest pipeline: :func:`iter_line_blocks` then computes :attr:`sha256` from
     the bytes it reads anyway, so a new file is read once, not once to hash and once to parse."""
+    overlong: deque[tuple[int, bytes, int]] = field(default_factory=deque)
+    """Lines set aside for their length by :func:`iter_line_blocks` (line number, first bytes,
+    length), which :func:`quarantine_overlong` quarantines: the reader saw an empty line in
+    their place. A deque: the splitter may run in a read-ahead thread."""
     _sha256: str | None = None
     _head: bytes | None = None
 
@@ -201,61 +205,162 @@ def iter_line_blocks(source: Source, batch_bytes: int = LINE_BATCH_BYTES) -> Ite
     """The bytes of a text source in blocks of whole lines (about ``batch_bytes`` each; a line
     longer than that makes its block longer). The last block may end without a line end.
 
+    Line ends may be ``\n``, ``\r\n`` or, where the first :data:`SNIFF_BYTES` show them,
+    ``\r`` alone (old exporters, a damaged copy; :class:`_LoneCrAsLineEnd`): looking at the
+    head only costs a ``\n`` file nothing.
+
+    A line longer than ``source.limits.max_line_bytes`` is set aside (:attr:`Source.overlong`,
+    to be quarantined with its number) and an empty line stands in for it, so the numbers of
+    the lines after it hold and one long line never costs the file. Its bytes are skipped, not
+    held: memory stays bounded by the limit.
+
     With ``source.hash_while_reading`` the blocks also feed the source's sha256 (hashlib
-    releases the GIL, so this overlaps with the caller's work), set once the whole file is read.
+    releases the GIL, so this overlaps with the caller's work), set once the whole file is read
+    (unless a line was skipped unread: then it is hashed again when asked).
     """
     digest = hashlib.sha256() if source.hash_while_reading and source._sha256 is None else None
+    max_line, line_no = source.limits.max_line_bytes, 1
     with source.open() as stream:
-        split = _seek_line_blocks if stream.seekable() else _cut_line_blocks
-        for block in _limit_lines(split(stream, batch_bytes, source.limits.max_line_bytes),
-                                  source):
-            if digest is not None:
-                digest.update(block)
+        head = source._head if source._head is not None else _peek(stream)
+        if b"\r" in head and LONE_CR.search(head):
+            stream, digest = _LoneCrAsLineEnd(stream), None
+        seekable = stream.seekable()
+        blocks = (_seek_line_blocks if seekable else _cut_line_blocks)(stream, batch_bytes,
+                                                                        max_line)
+        while True:
+            start = stream.tell() if seekable else None
+            block = next(blocks, None)
+            if block is None:
+                break
+            if isinstance(block, _Overlong):
+                source.overlong.append((_line_no(stream, start, line_no), block.head,
+                                        block.length))
+                block, digest = b"\n", None
+            else:
+                if digest is not None:
+                    digest.update(block)
+                if len(block) > max_line:  # only then can a line inside it be too long
+                    block = _set_aside_long_lines(block, _line_no(stream, start, line_no),
+                                                  source)
+            if not seekable:  # a pipe cannot be read again: count its lines as they pass
+                line_no += block.count(b"\n")
             yield block
     if digest is not None:
         source._sha256 = digest.hexdigest()
+
+
+def _line_no(stream: BinaryIO, start: int | None, counted: int) -> int:
+    """The number of the line at byte ``start`` of a seekable stream, found by reading it again
+    up to there, or ``counted`` for a stream that cannot seek (``start`` None): only a long line
+    needs its number, so good blocks are not counted (5 ms per 16 MiB block)."""
+    if start is None:
+        return counted
+    resume = stream.tell()
+    stream.seek(0)
+    line_no, size = 1, start
+    while size > 0 and (piece := stream.read(min(size, LINE_END_PEEK_BYTES))):
+        line_no += piece.count(b"\n")
+        size -= len(piece)
+    stream.seek(resume)
+    return line_no
+
+
+def _peek(stream: BinaryIO) -> bytes:
+    """The first :data:`SNIFF_BYTES` of a seekable stream, left at its start (nothing of one
+    that cannot seek: its head is known from the sniff)."""
+    if not stream.seekable():
+        return b""
+    head = stream.read(SNIFF_BYTES)
+    stream.seek(0)
+    return head
+
+
+class _LoneCrAsLineEnd:
+    """A binary stream whose ``\r`` not followed by ``\n`` reads as ``\n``: the same length,
+    so positions (seek, tell) are the stream's own. A ``\r\n`` cut between two reads reads as
+    two line ends (one empty line, counted as skipped)."""
+
+    def __init__(self, stream: BinaryIO):
+        self.stream = stream
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.stream.read(size)
+        return LONE_CR.sub(b"\n", data) if b"\r" in data else data
+
+    def seekable(self) -> bool:
+        return self.stream.seekable()
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return self.stream.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self.stream.tell()
 
 
 LINE_END_PEEK_BYTES = 64 * 1024
 """How far :func:`_seek_line_blocks` reads at a time while looking for a block's last line end."""
 
 
-class _LineTooLong(Exception):
-    """A splitter met a line longer than the limit, after ``newlines`` line ends of the
-    stream."""
+@dataclass
+class _Overlong:
+    """A line a splitter skipped for its length: its first bytes and its length."""
 
-    def __init__(self, newlines: int = 0):
-        self.newlines = newlines
-
-
-def _limit_lines(blocks: Iterator[bytes], source: Source) -> Iterator[bytes]:
-    """``blocks``, turning a splitter's :class:`_LineTooLong` into the limit's error naming the
-    file and the line."""
-    try:
-        yield from blocks
-    except _LineTooLong as error:
-        raise InputError(too_large("line", source.limits.max_line_bytes, "max_line_bytes"),
-                         source.name, error.newlines + 1) from None
+    head: bytes
+    length: int
 
 
-def _seek_line_blocks(stream: BinaryIO, batch_bytes: int, max_line: int) -> Iterator[bytes]:
-    """Blocks of a seekable stream, each read in one piece: where its last line ends is found
+def _set_aside_long_lines(block: bytes, first_line_no: int, source: Source) -> bytes:
+    """``block`` with each line longer than the limit replaced by an empty line (recorded in
+    :attr:`Source.overlong`). A line that long leaves a span of half the limit without a line
+    end, and only such spans are looked at: a few ``bytes.find`` per block, not a scan of its
+    lines."""
+    limit, step = source.limits.max_line_bytes, max(source.limits.max_line_bytes // 2, 1)
+    pieces, kept, at = [], 0, 0
+    while at < len(block):
+        if block.find(b"\n", at, at + step) >= 0 or at + step > len(block):
+            at += step
+            continue
+        start = block.rfind(b"\n", 0, at) + 1
+        end = block.find(b"\n", at)
+        end = len(block) if end < 0 else end
+        if end - start > limit:
+            source.overlong.append((first_line_no + block.count(b"\n", 0, start),
+                                    block[start:start + schema.RAW_LINE_LIMIT], end - start))
+            # the line end stays (or is added, ending the last line): an empty line stands in
+            pieces += [block[kept:start], b"" if end < len(block) else b"\n"]
+            kept = end
+        at = end + 1
+    return b"".join([*pieces, block[kept:]]) if pieces else block
+
+
+def _seek_line_blocks(stream: BinaryIO, batch_bytes: int,
+                      max_line: int) -> Iterator[bytes | _Overlong]:
+    """Blocks of a seekable stream, each read in one piece: where its last line end is found
     first, by peeking past ``batch_bytes``. Cutting a block read blind instead copies it twice
     (slice and join), and the fresh memory costs more than the copying (page faults). A line
-    too long is numbered by reading the stream again up to it, so good blocks are not
-    counted (5 ms per 16 MiB block)."""
+    running more than ``max_line`` past the batch ends the block before it, and is skipped."""
     while True:
         start = stream.tell()
         stream.seek(start + batch_bytes)
         try:
             length = batch_bytes + _bytes_to_line_end(stream, max_line)
         except _LineTooLong:
-            raise _LineTooLong(_newlines(stream, start + batch_bytes)) from None
+            stream.seek(start)
+            whole = stream.read(batch_bytes).rfind(b"\n") + 1
+            stream.seek(start)
+            if whole:
+                yield stream.read(whole)
+            yield _skip_line(stream)
+            continue
         stream.seek(start)
         block = stream.read(length)
         if not block:
             return
         yield block
+
+
+class _LineTooLong(Exception):
+    """A line ran past the limit."""
 
 
 def _bytes_to_line_end(stream: BinaryIO, max_line: int) -> int:
@@ -273,43 +378,84 @@ def _bytes_to_line_end(stream: BinaryIO, max_line: int) -> int:
     return length
 
 
-def _newlines(stream: BinaryIO, size: int) -> int:
-    """Line ends in the first ``size`` bytes of a seekable stream."""
-    stream.seek(0)
-    newlines = 0
-    while size > 0 and (piece := stream.read(min(size, LINE_END_PEEK_BYTES))):
-        newlines += piece.count(b"\n")
-        size -= len(piece)
-    return newlines
+def _skip_line(stream: BinaryIO) -> _Overlong:
+    """Skip the line at the stream's position, leaving it after its line end."""
+    head = peek = stream.read(schema.RAW_LINE_LIMIT)
+    length = 0
+    while peek:
+        end = peek.find(b"\n")
+        if end >= 0:
+            stream.seek(end + 1 - len(peek), io.SEEK_CUR)
+            return _Overlong(head.partition(b"\n")[0], length + end)
+        length += len(peek)
+        peek = stream.read(LINE_END_PEEK_BYTES)
+    return _Overlong(head, length)
 
 
-def _cut_line_blocks(stream: BinaryIO, batch_bytes: int, max_line: int) -> Iterator[bytes]:
+def _cut_line_blocks(stream: BinaryIO, batch_bytes: int,
+                     max_line: int) -> Iterator[bytes | _Overlong]:
     """Blocks of a stream that cannot seek: read ``batch_bytes`` and keep what follows the
-    last line end for the next block; :class:`_LineTooLong` once that exceeds ``max_line``
-    (counting the line ends as it goes: the stream cannot be read again)."""
+    last line end for the next block; once that exceeds ``max_line``, the line is skipped up to
+    its end (its first bytes kept for the quarantine)."""
     pending: list[bytes] = []  # bytes after the last line end (a line may span blocks)
-    newlines = 0
+    skipping: _Overlong | None = None
     while block := stream.read(batch_bytes):
+        if skipping is not None:
+            end = block.find(b"\n")
+            skipping.length += len(block) if end < 0 else end
+            if end < 0:
+                continue
+            yield skipping
+            skipping, block = None, block[end + 1:]
         cut = block.rfind(b"\n") + 1
         if cut == 0:
             pending.append(block)
             if sum(map(len, pending)) > max_line:
-                raise _LineTooLong(newlines)
+                line = b"".join(pending)
+                skipping, pending = _Overlong(line[:schema.RAW_LINE_LIMIT], len(line)), []
             continue
-        newlines += block.count(b"\n", 0, cut)
         yield b"".join([*pending, block[:cut]])
         pending = [block[cut:]] if cut < len(block) else []
-    if pending:
+    if skipping is not None:
+        yield skipping
+    elif pending:
         yield b"".join(pending)
+
+
+def quarantine_overlong(chunks: Iterable[Chunk], source: Source) -> Iterator[Chunk]:
+    """``chunks`` with the lines :func:`iter_line_blocks` set aside for their length
+    quarantined, each with its number: the reader counted the empty line that stood in for it
+    as skipped, so it moves from skipped to quarantined and every line stays accounted for."""
+    reason = too_large("line", source.limits.max_line_bytes, "max_line_bytes")
+
+    def drained(chunk: Chunk) -> Chunk:
+        lines = [source.overlong.popleft() for _ in range(len(source.overlong))]
+        if not lines:
+            return chunk
+        bad = pl.DataFrame({
+            "line_no": [line_no for line_no, _, _ in lines],
+            "line": [head.decode("utf-8", errors="replace") for _, head, _ in lines],
+            "reason": [f"{reason} ({length:,} bytes)" for _, _, length in lines]},
+            schema={"line_no": pl.Int64, "line": pl.String, "reason": pl.String})
+        rows = quarantine_frame(source, bad)
+        chunk.quarantine = rows if chunk.quarantine is None else pl.concat([chunk.quarantine,
+                                                                            rows])
+        chunk.skipped -= len(lines)
+        return chunk
+
+    for chunk in chunks:
+        yield drained(chunk)
+    if source.overlong:
+        yield drained(Chunk())
 
 
 def iter_line_batches(source: Source, batch_bytes: int = LINE_BATCH_BYTES) -> Iterator[LineBatch]:
     """Split a text source into batches of whole lines without a Python loop per line.
 
-    Line ends may be ``\\n`` or ``\\r\\n``; undecodable bytes are replaced rather than fatal (a
-    torn multi-byte character must not lose the rest of the line). A last line without a line
-    end is still returned, so readers can quarantine it as truncated. The next batch is read
-    and split while the caller parses this one.
+    Line ends may be ``\\n``, ``\\r\\n`` or ``\\r`` (:func:`iter_line_blocks`); undecodable bytes
+    are replaced rather than fatal (a torn multi-byte character must not lose the rest of the
+    line). A last line without a line end is still returned, so readers can quarantine it as
+    truncated. The next batch is read and split while the caller parses this one.
     """
 
     def batches() -> Iterator[LineBatch]:

@@ -2,9 +2,10 @@
 
 A dump comes from thousands of machines and sometimes from people who should not be trusted,
 so what one input may cost is bounded by these limits, not by what the input claims: each is a
-named default, exceeding it is a one-line :class:`~tracekit.core.errors.InputError` naming the file
-(and line), and each can be raised for one ingest with ``--option NAME=VALUE``
-(``--option max_line_bytes=67108864``). No check recurses on the input's structure.
+named default, exceeding it is a one-line :class:`~tracekit.core.errors.InputError` naming the
+file (and line; a line over ``max_line_bytes`` is one quarantined line instead), and each can be
+raised for one ingest with ``--option NAME=VALUE`` (``--option max_line_bytes=67108864``). No
+check recurses on the input's structure.
 """
 
 from __future__ import annotations
@@ -44,10 +45,11 @@ class Limits:
     xz); runs of one byte compress ~1000x (DEFLATE's ceiling is 1032x): 200 leaves real dumps
     5x room and stops a 10 MB bomb after 2 GB instead of 10 GiB."""
     max_line_bytes: int = 16 * 1024**2
-    """How far one text line may run past a batch of lines (a line inside one batch is
-    bounded by it): one more batch (:data:`~tracekit.ingest.base.LINE_BATCH_BYTES`), so no
-    block a reader parses is more than twice a batch. Real lines are under 4 KiB; a file of
-    zeros without a line end is one line, and stops here."""
+    """One text line: a longer one is quarantined and skipped to its end
+    (:func:`~tracekit.ingest.base.iter_line_blocks`). One batch
+    (:data:`~tracekit.ingest.base.LINE_BATCH_BYTES`), so no block a reader parses is more than
+    twice a batch. Real lines are under 4 KiB; a file of zeros without a line end is one
+    line, and stops here."""
     max_nesting: int = 64
     """Depth of containers in a JSON or pickle dump. The formats read nest at most 6 deep; a
     deeper document is hostile, and walking or converting it costs time and memory per level."""
@@ -130,7 +132,27 @@ def json_nesting(stream: BinaryIO) -> int:
     """The deepest nesting of brackets in JSON text, outside strings, found in numpy passes
     over blocks without parsing: for a document a parser would take apart recursively or
     convert level by level (polars' JSON decoder took 13.8 GB for a 1,000-deep 2.2 KB label)."""
-    depth = deepest = 0
+    return max((int(levels.max(initial=0)) for _, levels, _ in _json_levels(stream)), default=0)
+
+
+def json_array_lines(stream: BinaryIO, depth: int) -> np.ndarray:
+    """The line (1-based) of every ``[`` outside strings that opens nesting level ``depth``, in
+    document order: where each element of a list of lists at that depth starts, for numbering
+    what a reader quarantines by the line a user finds it on (same numpy passes as
+    :func:`json_nesting`; JSON strings hold no raw line end)."""
+    found, lines_before = [], 1
+    for data, levels, inside in _json_levels(stream):
+        newline = data == ord("\n")
+        opens = np.flatnonzero((data == ord("[")) & ~inside & (levels == depth))
+        found.append(lines_before + np.cumsum(newline)[opens])
+        lines_before += int(newline.sum())
+    return np.concatenate(found) if found else np.empty(0, np.int64)
+
+
+def _json_levels(stream: BinaryIO) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per block of JSON text: its bytes, the nesting level after each byte and whether each
+    byte is inside a string (escaped quotes and backslash runs across blocks told apart)."""
+    depth = 0
     in_string = False
     escaped = False  # the previous block ended in an odd run of backslashes
     for block in _blocks(stream):
@@ -148,12 +170,11 @@ def json_nesting(stream: BinaryIO) -> int:
         step = np.where(inside, 0, np.where(np.isin(data, (91, 123)), 1,
                                                     np.where(np.isin(data, (93, 125)), -1, 0)))
         levels = depth + np.cumsum(step)
-        deepest = max(deepest, int(levels.max(initial=depth)))
+        yield data, levels, inside
         depth = int(levels[-1])
         in_string = bool(inside[-1])
         trailing = len(data) - 1 - int(last_plain[-1])
         escaped = (trailing + (escaped and trailing == len(data))) % 2 == 1
-    return deepest
 
 
 def check_json(source, stream: BinaryIO) -> None:

@@ -1,11 +1,12 @@
 """The ingest loop shared by every format: walk inputs, sniff, read, write parts, record.
 
-Each source writes its rows as parts named after its content hash (``<sha16>-<n>``, one per
-:data:`PART_ROWS` rows), so ingesting the same bytes again replaces its own parts instead of
-adding rows, and a new file adds only its own parts. Unchanged sources (same hash, format and
-parser version) are skipped without reading them. A file is read once: its hash is computed
-while it is parsed (parts are written under hidden names and renamed once it is known), and
-hashed beforehand only when an earlier ingest of this path had the same size.
+Each source writes its rows as parts named after its content hash (``<sha16>-<n>.<token>``, one
+per :data:`PART_ROWS` rows) and its manifest record lists them, so ingesting the same bytes again
+lists its new parts in place of its old ones instead of adding rows, and a new file adds only its
+own parts; none is visible before the manifest that lists it is saved. Unchanged sources (same
+hash, format and parser version) are skipped without reading them. A file is read once: its hash
+is computed while it is parsed (parts are written under hidden names and renamed once it is
+known), and hashed beforehand only when an earlier ingest of this path had the same size.
 
 One input file (a log, or an archive read member by member) is one partition: it is read and
 written by :func:`_ingest_file`, on this machine or on a Dask worker (``tracekit.core.parallel``),
@@ -31,9 +32,9 @@ from tracekit.core.dataset import Dataset, dataset_writer, source_record_key
 from tracekit.core.errors import InputError, TracekitError
 from tracekit.core.parallel import Executor, LocalExecutor, Outcome, Report
 from tracekit.ingest import registry
-from tracekit.ingest.base import Chunk, Reader, Source, cores
+from tracekit.ingest.base import Chunk, Reader, Source, cores, quarantine_overlong
 from tracekit.ingest.limits import Limits, refuse_compressed
-from tracekit.ingest.sources import input_files, iter_sources
+from tracekit.ingest.sources import input_files, is_archive, iter_sources
 
 ProgressCallback = Callable[[str, int, int], None]
 """Called as ``progress(source_name, bytes_done_delta, rows_delta)`` while reading."""
@@ -115,8 +116,9 @@ def _ingest_files(dataset: Dataset, files: list[Path], format: str | None,
                   executor: Executor) -> list[SourceSummary]:
     """Run the files on ``executor``, recording each source in the manifest (held by the
     caller's writer lock) as its file completes."""
+    known = _records_by_file(dataset)
     tasks = [_FileTask(str(file), str(dataset.path), dataset.job, format, options, limits,
-                       _known_records(dataset, str(file))) for file in files]
+                       known.get(str(file), {})) for file in files]
     last_save = time.monotonic()
 
     def record(outcome: Outcome) -> None:
@@ -140,11 +142,17 @@ def _ingest_files(dataset: Dataset, files: list[Path], format: str | None,
     return summaries
 
 
-def _known_records(dataset: Dataset, file: str) -> dict[str, dict[str, Any]]:
-    """Manifest records of earlier ingests of this file (or its archive members), by source key:
-    a worker gets only what it needs to skip unchanged sources."""
-    return {source_record_key(s): s for s in dataset.manifest["sources"]
-            if s["path"] == file or s["path"].startswith(f"{file}!")}
+def _records_by_file(dataset: Dataset) -> dict[str, dict[str, dict[str, Any]]]:
+    """Manifest records of earlier ingests by input file (an archive's members under the
+    archive), each by source key: a worker gets only what it needs to skip unchanged sources.
+    One pass over the manifest, not one per file (a folder of 100,000 files into a dataset of
+    as many sources compared 10^10 paths)."""
+    by_file: dict[str, dict[str, dict[str, Any]]] = {}
+    for record in dataset.manifest["sources"]:
+        archive = record["path"].split("!", 1)[0]
+        file = archive if archive != record["path"] and is_archive(archive) else record["path"]
+        by_file.setdefault(file, {})[source_record_key(record)] = record
+    return by_file
 
 
 @dataclass(frozen=True)
@@ -227,7 +235,7 @@ def _ingest_source(
                 report(source=source.name, bytes=source.size, rows=0)
             return summary, None
         source.hash_while_reading = True
-        _read_into(dataset, source, reader, options, summary, report, reread=known is not None)
+        parts = _read_into(dataset, source, reader, options, summary, report)
     except TracekitError as error:
         summary.status, summary.error = "failed", str(error)
         return summary, None
@@ -247,6 +255,7 @@ def _ingest_source(
         "skipped": summary.skipped,
         "quarantined": summary.quarantined,
         "notes": summary.notes,
+        "parts": parts,
     }
 
 
@@ -266,15 +275,13 @@ def _read_into(
     options: dict[str, str],
     summary: SourceSummary,
     report: Report | None,
-    reread: bool = False,
-) -> None:
-    """Read all chunks, writing them as parts; replace the source's earlier parts only once
-    every new part is on disk. ``reread``: an earlier ingest of these bytes is in the
-    manifest (another parser version or format)."""
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """Read all chunks, writing them as parts; the parts (table -> file -> statistics) for the
+    source's record, which lists them in place of its earlier ones."""
     writer = _PartWriter(dataset)
     ranks: set[int] = set()
     try:
-        for chunk in reader.read(source, options):
+        for chunk in quarantine_overlong(reader.read(source, options), source):
             rows = 0
             for name, frame in _chunk_tables(dataset, chunk).items():
                 if frame.height == 0:
@@ -292,38 +299,19 @@ def _read_into(
     except BaseException:
         writer.discard()
         raise
-    prefix = reader.source_key(source)[:16]
-    written = writer.publish(prefix)
     summary.quarantined = summary.rows.pop("quarantine", 0)
     summary.ranks = len(ranks)
-    _remove_older_parts(dataset, prefix, written, reread)
-
-
-def _remove_older_parts(dataset: Dataset, prefix: str, written: dict[str, set[Path]],
-                        reread: bool) -> None:
-    """Remove the parts of earlier ingests of these bytes that this one did not rewrite.
-
-    Bytes new to this path can have parts only from an interrupted ingest of the same bytes,
-    which wrote the same tables and folders: only those are looked at. Looking in every
-    folder of every table for every source made ingest quadratic (1,000 files into 1,000
-    rank folders: a million directory listings; 100,000 archive members each listing every
-    table). A parser or format change (``reread``) may have moved rows: all are looked at.
-    """
-    for name in schema.TABLES:
-        keep = written.get(name, set())
-        if reread:
-            dataset.remove_parts(name, prefix, keep)
-        elif keep:
-            dataset.remove_parts(name, prefix, keep, folders={p.parent for p in keep})
+    return writer.publish(reader.source_key(source)[:16])
 
 
 PART_ROWS = 1_000_000
 """A source's rows are written once this many are buffered (and at its end), not per reader
 chunk: with the hive layout by rank, per-chunk writes made one small file per rank per 16 MiB."""
 
-PART_NAME = "{prefix}-{n:05d}"
+PART_NAME = "{prefix}-{n:05d}.{token}"
 """File name (less ``.parquet``) of a source's part ``n``: ``prefix`` is 16 hex digits of its
-content hash, or a hidden ``.staged-<token>`` (no table reads it) until the hash is known."""
+content hash, or a hidden ``.staged`` until the hash is known; ``token`` is this ingest's, so
+no listed file is ever overwritten."""
 
 
 class _PartWriter:
@@ -341,8 +329,8 @@ class _PartWriter:
         """Frames not yet written, by (table, folder inside the table: ``rank=3/`` or empty)."""
         self.buffered_rows = 0
         self.batches = 0
-        self.staged: list[tuple[str, int, Path]] = []
-        """(table, part number, path) of every part written under its staged name."""
+        self.staged: list[tuple[str, str, dict[str, Any]]] = []
+        """(table, file, statistics) of every part written under its staged name."""
         self.background: ThreadPoolExecutor | None = None
         self.writing: Future[None] | None = None
 
@@ -367,8 +355,8 @@ class _PartWriter:
 
     def _write(self, batch: dict[tuple[str, str], list[pl.DataFrame]], n: int) -> None:
         for (name, folder), frames in batch.items():
-            part = folder + PART_NAME.format(prefix=f".staged-{self.token}", n=n)
-            self.staged.append((name, n, self.dataset.write_part(name, pl.concat(frames), part)))
+            stem = folder + PART_NAME.format(prefix=".staged", n=n, token=self.token)
+            self.staged.append((name, *self.dataset.write_file(name, pl.concat(frames), stem)))
 
     def _wait(self) -> None:
         if self.writing is not None:
@@ -387,20 +375,21 @@ class _PartWriter:
     def discard(self) -> None:
         """Remove every staged part (the source failed: nothing of it is kept)."""
         self._stop()
-        for _, _, path in self.staged:
-            path.unlink(missing_ok=True)
+        for name, file, _ in self.staged:
+            (self.dataset.path / name / file).unlink(missing_ok=True)
 
     def _stop(self) -> None:
         if self.background is not None:
             self.background.shutdown(cancel_futures=True)
 
-    def publish(self, prefix: str) -> dict[str, set[Path]]:
-        """Rename the staged parts to ``<prefix>-<n>``; the final paths by table."""
-        written: dict[str, set[Path]] = {}
-        for name, n, path in self.staged:
-            final = path.with_name(f"{PART_NAME.format(prefix=prefix, n=n)}.parquet")
-            path.replace(final)
-            written.setdefault(name, set()).add(final)
+    def publish(self, prefix: str) -> dict[str, dict[str, dict[str, Any]]]:
+        """Rename the staged parts to ``<prefix>-<n>.<token>``; their files and statistics by
+        table."""
+        written: dict[str, dict[str, dict[str, Any]]] = {}
+        for name, file, stats in self.staged:
+            final = file.replace(".staged-", f"{prefix}-", 1)
+            (self.dataset.path / name / file).replace(self.dataset.path / name / final)
+            written.setdefault(name, {})[final] = stats
         return written
 
 

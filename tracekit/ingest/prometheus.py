@@ -10,6 +10,7 @@ series (``nccl_*``) belong to the collective ingest and are left alone.
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from tracekit.ingest.base import (
     split_on_reason,
 )
 from tracekit.ingest.ipmitool import disambiguate, sensor_metric
-from tracekit.ingest.limits import check_json
+from tracekit.ingest.limits import check_json, json_array_lines
 from tracekit.ingest.rnic import nic_rows
 from tracekit.ingest.snapshots import SnapshotClock, epoch_ns, missing_time_error
 
@@ -507,7 +508,8 @@ class PrometheusJsonReader(Reader):
     def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
         with source.open() as stream:
             check_json(source, stream)
-            text = stream.read().decode("utf-8", errors="replace")
+            raw = stream.read()
+        text = raw.decode("utf-8", errors="replace")
         try:
             document = pl.Series([text]).str.json_decode(infer_schema_length=None)
         except pl.exceptions.PolarsError as error:
@@ -524,13 +526,13 @@ class PrometheusJsonReader(Reader):
                              "(matrix) or an instant query (vector)", source.name)
         if "result" not in data.columns:
             raise InputError("the query's data has no result; re-export it", source.name)
-        series = data.select("result").explode("result").unnest("result").drop_nulls("metric")
-        series = series.rename({"metric": "labels"}).with_row_index("line_no")
+        series = data.select("result").explode("result").unnest("result")
         if kind == "matrix":
             samples = series.explode("values").rename({"values": "pair"})
         else:
             samples = series.rename({"value": "pair"})
-        samples = samples.drop_nulls("pair")
+        samples = _numbered_by_line(samples, raw, PAIR_DEPTH[kind])
+        samples = samples.drop_nulls("metric").rename({"metric": "labels"}).drop_nulls("pair")
         samples = samples.select(
             "line_no", "labels", pl.concat_str(
                 pl.lit("["), pl.col("pair").cast(pl.List(pl.String)).list.join(", "), pl.lit("]"),
@@ -549,6 +551,26 @@ class PrometheusJsonReader(Reader):
             routed.notes.append(f"{unnamed} points have no __name__ (a function such as rate() "
                                 "dropped it); query the raw series instead")
         yield _chunk(source, routed, None, samples.height, routed.skipped + unnamed, source.size)
+
+
+PAIR_DEPTH = {"matrix": 6, "vector": 5}
+"""Nesting level of a sample's ``[time, "value"]`` pair: ``{"data": {"result": [{"values":
+[[...]]}]}}`` for a range query (matrix), one level less for an instant query's ``value``."""
+
+
+def _numbered_by_line(samples: pl.DataFrame, raw: bytes, depth: int) -> pl.DataFrame:
+    """``samples`` (one row per pair, in document order) with the ``line_no`` of the file its
+    pair starts on (:func:`~tracekit.ingest.limits.json_array_lines`), so a quarantined value
+    is found where it is. A document with other lists at that depth (a label holding a list)
+    does not pair up: its samples get the document's first line."""
+    lines = json_array_lines(io.BytesIO(raw), depth)
+    is_pair = pl.col("pair").is_not_null()
+    if len(lines) != samples.select(is_pair.sum()).item():
+        return samples.with_columns(pl.lit(1, pl.Int64).alias("line_no"))
+    index = (is_pair.cum_sum() - 1).clip(0)
+    return samples.with_columns(pl.lit(pl.Series(lines, dtype=pl.Int64)).get(index)
+                                .alias("line_no") if len(lines) else pl.lit(1, pl.Int64)
+                                .alias("line_no"))
 
 
 class PrometheusCsvReader(Reader):

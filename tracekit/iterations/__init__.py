@@ -46,9 +46,9 @@ def reconstruct_dataset(dataset: Dataset, threshold: float = ACF_THRESHOLD,
     executor = executor or LocalExecutor()
     ranks = dataset.ranks("collectives")
     result = reconstruct(rank_scans(dataset, "collectives", ranks), threshold, executor, ranks)
-    dataset.write_part("iterations", result.iterations, PART)
-    record_build(dataset, "iterations", executor, ranks=len(result.ranks))
-    dataset.save_manifest()
+    with dataset.updating():
+        dataset.write_part("iterations", result.iterations, PART)
+        record_build(dataset, "iterations", executor, ranks=len(result.ranks))
     return result
 
 

@@ -119,8 +119,8 @@ def record_validations(dataset: Dataset, validations: pl.DataFrame) -> None:
         return
     check = validations["check"][0]
     episode = validations["episode"][0]
-    kept = dataset.table("validations").filter(
-        ~((pl.col("check") == check) & pl.col("episode").eq_missing(episode))
-    ).collect()
-    dataset.write_table("validations", pl.concat([kept, validations]))
-    dataset.save_manifest()
+    with dataset.updating():  # read under the lock, so a concurrent check's rows are kept
+        kept = dataset.table("validations").filter(
+            ~((pl.col("check") == check) & pl.col("episode").eq_missing(episode))
+        ).collect()
+        dataset.write_table("validations", pl.concat([kept, validations]))
