@@ -16,6 +16,7 @@ threads) are printed too: ``MB/CPU-s`` is the speed an idle core would give, and
 
 from __future__ import annotations
 
+import compileall
 import os
 import random
 import subprocess
@@ -23,6 +24,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import tracekit
 
 SIZE_MB = int(os.environ.get("TRACEKIT_BENCH_MB", "1024"))
 REPEAT = int(os.environ.get("TRACEKIT_BENCH_REPEAT", "1"))
@@ -167,10 +170,11 @@ CHILD = {
 }
 
 
-def measure(kind: str, path: Path, work: Path) -> tuple[float, float, float]:
+def measure(kind: str, path: Path, work: Path) -> tuple[float, float, float, list[float]]:
     """Wall seconds, CPU seconds (user + system, all threads) and peak RSS (MiB, the child's
     own ``VmHWM``: ``ru_maxrss`` keeps the parent's across exec) of one measurement in a fresh
-    interpreter; the best wall time of :data:`REPEAT` runs."""
+    interpreter, the run with the best wall time of :data:`REPEAT`, and the CPU seconds of
+    every run, sorted (on a shared machine their spread is the figure to quote)."""
     code = ("import sys, time, resource\nfrom pathlib import Path\nt = time.perf_counter()\n"
             + CHILD[kind] + "u = resource.getrusage(resource.RUSAGE_SELF)\n"
             "hwm = next(l for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
@@ -181,7 +185,12 @@ def measure(kind: str, path: Path, work: Path) -> tuple[float, float, float]:
                                  str(work / f"ds-{kind}-{time.monotonic_ns()}")],
                                 check=True, capture_output=True, text=True).stdout.split()
         runs.append(tuple(float(value) for value in output))
-    return min(runs)
+    return (*min(runs), sorted(cpu for _, cpu, _ in runs))
+
+
+def cpu_range(mb: float, cpus: list[float]) -> str:
+    """MB per CPU-second of the slowest, median and fastest run."""
+    return " / ".join(f"{mb / cpu:,.0f}" for cpu in (cpus[-1], cpus[len(cpus) // 2], cpus[0]))
 
 
 def run(name: str, writer, baselines: tuple[str, ...], work: Path) -> None:
@@ -189,19 +198,24 @@ def run(name: str, writer, baselines: tuple[str, ...], work: Path) -> None:
     writer(path, SIZE_MB * 1024 * 1024)
     mb = path.stat().st_size / 1e6
     print(f"{name}: {mb:,.0f} MB")
-    seconds, cpu, peak = measure("tracekit", path, work)
+    seconds, cpu, peak, cpus = measure("tracekit", path, work)
     print(f"  tracekit end to end: {seconds:.2f} s = {mb / seconds:,.0f} MB/s "
-          f"({mb / cpu:,.0f} MB/CPU-s, {cpu / seconds:.2f} cores busy), peak RSS {peak:,.0f} MiB")
+          f"({mb / cpu:,.0f} MB/CPU-s, {cpu / seconds:.2f} cores busy), peak RSS {peak:,.0f} MiB; "
+          f"MB/CPU-s min / median / max of {len(cpus)}: {cpu_range(mb, cpus)}")
     for baseline in ("reader", *baselines):
-        base_s, base_cpu, base_peak = measure(baseline, path, work)
+        base_s, base_cpu, base_peak, base_cpus = measure(baseline, path, work)
         print(f"  {baseline}: {mb / base_s:,.0f} MB/s ({mb / base_cpu:,.0f} MB/CPU-s, "
-              f"{base_cpu / base_s:.2f} cores busy), peak RSS "
+              f"{cpu_range(mb, base_cpus)}; {base_cpu / base_s:.2f} cores busy), peak RSS "
               f"{base_peak:,.0f} MiB -> tracekit end to end is {base_s / seconds:.2f}x its "
               f"speed ({base_cpu / cpu:.2f}x per CPU-s)")
     path.unlink()
 
 
 def main() -> None:
+    # Each child imports tracekit as an installed package does, from compiled bytecode: under
+    # PYTHONDONTWRITEBYTECODE with no cached bytecode every child compiled the package's
+    # sources again, 0.04 CPU-s more per process than an installed tracekit pays.
+    compileall.compile_dir(Path(tracekit.__file__).parent, quiet=1)
     with tempfile.TemporaryDirectory(prefix="tracekit-bench-") as folder:
         work = Path(folder)
         run("nccl-debug", write_nccl_log, ("polars_floor", "read_csv", "re_loop", "re_parse"),

@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
-import yaml
 
 from tracekit.core import schema
 from tracekit.core.dataset import atomic_path, open_dataset
@@ -138,6 +137,10 @@ class WhatIfMetaReader(Reader):
         return {"trial_name", "world_size", "dp_size", "pp_size"} <= keys
 
     def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
+        # Imported here: reader discovery imports this module in every ingest, and importing
+        # yaml (compiling its resolver's regexes) is a third of what discovery costs.
+        import yaml
+
         with source.open() as stream:
             text = stream.read().decode("utf-8", errors="replace")
         try:
@@ -222,6 +225,8 @@ def export_whatif(dataset_path: str | Path, output: str | Path,
     meta_path = output / f"meta-{meta['trial_name']}.yaml"
     with atomic_path(trace_path) as temporary:
         trace.write_parquet(temporary)
+    import yaml  # imported here: see WhatIfMetaReader.read
+
     with atomic_path(meta_path) as temporary:
         temporary.write_text(yaml.safe_dump(meta, sort_keys=False))
     return [trace_path, meta_path]
