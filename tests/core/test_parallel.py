@@ -517,12 +517,15 @@ def test_rank_scans_open_only_each_ranks_folder_and_parts_outside_rank_folders(t
     rows may be of any rank), never another rank's folder."""
     dataset = create_dataset(tmp_path / "ds")
     folder = tmp_path / "ds" / "collectives"
-    rows = {"rank=0/a.parquet": [0, 0], "rank=1/a.parquet": [1], "loose.parquet": [1, 2]}
-    for name, ranks in rows.items():
-        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+    rows = {"rank=0/a": [0, 0], "rank=1/a": [1], "loose": [1, 2]}
+    files = {}
+    for stem, ranks in rows.items():
+        (folder / stem).parent.mkdir(parents=True, exist_ok=True)
         frame = pl.DataFrame({"rank": ranks, "t_start_ns": range(len(ranks))},
                              schema={"rank": pl.Int32, "t_start_ns": pl.Int64})
-        schema.conform("collectives", frame).write_parquet(folder / name)
+        file, stats = dataset.write_file("collectives", schema.conform("collectives", frame), stem)
+        files[file] = stats
+    dataset.list_files("test", {"collectives": files})
     opened: list[list[str]] = []
     scan = pl.scan_parquet
 
