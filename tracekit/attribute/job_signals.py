@@ -160,8 +160,8 @@ def signals_in_windows(dataset: Dataset, windows: Windows, executor: Executor,
         instance_count=sum(f[3] for f in found),
         span_ns=(min(s[0] for s in starts), max(s[1] for s in starts)) if starts else None,
         any_gap=first_gaps.head(1),
-        ranks=(pl.concat([f[2] for f in found]).unique("rank", keep="first", maintain_order=True)
-               .sort("rank") if found else pl.DataFrame(schema=_RANK_SCHEMA)),
+        ranks=(_first_per_rank(pl.concat([f[2] for f in found])).sort("rank") if found
+               else pl.DataFrame(schema=_RANK_SCHEMA)),
         partitions={"ranks": len(batches), "groups": len(bins)})
 
 
@@ -265,13 +265,60 @@ def _rank_signals(collectives: pl.LazyFrame, windows: Windows
 def _group_bin(partition: tuple[str, pl.DataFrame, Windows, str | None]
                ) -> tuple[Part, tuple[int, int] | None, pl.DataFrame, int]:
     """Pass 2 for one bin of groups: its instances inside the windows (:func:`_keep`), the
-    span and count of all their instances, and their members' hosts and GPUs."""
+    span and count of all their instances, and their members' hosts and GPUs.
+
+    The bin's calls are read one window of call numbers at a time (:func:`seq_windows`), so a
+    worker holds at most :data:`CALLS_PER_WINDOW` calls whatever the iterations and ranks.
+    Every member's call k of a group is instance k, so an instance never straddles a window
+    and the windows' instances are exactly those of the whole bin."""
     path, groups, windows, part = partition
-    calls = member_calls(scan_ranks(path, groups["rank"].unique().sort().to_list()),
-                         groups.select(*HANDLE, "group"))
-    instances = collective_instances(calls)
-    span = ((instances["t_ns"].min(), instances["t_ns"].max()) if instances.height else None)
-    ranks = (calls.select("rank", "host", "cuda_dev").unique("rank", keep="first",
-                                                             maintain_order=True))
-    return (_keep(instances.filter(_in_windows("t_ns", windows)), part), span, ranks,
-            instances.height)
+    scan = scan_ranks(path, groups["rank"].unique().sort().to_list())
+    handles = groups.select(*HANDLE, "group")
+    kept, spans, ranks, count = [], [], [], 0
+    for first, end in seq_windows(groups["last_seq"], CALLS_PER_WINDOW):
+        calls = member_calls(scan.filter(_in_seq(first, end)), handles)
+        instances = collective_instances(calls)
+        kept.append(instances.filter(_in_windows("t_ns", windows)))
+        if instances.height:
+            spans.append((instances["t_ns"].min(), instances["t_ns"].max()))
+        ranks.append(_first_per_rank(calls))
+        count += instances.height
+    span = (min(s[0] for s in spans), max(s[1] for s in spans)) if spans else None
+    return (_keep(pl.concat(kept).sort("t_ns", "group", "seq"), part), span,
+            _first_per_rank(pl.concat(ranks)), count)
+
+
+def _first_per_rank(calls: pl.DataFrame) -> pl.DataFrame:
+    """rank, host, cuda_dev of each rank's first call in ``calls``."""
+    return (calls.select("rank", "host", "cuda_dev")
+            .unique("rank", keep="first", maintain_order=True))
+
+
+CALLS_PER_WINDOW = 1_000_000
+"""Most calls of one window of a bin (:func:`seq_windows`): at ~0.28 KiB a call while its
+instances are matched, ~270 MiB, the size of the largest rank a worker of pass 1 holds at
+10,000 iterations, so neither pass sets a worker's peak alone."""
+
+
+def seq_windows(last_seqs: pl.Series, most: int) -> list[tuple[int | None, int | None]]:
+    """Ranges ``[first, end)`` of call numbers covering every call of the handles whose last
+    call numbers are ``last_seqs``, each holding at most ``most`` calls (at least one call
+    number a window): a handle has one call per number, so a window starting at ``first``
+    holds at most its width times the handles still calling there. The first range also takes
+    calls without a number (None: unbounded below), the last is unbounded above."""
+    last = np.sort(last_seqs.drop_nulls().to_numpy())
+    bounds: list[int] = []
+    first = 0
+    while last.size and first <= last[-1]:
+        calling = last.size - int(np.searchsorted(last, first, side="left"))
+        first += max(1, most // calling)
+        bounds.append(first)
+    bounds = bounds[:-1]
+    return list(zip([None, *bounds], [*bounds, None], strict=True))
+
+
+def _in_seq(first: int | None, end: int | None) -> pl.Expr:
+    """Whether a call's number falls in ``[first, end)`` (None: unbounded; calls without a
+    number count as below every bound)."""
+    below = pl.lit(True) if end is None else pl.col("seq").is_null() | (pl.col("seq") < end)
+    return below if first is None else below & (pl.col("seq") >= first)
