@@ -9,7 +9,7 @@ speed-up of every cluster):
    windows.
 2. :func:`_group_bin`, per bin of communicator groups (whole groups, so matching across ranks
    stays inside one partition): the collective instances in the episodes' windows, reading
-   only the members' ``rank=N`` folders.
+   only the members' ``rank=N`` folders, one window of call numbers at a time.
 
 The windows sent are supersets of the final ones (a baseline is cut at the trace start, which
 only pass 2 finds), so the caller cuts exactly what a single pass over the whole job would.
