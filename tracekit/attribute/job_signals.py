@@ -49,9 +49,9 @@ RANKS_PER_BATCH = 8
 rank's calls, its count what the scheduler hands out)."""
 
 CALLS_PER_WINDOW = 1_000_000
-"""Most calls of one window of a bin (:func:`seq_windows`): at ~0.28 KiB a call while its
-instances are matched, ~270 MiB, the size of the largest rank a worker of pass 1 holds at
-10,000 iterations, so neither pass sets a worker's peak alone."""
+"""Most calls of one window of a bin (:func:`seq_windows`): at ~0.26 KiB a call while its
+instances are matched (measured on 64 x 4,000), ~260 MiB, about what the busiest rank costs a
+worker of pass 1 at 10,000 iterations (~240 MiB), so neither pass sets a worker's peak alone."""
 
 CALLS_PER_BIN = CALLS_PER_WINDOW
 """About this many calls in one bin of groups sets how many bins a job gets. Every window of a
