@@ -15,6 +15,12 @@ and a projection for N nodes from the CPU seconds of ``local:1``.
 another checkout (e.g. ``git worktree add /tmp/base HEAD~5``), interleaved with this one so
 both see the same load; ``TRACEKIT_BENCH_REPEAT=N`` (default 3) runs each N times and prints
 every figure as min / median / max of the runs.
+
+``TRACEKIT_BENCH_SCALE_STAGE=attribute`` measures the attribute stage alone instead: the job
+is ingested, reconstructed and detected once (no cluster), then each run attributes it in a
+fresh one-thread process, with no cluster and as a worker (the local loop told it is a
+one-worker cluster, so the partitions leave their rows in Parquet parts, as on a cluster),
+and prints peak RSS and CPU seconds.
 """
 
 from __future__ import annotations
@@ -234,6 +240,9 @@ def _projection(ones: list[dict]) -> list[str]:
 
 
 def main() -> None:
+    if os.environ.get("TRACEKIT_BENCH_SCALE_STAGE") == "attribute":
+        main_alone()
+        return
     ranks = synthesize()
     baseline = os.environ.get("TRACEKIT_BENCH_SCALE_BASELINE")
     repeats = int(os.environ.get("TRACEKIT_BENCH_REPEAT", "3"))
@@ -288,10 +297,81 @@ def main() -> None:
     print("\n".join(_projection(ones)))
 
 
+ALONE_MODES = ("none", "worker")
+"""How the attribute stage alone runs: without a cluster, and as one worker."""
+
+
+def prepare_alone(ranks: Path, target: Path) -> None:
+    """The stages before attribution, once, without a cluster."""
+    from tracekit.core.dataset import open_dataset
+    from tracekit.detect import detect_dataset
+    from tracekit.ingest.pipeline import ingest
+    from tracekit.iterations import reconstruct_dataset
+
+    ingest([ranks], target, job="bench-scale")
+    reconstruct_dataset(open_dataset(target))
+    detect_dataset(open_dataset(target))
+
+
+def attribute_alone(mode: str, target: Path) -> dict:
+    """The attribute stage alone, in this (fresh) process: CPU seconds, peak RSS, verdicts."""
+    import resource
+
+    from tracekit.attribute import attribute_dataset
+    from tracekit.core.dataset import open_dataset
+    from tracekit.core.parallel import LocalExecutor
+
+    executor = LocalExecutor()
+    if mode == "worker":
+        executor.description.update(workers=1, engine="dask")
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    episodes = attribute_dataset(open_dataset(target), executor).episodes
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    return {"cpu_s": after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime,
+            "peak_mib": after.ru_maxrss / 1024,
+            "verdicts": episodes.sort("detector", "episode").select(
+                "detector", "kind", "cause", "target", "confidence").rows()}
+
+
+def main_alone() -> None:
+    ranks = synthesize()
+    target = WORK / f"ds-alone-{RANKS}x{ITERATIONS}"
+    if not (target / "episodes").is_dir():
+        shutil.rmtree(target, ignore_errors=True)
+        subprocess.run([sys.executable, str(Path(__file__).resolve()), "--prepare",
+                        str(ranks.resolve()), str(target.resolve())], check=True)
+    baseline = os.environ.get("TRACEKIT_BENCH_SCALE_BASELINE")
+    codes = {"this": None, **({"baseline": Path(baseline).resolve()} if baseline else {})}
+    runs: dict[tuple[str, str], list[dict]] = {}
+    for _ in range(int(os.environ.get("TRACEKIT_BENCH_REPEAT", "3"))):
+        for mode in ALONE_MODES:
+            for name, code in codes.items():
+                environment = {**os.environ, "POLARS_MAX_THREADS": "1", "OMP_NUM_THREADS": "1",
+                               "MKL_NUM_THREADS": "1",
+                               **({"PYTHONPATH": str(code)} if code else {})}
+                out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--alone",
+                                      mode, str(target.resolve())], check=True,
+                                     capture_output=True, text=True, env=environment)
+                runs.setdefault((name, mode), []).append(
+                    json.loads(out.stdout.strip().splitlines()[-1]))
+    first = runs["this", "none"][0]["verdicts"]
+    assert all(r["verdicts"] == first for done in runs.values() for r in done)
+    print(f"attribute alone, {RANKS} ranks x {ITERATIONS:,} iterations, one thread, "
+          f"min/median/max; verdicts identical in every run: {len(first)} episodes")
+    print(f"{'code':<9} {'cluster':<8} {'peak RSS MiB':>20} {'CPU-s':>17}")
+    for (name, mode), done in runs.items():
+        print(f"{name:<9} {mode:<8} {_spread([r['peak_mib'] for r in done], 0):>20} "
+              f"{_spread([r['cpu_s'] for r in done], 2):>17}")
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--run"]:
         cluster, ranks, target = sys.argv[2:5]
         print(json.dumps(run_one(None if cluster == "none" else cluster, Path(ranks),
                                  Path(target))))
+    elif sys.argv[1:2] == ["--prepare"]:
+        prepare_alone(Path(sys.argv[2]), Path(sys.argv[3]))
+    elif sys.argv[1:2] == ["--alone"]:
+        print(json.dumps(attribute_alone(sys.argv[2], Path(sys.argv[3]))))
     else:
         main()

@@ -1,6 +1,7 @@
 """Attribution's job-wide signals by partitions: the same instances, own times and verdicts as
-one pass over the whole job, whatever the partitioning; whole groups per bin, costliest first;
-integer group ids in name order; a batch reads only its ranks' folders."""
+one pass over the whole job, whatever the partitioning and however finely a bin's calls are cut
+into windows of call numbers; whole groups per bin, costliest first; integer group ids in name
+order; a batch reads only its ranks' folders."""
 
 from __future__ import annotations
 
@@ -95,6 +96,53 @@ def test_partitions_give_what_one_pass_gives(dataset, monkeypatch, ranks_per_bat
         p.name for p in dataset.iterdir() if not p.name.startswith("."))
 
 
+@pytest.mark.parametrize("engine", ["local", "dask"])
+def test_windows_of_call_numbers_give_what_the_whole_bin_gives(dataset, monkeypatch, engine):
+    ds = open_dataset(dataset)
+    executor = _executor(1, engine)
+    episode = (ds.table("collectives").select(pl.col("t_start_ns").quantile(q).alias(str(q))
+                                               for q in (0.3, 0.6)).collect().row(0))
+    cuts = [(None, None), (int(episode[0]), int(episode[1]))]
+    whole = _signals(ds, cuts, executor)
+    handles = handle_groups(ds.table("collectives"), ds.table("comms").collect())
+    monkeypatch.setattr(job_signals, "CALLS_PER_WINDOW", 500)
+    assert len(job_signals.seq_windows(handles["last_seq"], 500)) == 153
+    windowed = _signals(ds, cuts, executor)
+    for one, cut in zip(whole, windowed, strict=True):
+        assert cut[:3] == one[:3]
+        for mine, theirs in zip(cut[3:], one[3:], strict=True):
+            assert_frame_equal(mine, theirs)
+    assert whole[0][:2] == ({"ranks": 1, "groups": 1}, 31_536)
+    assert windowed[1][3].height == 9_459  # the episode's cut
+
+
+def _signals(ds, cuts, executor) -> list[tuple]:
+    """Per window of ``cuts``, everything the job signals hold: partitions, instance count,
+    span, then the instances, own times and ranks."""
+    out = []
+    for window in cuts:
+        with job_signals.scratch_folder(ds, executor) as scratch:
+            job = job_signals.signals_in_windows(ds, [window], executor, scratch)
+            out.append((job.partitions, job.instance_count, job.span_ns, job.instances(),
+                        job.gaps(), job.ranks))
+    return out
+
+
+def test_a_window_holds_at_most_the_calls_asked():
+    """Three handles with calls 0-9, 0-9 and 0-3: one call number a window while all three
+    call (3 calls), then two (4 calls); the first window also takes unnumbered calls."""
+    last = pl.Series([9, 9, 3])
+    assert job_signals.seq_windows(last, 5) == [
+        (None, 1), (1, 2), (2, 3), (3, 4), (4, 6), (6, 8), (8, None)]
+    assert job_signals.seq_windows(last, 100) == [(None, None)]
+    assert job_signals.seq_windows(pl.Series([0] * 10), 5) == [(None, None)]
+    assert job_signals.seq_windows(pl.Series([None], dtype=pl.Int64), 5) == [(None, None)]
+    calls = pl.DataFrame({"seq": [None, 0, 1, 5, 8, 9]}, schema={"seq": pl.Int64})
+    assert [calls.filter(job_signals._in_seq(first, end))["seq"].to_list()
+            for first, end in [(None, 1), (1, 6), (6, 8), (8, None)]] == [
+        [None, 0], [1, 5], [], [8, 9]]
+
+
 def test_the_scratch_folder_is_removed_when_a_partition_fails(dataset, monkeypatch):
     ds = open_dataset(dataset)
 
@@ -125,6 +173,9 @@ def test_verdicts_do_not_depend_on_the_partitioning(dataset, monkeypatch):
     assert default.select("cause", "target").rows()[0] == ("insufficient-evidence", "rank:3")
     assert_frame_equal(attribute_episodes(ds, episodes, _executor(4)), default)
     assert_frame_equal(attribute_episodes(ds, episodes, _executor(4, "dask")), default)
+    monkeypatch.setattr(job_signals, "CALLS_PER_WINDOW", 500)  # 153 windows a bin
+    assert_frame_equal(attribute_episodes(ds, episodes), default)
+    assert_frame_equal(attribute_episodes(ds, episodes, _executor(4)), default)
 
 
 def _as_episodes(frame: pl.DataFrame) -> pl.DataFrame:

@@ -32,11 +32,14 @@ def handle_groups(collectives: pl.LazyFrame, comms: pl.DataFrame) -> pl.DataFram
 
 def handle_summary(collectives: pl.LazyFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """What group assignment needs from some ranks' calls, small enough to send: per handle
-    its rank, communicator size and call count, and its first :data:`SIGNATURE_CALLS` timed
-    calls (op, bytes, end time) for inferring members. Handles belong to one process, so the
-    summaries of disjoint sets of ranks concatenate into the job's."""
+    its rank, communicator size, call count and last call number (``last_seq``: how far its
+    calls reach, for cutting them into windows of call numbers), and its first
+    :data:`SIGNATURE_CALLS` timed calls (op, bytes, end time) for inferring members. Handles
+    belong to one process, so the summaries of disjoint sets of ranks concatenate into the
+    job's."""
     handles = collectives.group_by(*HANDLE).agg(pl.col("rank").first(), pl.col("nranks").max(),
-                                                pl.len().alias("calls"))
+                                                pl.len().alias("calls"),
+                                                pl.col("seq").max().alias("last_seq"))
     signatures = (collectives.filter(pl.col("seq") < SIGNATURE_CALLS,
                                      pl.col("t_end_ns").is_not_null())
                   .select(*HANDLE, "seq", "op", "bytes", "t_end_ns"))
@@ -53,7 +56,8 @@ def assign_groups(handles: pl.DataFrame, signatures: pl.DataFrame,
     if missing.height:
         inferred = _groups_from_end_times(signatures, missing)
         found = pl.concat([found, inferred], how="vertical_relaxed")
-    return found.select(*HANDLE, "rank", "nranks", "group", "group_source", "calls")
+    return found.select(*HANDLE, "rank", "nranks", "group", "group_source", "calls",
+                        "last_seq")
 
 
 def _groups_from_comms(comms: pl.DataFrame) -> pl.DataFrame:

@@ -9,7 +9,7 @@ speed-up of every cluster):
    windows.
 2. :func:`_group_bin`, per bin of communicator groups (whole groups, so matching across ranks
    stays inside one partition): the collective instances in the episodes' windows, reading
-   only the members' ``rank=N`` folders.
+   only the members' ``rank=N`` folders, one window of call numbers at a time.
 
 The windows sent are supersets of the final ones (a baseline is cut at the trace start, which
 only pass 2 finds), so the caller cuts exactly what a single pass over the whole job would.
@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from tempfile import TemporaryDirectory
 
 import numpy as np
 import polars as pl
@@ -48,9 +49,15 @@ RANKS_PER_BATCH = 8
 """Most ranks of one partition of pass 1 (read one at a time: a partition's memory is one
 rank's calls, its count what the scheduler hands out)."""
 
-CALLS_PER_BIN = 5_000_000
-"""About this many calls in one bin of groups (memory of a pass 2 partition) sets how many bins
-a job gets."""
+CALLS_PER_WINDOW = 1_000_000
+"""Most calls of one window of a bin (:func:`seq_windows`): at ~0.26 KiB a call while its
+instances are matched (measured on 64 x 4,000), ~260 MiB, about what the busiest rank costs a
+worker of pass 1 at 10,000 iterations (~240 MiB), so neither pass sets a worker's peak alone."""
+
+CALLS_PER_BIN = CALLS_PER_WINDOW
+"""About this many calls in one bin of groups sets how many bins a job gets. A bin of more than
+one window writes its calls to a spill and reads them back (:func:`_window_calls`), so bins
+are no larger than a window: only a group larger than a window spills."""
 
 READ_COST = 0.05
 """What reading a call costs a bin, relative to keeping one: on a 64-rank job of 10,000
@@ -160,8 +167,8 @@ def signals_in_windows(dataset: Dataset, windows: Windows, executor: Executor,
         instance_count=sum(f[3] for f in found),
         span_ns=(min(s[0] for s in starts), max(s[1] for s in starts)) if starts else None,
         any_gap=first_gaps.head(1),
-        ranks=(pl.concat([f[2] for f in found]).unique("rank", keep="first", maintain_order=True)
-               .sort("rank") if found else pl.DataFrame(schema=_RANK_SCHEMA)),
+        ranks=(_first_per_rank(pl.concat([f[2] for f in found])).sort("rank") if found
+               else pl.DataFrame(schema=_RANK_SCHEMA)),
         partitions={"ranks": len(batches), "groups": len(bins)})
 
 
@@ -265,13 +272,74 @@ def _rank_signals(collectives: pl.LazyFrame, windows: Windows
 def _group_bin(partition: tuple[str, pl.DataFrame, Windows, str | None]
                ) -> tuple[Part, tuple[int, int] | None, pl.DataFrame, int]:
     """Pass 2 for one bin of groups: its instances inside the windows (:func:`_keep`), the
-    span and count of all their instances, and their members' hosts and GPUs."""
+    span and count of all their instances, and their members' hosts and GPUs.
+
+    The bin's calls are matched one window of call numbers at a time (:func:`seq_windows`,
+    :func:`_window_calls`), so a worker holds at most :data:`CALLS_PER_WINDOW` calls whatever
+    the iterations and ranks. Every member's call k of a group is instance k, so an instance
+    never straddles a window and the windows' instances are exactly those of the whole bin."""
     path, groups, windows, part = partition
-    calls = member_calls(scan_ranks(path, groups["rank"].unique().sort().to_list()),
-                         groups.select(*HANDLE, "group"))
-    instances = collective_instances(calls)
-    span = ((instances["t_ns"].min(), instances["t_ns"].max()) if instances.height else None)
-    ranks = (calls.select("rank", "host", "cuda_dev").unique("rank", keep="first",
-                                                             maintain_order=True))
-    return (_keep(instances.filter(_in_windows("t_ns", windows)), part), span, ranks,
-            instances.height)
+    kept, spans, ranks, count = [], [], [], 0
+    with TemporaryDirectory(prefix="tracekit-windows-") as spill:
+        for calls in _window_calls(path, groups, Path(spill)):
+            instances = collective_instances(calls)
+            kept.append(instances.filter(_in_windows("t_ns", windows)))
+            if instances.height:
+                spans.append((instances["t_ns"].min(), instances["t_ns"].max()))
+            ranks.append(_first_per_rank(calls))
+            count += instances.height
+    span = (min(s[0] for s in spans), max(s[1] for s in spans)) if spans else None
+    return (_keep(pl.concat(kept).sort("t_ns", "group", "seq"), part), span,
+            _first_per_rank(pl.concat(ranks)), count)
+
+
+def _window_calls(path: str, groups: pl.DataFrame, spill: Path) -> Iterator[pl.DataFrame]:
+    """The calls of the bin ``groups`` (:func:`~tracekit.attribute.instances.member_calls`),
+    one window of call numbers at a time. With more than one window each member rank is read
+    once, alone, and its calls are left in an Arrow IPC file per window under ``spill`` (a
+    folder of this worker's own): every window reading the member ranks again cost the
+    windows times their calls (a group spanning every rank reads the whole job), and Parquet
+    files 1.4x the CPU of no windows where Arrow's cost about none (64 x 4,000, pass 2)."""
+    members = groups["rank"].drop_nulls().unique().sort().to_list()
+    handles = groups.select(*HANDLE, "group")
+    bounds = seq_windows(groups["last_seq"], CALLS_PER_WINDOW)
+    if len(bounds) == 1:
+        yield member_calls(scan_ranks(path, members), handles)
+        return
+    scans = rank_scans(open_dataset(path), "collectives", members)
+    for rank in members:
+        calls = member_calls(scans[rank], handles)
+        for index, (first, end) in enumerate(bounds):
+            calls.filter(_in_seq(first, end)).write_ipc(spill / f"{index}-{rank}.arrow")
+    for index in range(len(bounds)):
+        yield pl.scan_ipc([spill / f"{index}-{rank}.arrow" for rank in members]).collect()
+
+
+def _first_per_rank(calls: pl.DataFrame) -> pl.DataFrame:
+    """rank, host, cuda_dev of each rank's first call in ``calls``."""
+    return (calls.select("rank", "host", "cuda_dev")
+            .unique("rank", keep="first", maintain_order=True))
+
+
+def seq_windows(last_seqs: pl.Series, most: int) -> list[tuple[int | None, int | None]]:
+    """Ranges ``[first, end)`` of call numbers covering every call of the handles whose last
+    call numbers are ``last_seqs``, each holding at most ``most`` calls (at least one call
+    number a window): a handle has one call per number, so a window starting at ``first``
+    holds at most its width times the handles still calling there. The first range also takes
+    calls without a number (None: unbounded below), the last is unbounded above."""
+    last = np.sort(last_seqs.drop_nulls().to_numpy())
+    bounds: list[int] = []
+    first = 0
+    while last.size and first <= last[-1]:
+        calling = last.size - int(np.searchsorted(last, first, side="left"))
+        first += max(1, most // calling)
+        bounds.append(first)
+    bounds = bounds[:-1]
+    return list(zip([None, *bounds], [*bounds, None], strict=True))
+
+
+def _in_seq(first: int | None, end: int | None) -> pl.Expr:
+    """Whether a call's number falls in ``[first, end)`` (None: unbounded; calls without a
+    number count as below every bound)."""
+    below = pl.lit(True) if end is None else pl.col("seq").is_null() | (pl.col("seq") < end)
+    return below if first is None else below & (pl.col("seq") >= first)
