@@ -140,6 +140,22 @@ def test_long_line_after_several_blocks_is_numbered_in_the_file(seekable):
         list(iter_line_blocks(source, batch_bytes=1024))
 
 
+def test_blocks_over_the_limit_without_a_long_line_are_not_read_again(monkeypatch):
+    """With the default limit of one batch nearly every block is a line longer than the limit
+    (it runs to the line end after the batch) and is looked at for long lines; numbering each
+    read the file again up to it, quadratic in the file's size. Only a long line found is
+    numbered."""
+    from tracekit.ingest import base
+
+    data = b"abcdefg\n" * 1000
+    source = Source("log", len(data), lambda: io.BytesIO(data),
+                    limits=Limits(max_line_bytes=1024))
+    monkeypatch.setattr(base, "_line_no", lambda *_: pytest.fail("a good block was numbered"))
+    blocks = list(base.iter_line_blocks(source, batch_bytes=1024))
+    assert (len(blocks), {len(block) > 1024 for block in blocks[:-1]}) == (8, {True})
+    assert b"".join(blocks) == data and not source.overlong
+
+
 def test_shared_reference_pickle_is_refused_quickly():
     """40 levels of ``x = [x, x]``: a few hundred bytes, 2^40 nodes to any walk."""
     node: list = []
