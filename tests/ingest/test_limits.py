@@ -125,20 +125,37 @@ def test_long_line_of_a_stream_that_cannot_seek(tmp_path):
 
 
 @pytest.mark.parametrize("seekable", [True, False])
-def test_long_line_after_several_blocks_is_numbered_in_the_file(seekable):
+@pytest.mark.parametrize(("length", "batch"), [(10_000, 1024), (3500, 8192)])
+def test_long_line_after_several_blocks_is_numbered_in_the_file(seekable, length, batch):
     """Good blocks are not counted as they pass (a seekable stream is read again to number
-    the long line): the line set aside has its number in the whole file."""
+    the long line): the number is still the line's in the whole file, for a line skipped
+    past its block (10,000 bytes) and one set aside inside its block (3,500: the third)."""
     from tracekit.ingest.base import iter_line_blocks
 
     class Stream(io.BytesIO):
         def seekable(self):
             return seekable
 
-    data = b"ab\n" * 1000 + b"x" * 10_000
+    data = b"ab\n" * 6000 + b"x" * length + b"\ncd\n"
     source = Source("log", len(data), lambda: Stream(data), limits=Limits(max_line_bytes=3000))
-    blocks = b"".join(iter_line_blocks(source, batch_bytes=1024))
-    assert [(line_no, length) for line_no, _, length in source.overlong] == [(1001, 10_000)]
-    assert blocks.endswith(b"ab\n\n")  # an empty line stands in for the long one
+    assert b"".join(iter_line_blocks(source, batch_bytes=batch)) == b"ab\n" * 6000 + b"\ncd\n"
+    assert list(source.overlong) == [(6001, b"x" * 500, length)]
+
+
+def test_blocks_over_the_limit_without_a_long_line_are_not_read_again(monkeypatch):
+    """With the default limit of one batch nearly every block is a line longer than the limit
+    (it runs to the line end after the batch) and is looked at for long lines; numbering each
+    read the file again up to it, quadratic in the file's size. Only a long line found is
+    numbered."""
+    from tracekit.ingest import base
+
+    data = b"abcdefg\n" * 1000
+    source = Source("log", len(data), lambda: io.BytesIO(data),
+                    limits=Limits(max_line_bytes=1024))
+    monkeypatch.setattr(base, "_line_no", lambda *_: pytest.fail("a good block was numbered"))
+    blocks = list(base.iter_line_blocks(source, batch_bytes=1024))
+    assert (len(blocks), {len(block) > 1024 for block in blocks[:-1]}) == (8, {True})
+    assert b"".join(blocks) == data and not source.overlong
 
 
 def test_shared_reference_pickle_is_refused_quickly():

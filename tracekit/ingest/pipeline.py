@@ -279,7 +279,6 @@ def _read_into(
     """Read all chunks, writing them as parts; the parts (table -> file -> statistics) for the
     source's record, which lists them in place of its earlier ones."""
     writer = _PartWriter(dataset)
-    ranks: set[int] = set()
     try:
         for chunk in quarantine_overlong(reader.read(source, options), source):
             rows = 0
@@ -289,7 +288,6 @@ def _read_into(
                 writer.add(name, frame)
                 summary.rows[name] = summary.rows.get(name, 0) + frame.height
                 rows += frame.height
-                _extend_span(summary, name, frame, ranks)
             summary.lines += chunk.lines
             summary.skipped += chunk.skipped
             summary.notes.extend(n for n in chunk.notes if n not in summary.notes)
@@ -300,8 +298,9 @@ def _read_into(
         writer.discard()
         raise
     summary.quarantined = summary.rows.pop("quarantine", 0)
-    summary.ranks = len(ranks)
-    return writer.publish(reader.source_key(source)[:16])
+    parts = writer.publish(reader.source_key(source)[:16])
+    _set_span(summary, parts)
+    return parts
 
 
 PART_ROWS = 1_000_000
@@ -424,15 +423,13 @@ def _chunk_tables(dataset: Dataset, chunk: Chunk) -> dict[str, pl.DataFrame]:
     return frames
 
 
-def _extend_span(summary: SourceSummary, name: str, frame: pl.DataFrame, ranks: set[int]) -> None:
-    spec = schema.table(name)
-    if name == "quarantine":
-        return
-    if "rank" in frame.columns:
-        ranks.update(frame["rank"].drop_nulls().unique().to_list())
-    if spec.time_column:
-        column = frame[spec.time_column].drop_nulls()
-        if len(column):
-            low, high = column.min(), column.max()
-            summary.t_min_ns = low if summary.t_min_ns is None else min(summary.t_min_ns, low)
-            summary.t_max_ns = high if summary.t_max_ns is None else max(summary.t_max_ns, high)
+def _set_span(summary: SourceSummary, parts: dict[str, dict[str, dict[str, Any]]]) -> None:
+    """The source's time span and rank count, from its parts' statistics (computed for their
+    footers anyway): counting them again per chunk cost 0.5-0.7 ms per 16 MiB block."""
+    stats = [part for name, files in parts.items() if name != "quarantine"
+             for part in files.values()]
+    ranks = {rank for part in stats for rank in part.get("ranks", ())}
+    lows = [part["t_min_ns"] for part in stats if part.get("t_min_ns") is not None]
+    highs = [part["t_max_ns"] for part in stats if part.get("t_max_ns") is not None]
+    summary.ranks = len(ranks)
+    summary.t_min_ns, summary.t_max_ns = min(lows, default=None), max(highs, default=None)
