@@ -108,6 +108,28 @@ def test_every_line_over_the_limit_is_quarantined_inside_a_batch_too(tmp_path):
     assert quarantine["reason"].str.ends_with(" (5,000 bytes)").to_list() == [True, False, False]
 
 
+def test_a_source_is_read_again_when_its_limits_change(tmp_path):
+    """A line quarantined under a low limit is read once the limit is raised on a later ingest
+    into the same dataset: the source's record keeps the limits it was read under, so the same
+    bytes under other limits are not "unchanged"."""
+    from tests.ingest.test_pipeline import hook_log
+
+    lines = hook_log(0, 4).splitlines(keepends=True)
+    lines[2] = lines[2].rstrip("\n") + " " * 3000 + "\n"  # trailing blanks: still one call
+    log = tmp_path / "rank0.csv"
+    log.write_text("".join(lines))
+    low = {"max_line_bytes": "3000"}
+    [first] = ingest([log], tmp_path / "ds", options=dict(low)).sources
+    [again] = ingest([log], tmp_path / "ds", options=dict(low)).sources
+    [raised] = ingest([log], tmp_path / "ds").sources
+    assert [(s.status, s.rows, s.quarantined) for s in (first, again, raised)] == [
+        ("ingested", {"collectives": 3}, 1), ("unchanged", {"collectives": 3}, 1),
+        ("ingested", {"collectives": 4}, 0)]
+    [record] = open_dataset(tmp_path / "ds").manifest["sources"]
+    assert record["limits"]["max_line_bytes"] == Limits().max_line_bytes
+    assert open_dataset(tmp_path / "ds")["collectives"].collect().height == 4
+
+
 def test_long_line_of_a_stream_that_cannot_seek(tmp_path):
     """Archive members larger than the in-memory spool are files; small ones and pipes are
     streams: both splitters skip a long line and keep its number and first bytes."""
