@@ -172,7 +172,20 @@ def test_option_of_another_format_is_refused(tmp_path):
                                  "--format", "hook-csv", "--option", "tz=UTC"])
     assert result.exit_code == 2
     assert result.stderr.strip() == ("error: --option tz: format hook-csv does not use it "
-                                     "(used by nccl-debug); accepted keys: none")
+                                     "(used by nccl-debug); accepted keys: none, and the limits "
+                                     "(docs/collective-formats.md)")
+
+
+@pytest.mark.parametrize("forced", [[], ["--format", "hook-csv"]])
+def test_a_limit_is_an_option_of_every_format(tmp_path, forced):
+    """Each limit's message says to raise it with ``--option NAME=N``: the CLI takes it, with
+    or without --format (it refused every limit as an option no format uses)."""
+    dump = write_dump(tmp_path / "dump")
+    result = runner.invoke(app, ["ingest", str(dump), "-o", str(tmp_path / "ds"), *forced,
+                                 "--option", "max_line_bytes=1000", "--json"])
+    assert result.exit_code == 0, result.output
+    [source] = json.loads(result.stdout)["sources"]
+    assert (source["rows"], source["lines"], source["quarantined"]) == ({"collectives": 6}, 8, 1)
 
 
 def test_option_the_format_uses_is_accepted(tmp_path):
