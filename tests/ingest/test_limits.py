@@ -57,6 +57,28 @@ def test_gzip_of_zeros_is_refused_without_decompressing(tmp_path, forced):
     assert peak_rss_bytes() - before < BOUND_BYTES
 
 
+def test_zlib_data_forced_as_a_truth_csv_is_refused_without_decompressing(tmp_path):
+    """A 1 MB zlib stream of 1 GiB of zeros with ``--format truth-csv``: the reader handed the
+    file to polars, which decompressed it (1.2 GB peak); it is refused from its header."""
+    import zlib
+
+    bomb = tmp_path / "iterations.csv"
+    bomb.write_bytes(zlib.compress(bytes(256 * 1024**2), 9))
+    before = peak_rss_bytes()
+    error = only_failure(ingest([bomb], tmp_path / "ds", format="truth-csv"))
+    assert peak_rss_bytes() - before < BOUND_BYTES
+    assert error == (f"{bomb}:1: not a truth iteration CSV: the header is not "
+                     "iteration,t_start_ns,t_end_ns,duration_s")
+
+
+def test_a_json_array_forced_as_a_synth_manifest_is_one_error(tmp_path):
+    """It raised AttributeError from the reader, which the ingest does not catch."""
+    spec = tmp_path / "synth.json"
+    spec.write_text("[1, 2]")
+    assert only_failure(ingest([spec], tmp_path / "ds", format="synth-manifest")) == (
+        f"{spec}: not a synth job description: the JSON is not an object")
+
+
 def test_block_that_starts_like_zlib_is_split_as_text(tmp_path):
     """``x^`` is zlib's magic to polars: a log starting so is text, read line by line."""
     log = tmp_path / "train.log"
