@@ -59,7 +59,9 @@ def test_a_cell_without_a_finite_number_is_quarantined_and_its_line_read():
         (4, "10.0.0.1: \ufffd is not a finite number", "1688169630,\ufffd,nan")]
 
 
-def test_a_header_without_time_is_one_error_naming_the_line():
-    source = Source.from_bytes("NODE_IB_SEND.csv", b"\x00Time,10.0.0.1\n1688169600,1.5\n")
-    with pytest.raises(InputError, match=r"^NODE_IB_SEND.csv:1: the header has no Time column$"):
+@pytest.mark.parametrize("header", [b"\x00Time,10.0.0.1", b"Time"])
+def test_a_header_without_time_or_servers_is_one_error_naming_the_line(header):
+    source = Source.from_bytes("NODE_IB_SEND.csv", header + b"\n1688169600,1.5\n")
+    with pytest.raises(InputError, match=r"^NODE_IB_SEND.csv:1: the header is not Time and a "
+                                         "column per server$"):
         list(AcmeTraceReader().read(source, {}))

@@ -70,8 +70,8 @@ class AcmeTraceReader(Reader):
         metric = metric_of(source, options)
         identity = IdentityMap.load(options.get("identity_map"))
         wide = read_csv_cells(source)
-        if "Time" not in wide.columns:
-            raise InputError("the header has no Time column", source.name, 1)
+        if "Time" not in wide.columns or wide.width < 3:  # line_no, Time, a server
+            raise InputError("the header is not Time and a column per server", source.name, 1)
         stamped = wide.with_columns(epoch_ns(pl.col("Time")).alias("ts_ns"))
         untimed = stamped.filter(pl.col("ts_ns").is_null()).select(
             "line_no", pl.lit("Time is not a unix time").alias("reason"), csv_row_text(wide))
