@@ -265,3 +265,20 @@ def test_a_kernel_built_once_is_announced(tmp_path, monkeypatch):
                         lambda text, **_: messages.append(text))
     logging.getLogger("tracekit.core.compiled").info("building the %s kernel once", "scan")
     assert messages == ["[dim]note: building the scan kernel once[/]"]
+
+
+def test_a_truncated_part_met_by_an_analysis_is_one_line_naming_it(tmp_path):
+    """Polars' error on a cut Parquet part (it names no file) was a traceback from detect and
+    report; it is one line naming the part, exit 2."""
+    steps = tmp_path / "steps.csv"
+    steps.write_text("worker,step,duration_s\n" + "".join(f"{w},{s},1.5\n" for w in range(2)
+                                                          for s in range(20)))
+    assert runner.invoke(app, ["ingest", str(steps), "-o", str(tmp_path / "ds")]).exit_code == 0
+    [part] = (tmp_path / "ds" / "iterations").rglob("*.parquet")
+    part.write_bytes(part.read_bytes()[:-100])
+    for command in (["detect"], ["report", "-o", str(tmp_path / "report")]):
+        result = runner.invoke(app, [*command, str(tmp_path / "ds")])
+        assert result.exit_code == 2, result.output
+        [line] = result.stderr.splitlines()
+        assert line.startswith(f"error: {part}: damaged Parquet part (parquet: ")
+        assert line.endswith("); remove it and ingest its source again")
