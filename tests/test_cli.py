@@ -282,3 +282,13 @@ def test_a_truncated_part_met_by_an_analysis_is_one_line_naming_it(tmp_path):
         [line] = result.stderr.splitlines()
         assert line.startswith(f"error: {part}: damaged Parquet part (parquet: ")
         assert line.endswith("); remove it and ingest its source again")
+
+
+def test_a_target_that_cannot_be_written_is_one_line_naming_it(dataset, tmp_path):
+    """report -o under a file (as a read-only folder or a full disk): one line, exit 2, where
+    the report's mkdir was a traceback."""
+    (tmp_path / "file").write_text("")
+    result = runner.invoke(app, ["report", str(dataset), "-o", str(tmp_path / "file" / "rep")])
+    assert result.exit_code == 2
+    export = tmp_path / "file" / "rep" / "export"
+    assert result.stderr.strip() == f"error: {export}: Not a directory"

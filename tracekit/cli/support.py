@@ -30,7 +30,7 @@ state = {"debug": False}
 
 def command(on: typer.Typer, *args, **kwargs):
     """Register a command on ``on`` whose TracekitErrors print as one line and exit with
-    status 2."""
+    status 2, as do an OSError naming a file and a damaged Parquet part."""
 
     def decorate(function):
         @functools.wraps(function)
@@ -41,6 +41,11 @@ def command(on: typer.Typer, *args, **kwargs):
                 if state["debug"]:
                     raise
                 print_error(str(error))
+                raise typer.Exit(2) from None
+            except OSError as error:  # a read-only or full target, a folder that is a file
+                if state["debug"] or error.filename is None:
+                    raise
+                print_error(f"{error.filename}: {error.strerror or error}")
                 raise typer.Exit(2) from None
             except Exception as error:
                 damaged = damaged_parquet(error, [*a, *kw.values()])
