@@ -172,7 +172,20 @@ def test_option_of_another_format_is_refused(tmp_path):
                                  "--format", "hook-csv", "--option", "tz=UTC"])
     assert result.exit_code == 2
     assert result.stderr.strip() == ("error: --option tz: format hook-csv does not use it "
-                                     "(used by nccl-debug); accepted keys: none")
+                                     "(used by nccl-debug); accepted keys: none, and the limits "
+                                     "(docs/collective-formats.md)")
+
+
+@pytest.mark.parametrize("forced", [[], ["--format", "hook-csv"]])
+def test_a_limit_is_an_option_of_every_format(tmp_path, forced):
+    """Each limit's message says to raise it with ``--option NAME=N``: the CLI takes it, with
+    or without --format (it refused every limit as an option no format uses)."""
+    dump = write_dump(tmp_path / "dump")
+    result = runner.invoke(app, ["ingest", str(dump), "-o", str(tmp_path / "ds"), *forced,
+                                 "--option", "max_line_bytes=1000", "--json"])
+    assert result.exit_code == 0, result.output
+    [source] = json.loads(result.stdout)["sources"]
+    assert (source["rows"], source["lines"], source["quarantined"]) == ({"collectives": 6}, 8, 1)
 
 
 def test_option_the_format_uses_is_accepted(tmp_path):
@@ -252,3 +265,30 @@ def test_a_kernel_built_once_is_announced(tmp_path, monkeypatch):
                         lambda text, **_: messages.append(text))
     logging.getLogger("tracekit.core.compiled").info("building the %s kernel once", "scan")
     assert messages == ["[dim]note: building the scan kernel once[/]"]
+
+
+def test_a_truncated_part_met_by_an_analysis_is_one_line_naming_it(tmp_path):
+    """Polars' error on a cut Parquet part (it names no file) was a traceback from detect and
+    report; it is one line naming the part, exit 2."""
+    steps = tmp_path / "steps.csv"
+    steps.write_text("worker,step,duration_s\n" + "".join(f"{w},{s},1.5\n" for w in range(2)
+                                                          for s in range(20)))
+    assert runner.invoke(app, ["ingest", str(steps), "-o", str(tmp_path / "ds")]).exit_code == 0
+    [part] = (tmp_path / "ds" / "iterations").rglob("*.parquet")
+    part.write_bytes(part.read_bytes()[:-100])
+    for command in (["detect"], ["report", "-o", str(tmp_path / "report")]):
+        result = runner.invoke(app, [*command, str(tmp_path / "ds")])
+        assert result.exit_code == 2, result.output
+        [line] = result.stderr.splitlines()
+        assert line.startswith(f"error: {part}: damaged Parquet part (parquet: ")
+        assert line.endswith("); remove it and ingest its source again")
+
+
+def test_a_target_that_cannot_be_written_is_one_line_naming_it(dataset, tmp_path):
+    """report -o under a file (as a read-only folder or a full disk): one line, exit 2, where
+    the report's mkdir was a traceback."""
+    (tmp_path / "file").write_text("")
+    result = runner.invoke(app, ["report", str(dataset), "-o", str(tmp_path / "file" / "rep")])
+    assert result.exit_code == 2
+    export = tmp_path / "file" / "rep" / "export"
+    assert result.stderr.strip() == f"error: {export}: Not a directory"

@@ -39,3 +39,29 @@ def test_gpu_and_cpu_metrics_and_host_mapping(tmp_path):
         ("cpu_util_pct", 25.0, "%")]
     with pytest.raises(InputError, match="--option metric="):
         list(AcmeTraceReader().read(Source.from_bytes("x.csv", b"Time,10.0.0.2\n1,2\n"), {}))
+
+
+def test_a_cell_without_a_finite_number_is_quarantined_and_its_line_read():
+    """A stray quote, a stray byte or NaN in one cell quarantines its line, named by the first
+    such cell; the line's other cells and the other lines are read (the cell was dropped
+    silently). An empty cell is a missing sample."""
+    csv = (b"Time,10.0.0.1,10.0.0.2\n"
+           b"1688169600,1.5,2.5\n"
+           b'1688169615,1"5,2.5\n'
+           b"1688169630,\xff,nan\n"
+           b"1688169645,,3.5\n")
+    [chunk] = list(AcmeTraceReader().read(Source.from_bytes("NODE_IB_SEND.csv", csv), {}))
+    rates = chunk.tables["nic_counters"].sort("ts_ns", "host")
+    assert rates.select("host", "rate_per_s").rows() == [
+        ("10.0.0.1", 1.5), ("10.0.0.2", 2.5), ("10.0.0.2", 2.5), ("10.0.0.2", 3.5)]
+    assert chunk.quarantine.select("line_no", "reason", "raw").rows() == [
+        (3, '10.0.0.1: 1"5 is not a finite number', '1688169615,1"5,2.5'),
+        (4, "10.0.0.1: \ufffd is not a finite number", "1688169630,\ufffd,nan")]
+
+
+@pytest.mark.parametrize("header", [b"\x00Time,10.0.0.1", b"Time"])
+def test_a_header_without_time_or_servers_is_one_error_naming_the_line(header):
+    source = Source.from_bytes("NODE_IB_SEND.csv", header + b"\n1688169600,1.5\n")
+    with pytest.raises(InputError, match=r"^NODE_IB_SEND.csv:1: the header is not Time and a "
+                                         "column per server$"):
+        list(AcmeTraceReader().read(source, {}))

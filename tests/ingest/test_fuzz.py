@@ -22,8 +22,13 @@ from tracekit.ingest import registry
 from tracekit.ingest.base import Source
 from tracekit.ingest.hook_csv import HEADER
 
-SEED_BYTES = 3000
-"""How much of each sample a mutation starts from: a few dozen lines, every kind of line."""
+SEED_BYTES = 5000
+"""How much of each sample a mutation starts from: a few dozen lines, every kind of line, and
+the JSON samples whole (4.6 KB at most), so they parse before they are mutated."""
+
+OPTIONS = {"ts": "1700000000", "start": "2026-01-01T00:00:00Z", "interval": "1000"}
+"""The options a user passes to the samples that carry no time of their own (Prometheus text,
+ipmitool and ethtool snapshots, dcgmi dmon); the other readers ignore them."""
 
 HOSTILE = [b"\r", b"\r\n", b"\x00", b"\xef\xbb\xbf", b"\xff", b"\xc3", b'"', b"'", b"NaN",
            b"nan", b"Inf", b"-Infinity", b"-5", b"0", b"18446744073709551616", b"9" * 40,
@@ -38,17 +43,44 @@ HOOK_CSV_SEED = (HEADER + "\n" + "\n".join(
     f"{i},{1_700_000_000_000_000_000 + i * 1000},5000,host-a,100,0,0,0xc0,2,{i},AllReduce,256,"
     "7,0x1,0x1,-1" for i in range(20)) + "\n").encode()
 
+MLPERF_SEED = "".join(
+    f':::MLLOG {{"namespace": "", "time_ms": {1000 + 2500 * i}, "event_type": "POINT_IN_TIME", '
+    f'"key": "tracked_stats", "value": {{"train_step_timing": 2.5}}, "metadata": '
+    f'{{"step": {8 * i}}}}}\n' for i in range(20)).encode()
 
-def samples() -> dict[str, list[bytes]]:
-    """Sample beginnings by the format they sniff as (the hook CSV has no shared sample)."""
-    found: dict[str, list[bytes]] = {"hook-csv": [HOOK_CSV_SEED]}
+STEP_TABLE_SEED = ("worker,step,duration_s\n" + "".join(
+    f"{w},{s},{1.5 + 0.01 * s}\n" for w in range(2) for s in range(10))).encode()
+
+SEEDS = {"hook-csv": ("rank0.csv", HOOK_CSV_SEED), "mlperf-log": ("mlperf.log", MLPERF_SEED),
+         "step-table": ("steps.csv", STEP_TABLE_SEED)}
+"""Seeds of the text formats without a shared sample, written as their tests write them."""
+
+NO_SEED = {
+    "labeled-job": "a job.json that is recognised, not ingested",
+    "synth-manifest": "a synth.json that is recognised, not ingested",
+    "whatif-result": "analyser output that is recognised, not ingested",
+    "labels": "a Parquet table tracekit wrote itself",
+    "truth": "a Parquet table tracekit wrote itself",
+    "whatif-trace": "a Parquet op trace",
+    "labels-json": "the ground truth of a labeled dump (tests/ingest/test_sources.py)",
+    "truth-csv": "the ground truth of a labeled dump (tests/ingest/test_sources.py)",
+    "whatif-meta": "job metadata YAML (tests/ingest/test_whatif.py)",
+}
+"""Formats fuzzed only with the other formats' samples (why): they hold no dump from a
+collector, and their own tests read their files."""
+
+
+def samples() -> dict[str, list[tuple[str, bytes]]]:
+    """Sample beginnings (file name, bytes) by the format they sniff as; the name is kept, as
+    some readers take the metric or the time from it."""
+    found = {format: [seed] for format, seed in SEEDS.items()}
     for path in sorted(FORMATS.glob("*")) if FORMATS.is_dir() else []:
         source = Source(str(path), path.stat().st_size, lambda path=path: path.open("rb"))
         try:
             reader = registry.sniff(source)
         except TracekitError:
             continue
-        found.setdefault(reader.format, []).append(path.read_bytes()[:SEED_BYTES])
+        found.setdefault(reader.format, []).append((path.name, path.read_bytes()[:SEED_BYTES]))
     return found
 
 
@@ -62,6 +94,7 @@ NOT_LINE_ACCOUNTED = {
     "nccl-inspector-prom": "several metric lines make one bucket row",
     "megatron-log": "timer blocks span lines; iterations are derived from the step rows",
     "dcgmi-dmon": "one line holds several fields, each a row",
+    "acmetrace": "one line holds a cell per server, each a row",
 }
 """Formats whose rows are not one per line (with why); for them only the quarantine's line
 numbers are checked. Every other format must satisfy rows - derived + skipped + quarantined ==
@@ -69,8 +102,9 @@ lines (derived: rows not read from a line of their own, such as clock-event flag
 
 
 @st.composite
-def mutated(draw, seeds: list[bytes]) -> bytes:
-    data = bytearray(draw(st.sampled_from(seeds)))
+def mutated(draw, seeds: list[tuple[str, bytes]]) -> tuple[str, bytes]:
+    name, seed = draw(st.sampled_from(seeds))
+    data = bytearray(seed)
     for _ in range(draw(st.integers(0, 6))):
         at = draw(st.integers(0, len(data)))
         kind = draw(st.sampled_from(["insert", "delete", "duplicate", "cut", "line-ends"]))
@@ -87,15 +121,15 @@ def mutated(draw, seeds: list[bytes]) -> bytes:
             del data[at:]
         else:
             data = bytearray(data.replace(b"\n", draw(st.sampled_from([b"\r", b"\r\n"]))))
-    return bytes(data)
+    return name, bytes(data)
 
 
-def check(format: str, data: bytes) -> None:
+def check(format: str, name: str, data: bytes) -> None:
     """Read ``data`` as ``format``: a tracekit error, or chunks whose counts add up."""
     reader = registry.reader_for_format(format)
-    source = Source.from_bytes(f"fuzz.{format}", data)
+    source = Source.from_bytes(f"fuzz/{name}", data)
     try:
-        result = read_all(reader, source)
+        result = read_all(reader, source, dict(OPTIONS))
     except TracekitError as error:
         assert "\n" not in str(error)
         return
@@ -124,8 +158,22 @@ def test_reader_survives_mutated_samples(format, memory_budget):
 
     @settings(max_examples=100, deadline=None, database=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-    @given(data=mutated(seeds))
-    def read(data: bytes) -> None:
-        check(format, data)
+    @given(sample=mutated(seeds))
+    def read(sample: tuple[str, bytes]) -> None:
+        check(format, *sample)
 
     read()
+
+
+def test_every_format_is_fuzzed_from_a_seed_it_reads():
+    """Each format of ``tracekit formats`` has seeds of its own (or says in NO_SEED why not), and
+    each seed, unmutated, reads rows: a seed the reader refuses whole (a missing option, a JSON
+    document cut short) would leave its parser unfuzzed."""
+    if not ANY_SAMPLE:
+        pytest.skip(f"format samples not found at {FORMATS}")
+    assert sorted([*SAMPLES, *NO_SEED]) == sorted(registry.formats())
+    for format, seeds in SAMPLES.items():
+        for name, data in seeds:
+            source = Source.from_bytes(f"fuzz/{name}", data)
+            result = read_all(registry.reader_for_format(format), source, dict(OPTIONS))
+            assert result.rows() > 0, (format, name)

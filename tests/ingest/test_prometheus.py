@@ -331,6 +331,22 @@ def test_values_no_table_can_hold_are_quarantined_with_their_line_in_text():
     assert (result.lines, result.rows(), result.skipped) == (6, 2, 0)
 
 
+def test_a_bad_read_between_two_counter_samples_is_quarantined_and_the_rates_kept():
+    """node_exporter infiniband at 1e12 bytes reading 0 once: the sample after it rated its
+    whole value over one interval (1.67e10 words/s, 670x the 2.5e7 of the others); as the
+    mlx5 and ethtool readers do, the bad read is quarantined and the rates hold."""
+    name = "node_infiniband_port_data_transmitted_bytes_total"
+    values = [10**12, 10**12 + 1.5e9, 0, 10**12 + 4.5e9, 10**12 + 6e9]
+    text = "".join(f'{name}{{device="mlx5_0",port="1",instance="h"}} {v:.0f} '
+                   f"{1760433600000 + 15000 * i}\n" for i, v in enumerate(values))
+    result = read_all(PrometheusTextReader(), Source.from_bytes("s.prom", text.encode()))
+    assert result.quarantine.select("line_no", "reason").rows() == [
+        (3, "counter reads below its neighbours (a bad read, not a reset)")]
+    rates = result.tables["nic_counters"].sort("ts_ns")["rate_per_s"].to_list()
+    assert rates == [None, 2.5e7, 2.5e7, 2.5e7]
+    assert (result.lines, result.rows(), result.skipped) == (5, 4, 0)
+
+
 def test_values_no_table_can_hold_are_quarantined_in_json_and_csv():
     series = [({"__name__": "DCGM_FI_DEV_GPU_TEMP", "gpu": "0", "Hostname": "h"},
                [[1760433600, "NaN"], [1760433615, "-Inf"], [1760433630, "60"]]),

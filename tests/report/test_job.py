@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from tracekit import open_dataset
 from tracekit.core import schema
 from tracekit.core.dataset import create_dataset
 from tracekit.report.document import write_report
@@ -51,6 +52,19 @@ def test_unattributed_episode_says_so(job_dataset):
 def test_empty_dataset_report_explains(tmp_path):
     report = job_report(create_dataset(tmp_path / "empty"))
     assert "No iterations in this dataset" in report.sections[0].paragraphs[0]
+
+
+def test_iterations_without_durations_are_reported(tmp_path):
+    """A step table whose durations are all NaN (kept as null): the summary says so (it raised
+    TypeError formatting a null median)."""
+    from tracekit.ingest.pipeline import ingest
+
+    steps = tmp_path / "steps.csv"
+    steps.write_text("worker,step,duration_s\n" + "".join(f"{w},{s},nan\n" for w in range(2)
+                                                          for s in range(3)))
+    ingest([steps], tmp_path / "ds")
+    summary = job_report(open_dataset(tmp_path / "ds")).sections[0].paragraphs[0]
+    assert summary == "3 iterations on 2 ranks; no iteration has a duration."
 
 
 def test_validation_verdicts_in_the_job_report(tmp_path):

@@ -188,12 +188,17 @@ def ingest(
 
 def _check_options(options: dict[str, str], forced: str | None) -> None:
     """Refuse an ``--option`` key that the forced format (or, sniffing, every format) ignores:
-    a misspelt key would otherwise be dropped silently."""
+    a misspelt key would otherwise be dropped silently. The limits of
+    :class:`~tracekit.ingest.limits.Limits` apply to every format."""
+    from dataclasses import fields
+
     from tracekit.core.errors import TracekitError
+    from tracekit.ingest.limits import Limits
     from tracekit.ingest.registry import reader_for_format, readers
 
     candidates = [reader_for_format(forced)] if forced else readers()
-    accepted = {key for reader in candidates for key in reader.options}
+    limits = {field.name for field in fields(Limits)}
+    accepted = {key for reader in candidates for key in reader.options} | limits
     for key in options:
         if key not in accepted:
             readers_of = [r.format for r in readers() if key in r.options]
@@ -201,7 +206,8 @@ def _check_options(options: dict[str, str], forced: str | None) -> None:
                 f"--option {key}: " + (f"format {forced} does not use it" if forced else
                                         "no format uses it")
                 + (f" (used by {', '.join(readers_of)})" if readers_of else "")
-                + f"; accepted keys: {', '.join(sorted(accepted)) or 'none'}")
+                + f"; accepted keys: {', '.join(sorted(accepted - limits)) or 'none'}, and the "
+                "limits (docs/collective-formats.md)")
 
 
 def _print_ingest(summary, forced: str | None, as_json: bool) -> None:

@@ -11,6 +11,7 @@ import json
 import logging
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -29,7 +30,7 @@ state = {"debug": False}
 
 def command(on: typer.Typer, *args, **kwargs):
     """Register a command on ``on`` whose TracekitErrors print as one line and exit with
-    status 2."""
+    status 2, as do an OSError naming a file and a damaged Parquet part."""
 
     def decorate(function):
         @functools.wraps(function)
@@ -41,10 +42,46 @@ def command(on: typer.Typer, *args, **kwargs):
                     raise
                 print_error(str(error))
                 raise typer.Exit(2) from None
+            except OSError as error:  # a read-only or full target, a folder that is a file
+                if state["debug"] or error.filename is None:
+                    raise
+                print_error(f"{error.filename}: {error.strerror or error}")
+                raise typer.Exit(2) from None
+            except Exception as error:
+                damaged = damaged_parquet(error, [*a, *kw.values()])
+                if damaged is None or state["debug"]:
+                    raise
+                print_error(damaged)
+                raise typer.Exit(2) from None
 
         return on.command(*args, **kwargs)(wrapper)
 
     return decorate
+
+
+PARQUET_MAGIC = b"PAR1"
+"""How every Parquet file ends; a truncated or overwritten part does not."""
+
+
+def damaged_parquet(error: Exception, arguments: Iterable[object]) -> str | None:
+    """The line for polars' error on a damaged Parquet part met while a command scanned a
+    table (None for any other error). Polars names no file, so the parts under the command's
+    folder arguments that do not end as Parquet does are named."""
+    reason = str(error).splitlines()[0] if str(error) else ""
+    if type(error).__name__ != "ComputeError" or not reason.startswith("parquet:"):
+        return None
+    folders = [Path(a) for a in arguments if isinstance(a, Path) and a.is_dir()]
+    damaged = [part for folder in folders for part in sorted(folder.rglob("*.parquet"))
+               if not _ends_as_parquet(part)]
+    where = f"{damaged[0]}: damaged Parquet part" if damaged else \
+        f"{', '.join(map(str, folders)) or 'the dataset'}: a damaged Parquet part"
+    return f"{where} ({reason}); remove it and ingest its source again"
+
+
+def _ends_as_parquet(part: Path) -> bool:
+    with part.open("rb") as stream:
+        stream.seek(max(part.stat().st_size - len(PARQUET_MAGIC), 0))
+        return stream.read() == PARQUET_MAGIC
 
 
 JsonOption = Annotated[bool, typer.Option(

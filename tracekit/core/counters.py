@@ -41,6 +41,10 @@ NIC_SERIES = ["host", "device", "port", "counter"]
 """What names one RDMA NIC counter series."""
 
 
+GLITCH_REASON = "counter reads below its neighbours (a bad read, not a reset)"
+"""The quarantine reason of a sample :func:`split_glitches` takes out."""
+
+
 def split_glitches(frame: pl.DataFrame, series: list[str], ts: str = "ts_ns",
                    value: str = "value") -> tuple[pl.DataFrame, pl.DataFrame]:
     """``frame`` as (plausible, glitches), sorted by series and time: a glitch is a negative

@@ -70,27 +70,44 @@ class AcmeTraceReader(Reader):
         metric = metric_of(source, options)
         identity = IdentityMap.load(options.get("identity_map"))
         wide = read_csv_cells(source)
+        if "Time" not in wide.columns or wide.width < 3:  # line_no, Time, a server
+            raise InputError("the header is not Time and a column per server", source.name, 1)
         stamped = wide.with_columns(epoch_ns(pl.col("Time")).alias("ts_ns"))
-        bad = stamped.filter(pl.col("ts_ns").is_null()).select(
+        untimed = stamped.filter(pl.col("ts_ns").is_null()).select(
             "line_no", pl.lit("Time is not a unix time").alias("reason"), csv_row_text(wide))
         long = stamped.drop_nulls("ts_ns").unpivot(
-            [c for c in wide.columns if c not in ("Time", "line_no")], index=["ts_ns"],
-            variable_name="column", value_name="raw",
+            [c for c in wide.columns if c not in ("Time", "line_no")],
+            index=["ts_ns", "line_no"], variable_name="column", value_name="raw",
         ).with_columns(pl.col("raw").cast(pl.Float64, strict=False).alias("value"))\
-            .drop_nulls("value").unique(["column", "ts_ns"], keep="first", maintain_order=True)
+            .filter(pl.col("raw").str.strip_chars() != "")
+        unreadable = _unreadable_cells(long, stamped, wide)
+        long = long.filter(pl.col("value").is_finite())\
+            .unique(["column", "ts_ns"], keep="first", maintain_order=True)
         cells = long.with_columns(
             identity.host(pl.col("column").str.extract(r"^([\d.]+)", 1)).alias("host"),
             pl.col("column").str.extract(r"^[\d.]+-(\S+)$", 1).alias("device"),
         )
         yield Chunk(
             tables=_tables(metric, cells),
-            quarantine=quarantine_frame(source, bad),
+            quarantine=quarantine_frame(source, pl.concat([untimed, unreadable])),
             lines=wide.height + 1,
             skipped=1,
             bytes_read=source.size,
             notes=[f"{stamped.height - stamped.unique('Time').height} repeated timestamps "
                    "collapsed"] if stamped.height != stamped.unique("Time").height else [],
         )
+
+
+def _unreadable_cells(long: pl.DataFrame, stamped: pl.DataFrame,
+                      wide: pl.DataFrame) -> pl.DataFrame:
+    """The lines with a cell that holds no finite number (a stray quote, a stray byte, NaN):
+    quarantined with the first such cell named; the line's other cells are read. An empty cell
+    is a missing sample, not a bad one."""
+    bad = long.filter(~pl.col("value").is_finite().fill_null(False)).group_by(
+        "line_no", maintain_order=True).first().select(
+        "line_no", pl.format("{}: {} is not a finite number", "column", "raw").alias("reason"))
+    return bad.join(stamped.select("line_no", csv_row_text(wide)), on="line_no")\
+        .select("line_no", "reason", "line")
 
 
 def _tables(metric: str, cells: pl.DataFrame) -> dict[str, pl.DataFrame]:

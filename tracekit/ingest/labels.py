@@ -116,6 +116,9 @@ class SynthManifestReader(Reader):
             spec = json.loads(source.head_text)
         except json.JSONDecodeError as error:
             raise InputError(f"not valid JSON: {error}", source.name, error.lineno) from None
+        if not isinstance(spec, dict):
+            raise InputError("not a synth job description: the JSON is not an object",
+                             source.name)
         yield Chunk(lines=1, skipped=1, bytes_read=source.size, notes=[
             f"synthetic job {spec.get('job')} (layout {spec.get('layout')}, seed "
             f"{spec.get('seed')}): description only, nothing to ingest"])
@@ -197,6 +200,9 @@ class TruthCsvReader(Reader):
         return source.head_text.startswith(TRUTH_CSV_HEADER)
 
     def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
+        if not self.sniff(source):  # --format: polars would decompress a zlib or gzip start
+            raise InputError(f"not a truth iteration CSV: the header is not {TRUTH_CSV_HEADER}",
+                             source.name, 1)
         try:
             with source.open() as stream:
                 frame = pl.read_csv(stream, columns=list(TRUTH_CSV_HEADER.split(",")),

@@ -234,12 +234,13 @@ def _lines_left(scanned: nccl_coll_scan.ScannedBlock) -> pl.Series:
 
 
 def _ends_with_line_end(source: Source) -> bool:
-    """Whether the last byte is a line end: a last line without one may be cut anywhere."""
+    """Whether the last byte is a line end (``\\n``, or ``\\r`` in a CR-only log): a last
+    line without one may be cut anywhere."""
     if source.size == 0:
         return True
     with source.open() as stream:
         stream.seek(source.size - 1)
-        return stream.read(1) == b"\n"
+        return stream.read(1) in (b"\n", b"\r")
 
 
 def _notes(state: _JoinState, time_zone: str) -> list[str]:

@@ -4,9 +4,9 @@ Each source writes its rows as parts named after its content hash (``<sha16>-<n>
 per :data:`PART_ROWS` rows) and its manifest record lists them, so ingesting the same bytes again
 lists its new parts in place of its old ones instead of adding rows, and a new file adds only its
 own parts; none is visible before the manifest that lists it is saved. Unchanged sources (same
-hash, format and parser version) are skipped without reading them. A file is read once: its hash
-is computed while it is parsed (parts are written under hidden names and renamed once it is
-known), and hashed beforehand only when an earlier ingest of this path had the same size.
+hash, format, parser version and limits) are skipped without reading them. A file is read once:
+its hash is computed while it is parsed (parts are written under hidden names and renamed once
+it is known), and hashed beforehand only when an earlier ingest of this path had the same size.
 
 One input file (a log, or an archive read member by member) is one partition: it is read and
 written by :func:`_ingest_file`, on this machine or on a Dask worker (``tracekit.core.parallel``),
@@ -21,7 +21,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -227,7 +227,8 @@ def _ingest_source(
         reader = forced or registry.sniff(source)
         summary.format = reader.format
         known = _earlier_record(source, reader, known_records)
-        if known and known["format"] == reader.format and known["parser_version"] == reader.version:
+        if known and (known["format"], known["parser_version"], known.get("limits")) == (
+                reader.format, reader.version, asdict(source.limits)):
             summary.status = "unchanged"
             summary.rows = dict(known["rows"])
             summary.skipped, summary.quarantined = known["skipped"], known["quarantined"]
@@ -250,6 +251,7 @@ def _ingest_source(
         "key": reader.source_key(source),
         "format": reader.format,
         "parser_version": reader.version,
+        "limits": asdict(source.limits),
         "rows": summary.rows,
         "lines": summary.lines,
         "skipped": summary.skipped,

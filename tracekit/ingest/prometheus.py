@@ -18,7 +18,13 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from tracekit.core import schema
-from tracekit.core.counters import collapse_repeats, counter_rates, shares_of_increase
+from tracekit.core.counters import (
+    GLITCH_REASON,
+    collapse_repeats,
+    counter_rates,
+    shares_of_increase,
+    split_glitches,
+)
 from tracekit.core.errors import InputError
 from tracekit.core.identity import IdentityMap, learn_hosts, normalise_bus_id
 from tracekit.ingest import metric_names
@@ -187,13 +193,15 @@ def route_samples(samples: pl.DataFrame, identity: IdentityMap) -> Routed:
         mapping.host(pl.col("snap_host")),
     )
     framed, bad = split_on_reason(samples.with_columns(host.alias("host")), value_problem(samples))
-    framed = framed.drop("line", "reason")
+    framed, glitches = _ib_glitches(framed.drop("reason"))
+    framed = framed.drop("line")
     name = pl.col("name")
     is_dcgm = name.str.starts_with("DCGM_") | name.str.contains(r"^dcgm_[a-z]")
     is_ib = name.str.starts_with("node_infiniband_")
     is_cpu = name.is_in(["node_cpu_seconds_total", "node_load1", "node_load5", "node_load15"])
     is_ipmi = name.str.starts_with("ipmi_")
-    routed = Routed(bad=bad.select(pl.col("line_no").cast(pl.Int64), "line", "reason"))
+    routed = Routed(bad=pl.concat([bad.select(pl.col("line_no").cast(pl.Int64), "line", "reason"),
+                                   glitches]).sort("line_no"))
     tables: dict[str, list[pl.DataFrame]] = {}
     for part, build in ((is_dcgm, _gpu_rows), (is_ib, _ib_rows), (is_cpu, _cpu_rows),
                         (is_ipmi, _ipmi_rows)):
@@ -215,6 +223,21 @@ def route_samples(samples: pl.DataFrame, identity: IdentityMap) -> Routed:
         routed.notes.append("some samples name no host (no Hostname or instance label); pass "
                             "--option host=NAME")
     return routed
+
+
+def _ib_glitches(samples: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """node_exporter infiniband counters' bad reads (:func:`split_glitches`: a 0 or -5 between
+    two samples that agree) as quarantine rows; the other samples. Across a kept bad read the
+    next rate was the counter's whole value over one interval (1.7e10 words/s)."""
+    name = pl.col("name")
+    is_counter = name.str.starts_with("node_infiniband_") & name.str.ends_with("_total")
+    keyed = samples.with_columns(label(samples, "device").alias("_device"),
+                                 label(samples, "port").alias("_port"))
+    counters, glitches = split_glitches(keyed.filter(is_counter),
+                                        ["host", "_device", "_port", "name"])
+    kept = pl.concat([keyed.filter(~is_counter), counters]).drop("_device", "_port")
+    return kept, glitches.select(pl.col("line_no").cast(pl.Int64), "line",
+                                 pl.lit(GLITCH_REASON).alias("reason"))
 
 
 Built = tuple[str, pl.DataFrame, list[str], int, int]

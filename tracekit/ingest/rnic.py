@@ -14,7 +14,12 @@ from collections.abc import Iterator
 import polars as pl
 
 from tracekit.core import schema
-from tracekit.core.counters import NIC_SERIES, nic_counter_rates, split_glitches
+from tracekit.core.counters import (
+    GLITCH_REASON,
+    NIC_SERIES,
+    nic_counter_rates,
+    split_glitches,
+)
 from tracekit.core.identity import short_host
 from tracekit.ingest.base import Chunk, Reader, Source, iter_line_batches, quarantine_frame
 from tracekit.ingest.snapshots import SnapshotClock, missing_time_error
@@ -45,8 +50,7 @@ def _counter_chunk(source: Source, lines: pl.DataFrame, samples: pl.DataFrame,
     samples, glitches = split_glitches(samples, NIC_SERIES)
     rows = nic_rows(samples.drop("line_no", "line"))
     bad = pl.concat([bad.select("line_no", "line", "reason"), glitches.select(
-        "line_no", "line", pl.lit("counter reads below its neighbours (a bad read, not a "
-                                  "reset)").alias("reason"))]).sort("line_no")
+        "line_no", "line", pl.lit(GLITCH_REASON).alias("reason"))]).sort("line_no")
     return Chunk(
         tables={"nic_counters": rows},
         quarantine=quarantine_frame(source, bad),

@@ -132,10 +132,12 @@ def job_report(dataset: Dataset, detector: str | None = None) -> Report:
                                   "iterations stage) first.")
     else:
         span = "" if job_s is None else f" over {job_s / 60:.1f} min"
+        median_s = iterations["duration_s"].median()
+        timing = ("no iteration has a duration" if median_s is None
+                  else f"median iteration time {median_s:.3f} s")
         summary.paragraphs.append(
             f"{iterations['iteration'].n_unique():,} iterations{span} on "
-            f"{iterations['rank'].drop_nulls().n_unique()} ranks; median iteration time "
-            f"{iterations['duration_s'].median():.3f} s.")
+            f"{iterations['rank'].drop_nulls().n_unique()} ranks; {timing}.")
     if not detected:
         summary.paragraphs.append("Detection has not run on this dataset: run `tracekit detect`.")
     else:
