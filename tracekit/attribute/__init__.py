@@ -134,7 +134,10 @@ def _decide(partition: _Episode) -> Verdict:
     in its windows it gets one from elsewhere, so that ``decide`` still knows the calls have
     end times (it only reads the windows): the verdict is the same either way."""
     window, job = partition.window, partition.job
-    cut = job.instances(window.before_start_ns, window.end_ns)
+    # The episode's and the baseline's instances are read apart: cutting one frame of both
+    # would hold every instance twice while they are cut.
+    during = job.instances(window.start_ns, window.end_ns)
+    before = job.instances(window.before_start_ns, window.start_ns)
     gaps = job.gaps(window.before_start_ns, window.end_ns)
     dataset = open_dataset(partition.dataset)
     monitoring = episode_monitoring(dataset, window)
@@ -143,9 +146,8 @@ def _decide(partition: _Episode) -> Verdict:
                            on="rank", how="left")
     ranks = ranks.with_columns(pl.col("gpu").fill_null(pl.col("cuda_dev")))
     return decide(Signals(
-        window, cut.filter(pl.col("t_ns") >= window.start_ns),
-        cut.filter(pl.col("t_ns") < window.start_ns), gaps if gaps.height else job.any_gap,
-        ranks, dict(ranks.select("rank", "host").iter_rows()), *monitoring))
+        window, during, before, gaps if gaps.height else job.any_gap, ranks,
+        dict(ranks.select("rank", "host").iter_rows()), *monitoring))
 
 
 def episode_monitoring(dataset: Dataset, window: Window) -> list[pl.DataFrame]:
