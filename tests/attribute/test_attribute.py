@@ -10,7 +10,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tracekit.attribute import attribute_dataset
+from tracekit import attribute
+from tracekit.attribute import MONITORING_TABLES, attribute_dataset, attribute_episodes
+from tracekit.attribute.evidence import Window
 from tracekit.attribute.groups import handle_groups
 from tracekit.attribute.links import localise
 from tracekit.core import schema
@@ -70,13 +72,14 @@ def _episodes_from_labels(job: str, labels: pl.DataFrame) -> pl.DataFrame:
 
 
 def _monitoring(dataset: Path, labels: pl.DataFrame, hosts: list[str], per_host: int,
-                thermal: bool = True) -> None:
+                thermal: bool = True, beyond_ns: int = 0) -> None:
     """DCGM, host CPU and RNIC counters as exporters would show the labeled faults: a
     thermally throttled GPU (hw_thermal, clocks 1410 -> 1100 MHz), a degraded GPU (normal
-    clocks), a saturated CPU, CNP surges on the congested link's NICs; 1 s samples."""
+    clocks), a saturated CPU, CNP surges on the congested link's NICs; 1 s samples, from
+    ``beyond_ns`` before the job to ``beyond_ns`` after it."""
     ds = open_dataset(dataset)
     t0, t1 = labels["t_start_ns"].min(), labels["t_end_ns"].max()
-    ts = np.arange(t0, t1, 10**9, dtype=np.int64)
+    ts = np.arange(t0 - beyond_ns, t1 + beyond_ns, 10**9, dtype=np.int64)
     rows_gpu, rows_host, rows_nic = [], [], []
     faults = labels.filter("fail_slow").row(0, named=True) if labels["fail_slow"].any() else None
     for host in hosts:
@@ -177,6 +180,44 @@ def test_missing_monitoring_is_insufficient_evidence_with_the_reason(verdicts):
     assert verdict["cause"] == "insufficient-evidence"
     assert "no DCGM samples (gpu_metrics) for GPU gpu02/1" in verdict["evidence"]
     assert verdict["confidence"] == 0.75
+
+
+@pytest.mark.parametrize(("collectives", "injection", "cause"), [
+    ("hook", "thermal:rank=3@150+150x2.0", "gpu-thermal"),
+    ("hook", "congestion:link=0-1@150+150x3.0", "network-congestion"),
+    ("nccl", "thermal:rank=3@150+150x2.0", "gpu-thermal"),
+    ("nccl", "cpu:host=1@150+150x2.0", "cpu-contention"),
+])
+def test_verdicts_read_only_their_slice_of_monitoring(tmp_path, monkeypatch, collectives,
+                                                      injection, cause):
+    """Monitoring from 40 job lengths before the job to 40 after it: each episode reads a
+    slice of it, and its verdict is the one from the whole tables, for an episode and for a
+    tenth of it (timing with call ends, and telemetry alone with issue times only)."""
+    spec = JobSpec(Layout.parse("tp2-dp2-pp2", gpus_per_host=2), ITERATIONS, 5,
+                   (Injection.parse(injection),), collectives=collectives, job="slice")
+    labels = generate_job(tmp_path / "job", spec).labels
+    ingest([tmp_path / "job" / "ranks"], tmp_path / "ds", job="slice")
+    ds = open_dataset(tmp_path / "ds")
+    hosts = sorted(ds.table("collectives").select("host").unique().collect()["host"])
+    span = labels["t_end_ns"].max() - labels["t_start_ns"].min()
+    _monitoring(tmp_path / "ds", labels, hosts, 2, beyond_ns=40 * span)
+    labeled = _episodes_from_labels("slice", labels)
+    tenth = labeled.with_columns(
+        pl.col("t_start_ns") + (pl.col("t_end_ns") - pl.col("t_start_ns")) * 9 // 10,
+        pl.lit(2, dtype=pl.Int32).alias("episode"))
+    episodes = pl.concat([labeled, tenth])
+    ds = open_dataset(tmp_path / "ds")
+    sliced = attribute_episodes(ds, episodes)
+    whole = [ds.table(name).collect() for name in MONITORING_TABLES]
+    monkeypatch.setattr(attribute, "episode_monitoring", lambda dataset, window: whole)
+    assert sliced.equals(attribute_episodes(ds, episodes))
+    assert sliced["cause"][0] == cause
+    row = labeled.row(0, named=True)
+    window = Window(row["t_start_ns"], row["t_end_ns"], row["t_start_ns"])
+    monkeypatch.undo()
+    read = attribute.episode_monitoring(ds, window)
+    assert all(f.height < w.height // 5 for f, w in zip(read, whole, strict=True))
+    assert read[0]["ts_ns"].min() > whole[0]["ts_ns"].min() + 30 * span
 
 
 def test_no_collectives_is_insufficient_evidence(tmp_path):

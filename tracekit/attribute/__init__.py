@@ -16,9 +16,10 @@ from pathlib import Path
 
 import polars as pl
 
-from tracekit.attribute.evidence import Window
+from tracekit.attribute.evidence import SCRAPE_NS, Window, scrape_interval_ns
 from tracekit.attribute.job_signals import JobSignals, scratch_folder, signals_in_windows
 from tracekit.attribute.stages import StageVerdict, stage_imbalance
+from tracekit.attribute.telemetry import monitoring_reach
 from tracekit.attribute.verdict import INSUFFICIENT, Signals, Verdict, decide
 from tracekit.core import schema
 from tracekit.core.dataset import Dataset, open_dataset
@@ -133,17 +134,36 @@ def _decide(partition: _Episode) -> Verdict:
     in its windows it gets one from elsewhere, so that ``decide`` still knows the calls have
     end times (it only reads the windows): the verdict is the same either way."""
     window, job = partition.window, partition.job
-    cut = job.instances(window.before_start_ns, window.end_ns)
+    # The episode's and the baseline's instances are read apart: cutting one frame of both
+    # would hold every instance twice while they are cut.
+    during = job.instances(window.start_ns, window.end_ns)
+    before = job.instances(window.before_start_ns, window.start_ns)
     gaps = job.gaps(window.before_start_ns, window.end_ns)
     dataset = open_dataset(partition.dataset)
-    monitoring = [dataset.table(name).collect() for name in MONITORING_TABLES]
-    ranks = job.ranks.join(rank_gpus(dataset.table("comms").collect(), monitoring[0])
-                           .select("rank", "gpu"), on="rank", how="left")
+    monitoring = episode_monitoring(dataset, window)
+    ranks = job.ranks.join(rank_gpus(dataset.table("comms").collect(),
+                                     dataset.table("gpu_metrics")).select("rank", "gpu"),
+                           on="rank", how="left")
     ranks = ranks.with_columns(pl.col("gpu").fill_null(pl.col("cuda_dev")))
     return decide(Signals(
-        window, cut.filter(pl.col("t_ns") >= window.start_ns),
-        cut.filter(pl.col("t_ns") < window.start_ns), gaps if gaps.height else job.any_gap,
-        ranks, dict(ranks.select("rank", "host").iter_rows()), *monitoring))
+        window, during, before, gaps if gaps.height else job.any_gap, ranks,
+        dict(ranks.select("rank", "host").iter_rows()), *monitoring))
+
+
+def episode_monitoring(dataset: Dataset, window: Window) -> list[pl.DataFrame]:
+    """The :data:`MONITORING_TABLES` in the time the verdict of ``window`` reads
+    (:func:`.telemetry.monitoring_reach`), not the whole job's: read for a 15 s scrape first,
+    and again wider while the scrapes read are further apart than that. The ``ts_ns``
+    predicate is pushed down to the Parquet scan."""
+    tables = [dataset.table(name) for name in MONITORING_TABLES]
+    read = monitoring_reach(window, SCRAPE_NS)
+    while True:
+        frames = [table.filter(pl.col("ts_ns").is_between(*read, closed="left")).collect()
+                  for table in tables]
+        start, end = monitoring_reach(window, max(scrape_interval_ns(f) for f in frames))
+        if read[0] <= start and end <= read[1]:
+            return frames
+        read = min(read[0], start), max(read[1], end)
 
 
 def _trace_span(dataset: Dataset, span_ns: tuple[int, int]) -> tuple[int, int]:

@@ -62,12 +62,17 @@ def _stats(frame: pl.DataFrame, window: Window, value: pl.Expr, by: list[str]) -
         .median().alias("before"))
 
 
+SCRAPE_NS = 15_000_000_000
+"""Prometheus' usual scrape interval, taken where the samples are too few to measure one."""
+
+
 def scrape_interval_ns(frame: pl.DataFrame) -> int:
-    """The median time between a host's scrapes (15 s when the frame has too few)."""
+    """The median time between a host's scrapes (:data:`SCRAPE_NS` when the frame has too
+    few)."""
     times = frame.select("host", "ts_ns").unique().sort("host", "ts_ns")
     gaps = times.select(pl.col("ts_ns").diff().over("host").alias("gap")).drop_nulls()
     gap = gaps["gap"].filter(gaps["gap"] > 0).median() if gaps.height else None
-    return int(gap) if gap else 15_000_000_000
+    return int(gap) if gap else SCRAPE_NS
 
 
 def gpu_finding(gpu_metrics: pl.DataFrame, host: str, gpu: int, window: Window) -> Finding:

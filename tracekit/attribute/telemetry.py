@@ -35,6 +35,13 @@ DCGM_LAG_SCRAPES = 4
 """DCGM windows reach this many scrape intervals past the episode's end: two collect intervals
 of dcgm-exporter's default 30 s at the usual 15 s scrape."""
 
+MARGIN_SCRAPES = 8
+"""Monitoring is read this many scrape intervals beyond the spans a verdict looks at, on both
+sides: a rate needs the sample before its interval, a counter that an exporter repeats
+(dcgm-exporter's 30 s collect under a 15 s scrape) takes its increase from the first of the
+repeats, and the interval itself is the median over what is read, so the same on a steady
+cadence whether the job's whole monitoring is read or this slice of it."""
+
 SUSTAINED_SHARE = 0.5
 """A CPU or CNP signal holds for the episode when at least half its samples there show it."""
 
@@ -75,6 +82,16 @@ class _Spans:
         return (pl.when(t.is_between(*self.during, closed=closed)).then(pl.lit("during"))
                 .when(t.is_between(*self.before, closed=closed)).then(pl.lit("before"))
                 .when(t.is_between(*self.after, closed=closed)).then(pl.lit("after")))
+
+
+def monitoring_reach(window: Window, interval_ns: int) -> tuple[int, int]:
+    """The time ``[start, end)`` of monitoring that the verdict of ``window`` reads, for samples
+    ``interval_ns`` apart: its spans before, during (DCGM's lag included; the rates' one-scrape
+    lag is shorter) and after it, and :data:`MARGIN_SCRAPES` on both sides. The findings of
+    :mod:`.evidence` read the baseline and the episode only, inside it."""
+    spans = _Spans.of(window, interval_ns, DCGM_LAG_SCRAPES)
+    margin = MARGIN_SCRAPES * interval_ns
+    return spans.before[0] - margin, spans.after[1] + margin
 
 
 def _rated_spans(rates: pl.DataFrame, value: str, window: Window) -> pl.DataFrame:
