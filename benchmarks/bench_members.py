@@ -7,15 +7,17 @@ this process, after a warm-up dump of 500 members (so imports and kernel loads c
 size), then again (every member unchanged: the manifest's records skip it). It prints the wall
 and CPU milliseconds per member of both and the ratio of the per-member CPU to the smallest
 N's: a constant cost per member keeps the ratio near 1; above
-:data:`PER_MEMBER_BOUND` a step grows with the dump. ``TRACEKIT_BENCH_MEMBERS_LAYOUTS`` picks
-``archive``, ``folder`` or both (default). Minutes long, so it runs only when named
-(``python -m benchmarks members``).
+:data:`PER_MEMBER_BOUND` a step grows with the dump. It also prints the peak resident memory
+of the first ingest (Linux), which grows by what is kept per member.
+``TRACEKIT_BENCH_MEMBERS_LAYOUTS`` picks ``archive``, ``folder`` or both (default). Minutes
+long, so it runs only when named (``python -m benchmarks members``).
 """
 
 from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import tarfile
 import tempfile
@@ -54,22 +56,36 @@ def _dump(root: Path, layout: str, count: int) -> Path:
     return root / "dump.tar"
 
 
-def _ingest_ms(layout: str, count: int) -> tuple[tuple[float, float], tuple[float, float]]:
+def _ingest_ms(layout: str, count: int) -> tuple[list[tuple[float, float]], float]:
     """Wall and CPU milliseconds per member of ingesting ``count`` members into a new dataset,
-    and of ingesting them again (every member unchanged, skipped by its manifest record)."""
+    and of ingesting them again (every member unchanged, skipped by its manifest record); and
+    the peak resident MiB of the first."""
     from tracekit.ingest.pipeline import ingest
 
     with tempfile.TemporaryDirectory(prefix="tracekit-bench-members-") as scratch:
         dump = _dump(Path(scratch), layout, count)
-        runs = []
+        runs, peak = [], 0.0
+        _reset_peak_rss()
         for status in ("ingested", "unchanged"):
             wall, cpu = time.perf_counter(), time.process_time()
             summary = ingest([dump], Path(scratch) / "ds")
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            peak = peak or _peak_rss_mib()
             assert [s.status for s in summary.sources] == [status] * count
             runs.append((1000 * wall / count, 1000 * cpu / count))
         shutil.rmtree(Path(scratch) / "ds")
-    return runs[0], runs[1]
+    return runs, peak
+
+
+def _reset_peak_rss() -> None:
+    """Start this process' peak resident memory over from what it holds now (Linux), so each
+    ingest's peak is its own, not the largest dump's before it."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def _peak_rss_mib() -> float:
+    """This process' peak resident memory since :func:`_reset_peak_rss`, in MiB."""
+    return int(re.search(r"VmHWM:\s+(\d+) kB", Path("/proc/self/status").read_text())[1]) / 1024
 
 
 def main() -> None:
@@ -77,7 +93,7 @@ def main() -> None:
         _ingest_ms(layout, 500)  # warm-up
         base = None
         for count in SIZES:
-            runs = _ingest_ms(layout, count)
+            runs, peak = _ingest_ms(layout, count)
             base = base or [cpu_ms for _, cpu_ms in runs]
             line = [f"{layout:>7} {count:>7,} members:"]
             for (wall_ms, cpu_ms), first, what in zip(runs, base, ("new", "again"), strict=True):
@@ -85,7 +101,7 @@ def main() -> None:
                 flag = "" if ratio <= PER_MEMBER_BOUND else f" > {PER_MEMBER_BOUND}: grows"
                 line.append(f"{what} {wall_ms:6.2f} ms wall, {cpu_ms:6.2f} ms CPU per member "
                             f"(x{ratio:.2f}{flag});")
-            print(" ".join(line).rstrip(";"), flush=True)
+            print(" ".join(line) + f" peak {peak:.0f} MiB", flush=True)
         print(f"(ratios: per-member CPU over {SIZES[0]:,} members')", flush=True)
 
 

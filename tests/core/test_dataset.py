@@ -232,7 +232,7 @@ def test_full_disk_at_manifest_time_keeps_the_previous_manifest(tmp_path, monkey
     def full(self, *args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", str(self))
 
-    monkeypatch.setattr(Path, "write_text", full)
+    monkeypatch.setattr(Path, "open", full)
     dataset.manifest["sources"].append({"path": "x", "sha256": "0" * 64, "size": 1})
     with pytest.raises(InputError, match=r"\.tmp-[0-9a-f]+-manifest\.json: cannot write the "
                                          r"dataset: the disk is full$"):

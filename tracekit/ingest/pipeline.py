@@ -175,6 +175,7 @@ def _ingest_file(task: _FileTask, report: Report | None = None) -> list[
     # a write-only view of the dataset: parts and the job id; the manifest stays with the caller
     dataset = Dataset(Path(task.dataset), {"job": task.job})
     forced = registry.reader_for_format(task.format) if task.format else None
+    limits = asdict(task.limits)  # one dict for every source's record (an archive has 10^5)
     results = []
 
     def refused(error: InputError) -> None:
@@ -184,8 +185,8 @@ def _ingest_file(task: _FileTask, report: Report | None = None) -> list[
     try:
         for source in iter_sources([Path(task.path)], task.limits, refused):
             source.limits = task.limits
-            results.append(_ingest_source(dataset, source, forced, task.options, task.known,
-                                          report))
+            results.append(_ingest_source(dataset, source, forced, task.options, limits,
+                                          task.known, report))
     except TracekitError as error:
         results.append((SourceSummary(task.path, status="failed", error=str(error)), None))
     return results
@@ -218,6 +219,7 @@ def _ingest_source(
     source: Source,
     forced: Reader | None,
     options: dict[str, str],
+    limits: dict[str, int],
     known_records: dict[str, dict[str, Any]],
     report: Report | None,
 ) -> tuple[SourceSummary, dict[str, Any] | None]:
@@ -228,7 +230,7 @@ def _ingest_source(
         summary.format = reader.format
         known = _earlier_record(source, reader, known_records)
         if known and (known["format"], known["parser_version"], known.get("limits")) == (
-                reader.format, reader.version, asdict(source.limits)):
+                reader.format, reader.version, limits):
             summary.status = "unchanged"
             summary.rows = dict(known["rows"])
             summary.skipped, summary.quarantined = known["skipped"], known["quarantined"]
@@ -251,7 +253,7 @@ def _ingest_source(
         "key": reader.source_key(source),
         "format": reader.format,
         "parser_version": reader.version,
-        "limits": asdict(source.limits),
+        "limits": limits,
         "rows": summary.rows,
         "lines": summary.lines,
         "skipped": summary.skipped,

@@ -86,6 +86,7 @@ def iter_archive(path: Path, limits: Limits | None = None,
     total = 0
     with archive:
         for member in archive:
+            archive.members.clear()  # read once: tarfile would keep every header (450 B each)
             name = f"{path}!{member.name}"
             try:
                 _check_member(member, name)
