@@ -335,6 +335,23 @@ def test_same_bytes_under_two_names_then_one_changes(tmp_path):
     assert dataset["collectives"].collect().height == 8
 
 
+def test_an_archive_over_its_limit_fails_under_the_member_that_crossed_it(tmp_path):
+    """The failure is the member's, so its message names its path once (the CLI strips a
+    message's own path: under the archive's path it read ``dump.tar: dump.tar!b.csv: ...``)."""
+    archive = tmp_path / "dump.tar"
+    with tarfile.open(archive, "w") as tar:
+        for name, rank in [("a.csv", 0), ("b.csv", 1)]:
+            data = hook_log(rank, 40).encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    size = len(hook_log(0, 40).encode())
+    summary = ingest([archive], tmp_path / "ds", options={"max_archive_bytes": str(size + 1)})
+    failed = summary.sources[-1]
+    assert (failed.path, failed.status) == (f"{archive}!b.csv", "failed")
+    assert failed.error.startswith(f"{archive}!b.csv: the archive's decompressed size exceeds")
+
+
 def test_members_after_a_refused_member_are_still_read(tmp_path):
     archive = tmp_path / "dump.tar"
     with tarfile.open(archive, "w") as tar:

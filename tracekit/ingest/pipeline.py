@@ -178,17 +178,19 @@ def _ingest_file(task: _FileTask, report: Report | None = None) -> list[
     limits = asdict(task.limits)  # one dict for every source's record (an archive has 10^5)
     results = []
 
-    def refused(error: InputError) -> None:
-        results.append((SourceSummary(error.path or task.path, status="failed",
-                                      error=str(error)), None))
+    def refused(error: TracekitError) -> None:
+        """A failed source under the path its error names (an archive's member, not the
+        archive: the message then starts with its own path once)."""
+        path = getattr(error, "path", None) or task.path
+        results.append((SourceSummary(path, status="failed", error=str(error)), None))
 
     try:
         for source in iter_sources([Path(task.path)], task.limits, refused):
             source.limits = task.limits
             results.append(_ingest_source(dataset, source, forced, task.options, limits,
                                           task.known, report))
-    except TracekitError as error:
-        results.append((SourceSummary(task.path, status="failed", error=str(error)), None))
+    except TracekitError as error:  # the archive itself, or a limit of the whole archive
+        refused(error)
     return results
 
 
