@@ -207,11 +207,17 @@ def test_unrecognised_files_exit_1_with_one_grouped_error(tmp_path):
     assert f"(3 sources, e.g. {dump / 'a.txt'}, {dump / 'b.txt'}, {dump / 'c.txt'})" in errors[0]
 
 
-def test_two_jobs_in_one_folder_are_refused(tmp_path):
+def two_jobs(tmp_path):
+    """A folder holding the dumps of two jobs whose rank 0 calls overlap in time."""
     folder = tmp_path / "two"
     folder.mkdir()
     write_dump(folder / "job1", calls=6)
     write_dump(folder / "job2", calls=8)
+    return folder
+
+
+def test_two_jobs_in_one_folder_are_refused(tmp_path):
+    folder = two_jobs(tmp_path)
     result = runner.invoke(app, ["ingest", str(folder), "-o", str(tmp_path / "ds")])
     assert result.exit_code == 2
     assert result.stderr.strip() == (
@@ -243,10 +249,7 @@ def test_repeated_messages_are_counted_once():
 
 
 def test_analyze_of_two_jobs_exits_2_after_saying_so(tmp_path):
-    folder = tmp_path / "two"
-    folder.mkdir()
-    write_dump(folder / "job1", calls=6)
-    write_dump(folder / "job2", calls=8)
+    folder = two_jobs(tmp_path)
     result = runner.invoke(app, ["analyze", str(folder), "-o", str(tmp_path / "ds")])
     assert result.exit_code == 2
     assert result.stderr.splitlines()[-1].startswith(

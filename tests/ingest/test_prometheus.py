@@ -208,14 +208,18 @@ def test_range_json_and_long_csv_agree_with_resets_and_gaps(formats_dir):
     assert sm["value"].to_list() == [0.911812, 0.633211, 0.633211, 0.631877]
 
 
+DUPLICATED_SCRAPES = "".join(
+    f'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{gpu="0",Hostname="h"}} {energy} {ts}\n'
+    f'DCGM_FI_DEV_GPU_TEMP{{gpu="0",Hostname="h"}} 60 {ts}\n'
+    for energy, ts in ((1000, 1760433600000), (1000, 1760433600000),
+                       (31000, 1760433630000), (31000, 1760433630000))
+)
+"""Two scrapes of a counter and a gauge, each served twice with the same timestamp (a
+Prometheus dump that overlaps itself)."""
+
+
 def test_timestamped_duplicate_scrapes_collapse_and_counters_rate():
-    scrapes = "".join(
-        f'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{gpu="0",Hostname="h"}} {energy} {ts}\n'
-        f'DCGM_FI_DEV_GPU_TEMP{{gpu="0",Hostname="h"}} 60 {ts}\n'
-        for energy, ts in ((1000, 1760433600000), (1000, 1760433600000),
-                           (31000, 1760433630000), (31000, 1760433630000))
-    )
-    rows = _read(PrometheusTextReader(), Source.from_bytes("s.prom", scrapes.encode()))\
+    rows = _read(PrometheusTextReader(), Source.from_bytes("s.prom", DUPLICATED_SCRAPES.encode()))\
         .tables["gpu_metrics"]
     energy = rows.filter(pl.col("metric") == "energy_mj")
     assert energy["rate_per_s"].to_list() == [None, 1000.0]
@@ -292,12 +296,8 @@ def test_a_label_set_polars_cannot_read_is_quarantined_alone():
 
 
 def test_repeated_samples_are_skipped_and_clock_event_flags_counted_apart():
-    scrapes = "".join(
-        f'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{gpu="0",Hostname="h"}} {energy} {ts}\n'
-        f'DCGM_FI_DEV_GPU_TEMP{{gpu="0",Hostname="h"}} 60 {ts}\n'
-        for energy, ts in ((1000, 1760433600000), (1000, 1760433600000),
-                           (31000, 1760433630000), (31000, 1760433630000))
-    ) + 'DCGM_FI_DEV_CLOCKS_EVENT_REASONS{gpu="0",Hostname="h"} 4 1760433600000\n'
+    scrapes = (DUPLICATED_SCRAPES
+               + 'DCGM_FI_DEV_CLOCKS_EVENT_REASONS{gpu="0",Hostname="h"} 4 1760433600000\n')
     chunk = _read(PrometheusTextReader(), Source.from_bytes("s.prom", scrapes.encode()))
     rows = chunk.tables["gpu_metrics"]
     assert (chunk.lines, rows.height, chunk.derived, chunk.skipped) == (9, 14, 9, 4)
