@@ -196,10 +196,32 @@ def test_blocks_over_the_limit_without_a_long_line_are_not_read_again(monkeypatc
     data = b"abcdefg\n" * 1000
     source = Source("log", len(data), lambda: io.BytesIO(data),
                     limits=Limits(max_line_bytes=1024))
-    monkeypatch.setattr(base, "_line_no", lambda *_: pytest.fail("a good block was numbered"))
+    monkeypatch.setattr(base._LineNumbers, "at",
+                        lambda *_: pytest.fail("a good block was numbered"))
     blocks = list(base.iter_line_blocks(source, batch_bytes=1024))
     assert (len(blocks), {len(block) > 1024 for block in blocks[:-1]}) == (8, {True})
     assert b"".join(blocks) == data and not source.overlong
+
+
+def test_many_long_lines_read_the_file_again_once_in_all(monkeypatch):
+    """Each long line is numbered from the one before, not from the file's start: 40 long
+    lines cost one more pass over the file, not 40 passes up to each (a hostile file of long
+    lines was quadratic in its size)."""
+    from tracekit.ingest import base
+
+    data = (b"ab\n" * 400 + b"x" * 1500 + b"\n") * 40
+    numbered, at = [], base._LineNumbers.at
+
+    def counting(numbers, start):
+        numbered.append(start - numbers.offset)  # the bytes read again to number this line
+        return at(numbers, start)
+
+    monkeypatch.setattr(base._LineNumbers, "at", counting)
+    source = Source("log", len(data), lambda: io.BytesIO(data), limits=Limits(max_line_bytes=1000))
+    blocks = b"".join(base.iter_line_blocks(source, batch_bytes=2048))
+    assert [line_no for line_no, _, _ in source.overlong] == [401 * k for k in range(1, 41)]
+    assert blocks == (b"ab\n" * 400 + b"\n") * 40
+    assert len(numbered) == 40 and sum(numbered) < len(data)
 
 
 def test_shared_reference_pickle_is_refused_quickly():

@@ -225,45 +225,51 @@ def iter_line_blocks(source: Source, batch_bytes: int = LINE_BATCH_BYTES) -> Ite
         head = source._head if source._head is not None else _peek(stream)
         if b"\r" in head and LONE_CR.search(head):
             stream, digest = _LoneCrAsLineEnd(stream), None
-        seekable = stream.seekable()
-        blocks = (_seek_line_blocks if seekable else _cut_line_blocks)(stream, batch_bytes,
-                                                                        max_line)
+        numbers = _LineNumbers(stream) if stream.seekable() else None
+        blocks = (_cut_line_blocks if numbers is None else _seek_line_blocks)(
+            stream, batch_bytes, max_line)
         while True:
-            start = stream.tell() if seekable else None
+            # the number of this block's first line, asked only where a long line is found
+            block_line_no = partial(int, line_no) if numbers is None else partial(
+                numbers.at, stream.tell())
             block = next(blocks, None)
             if block is None:
                 break
             if isinstance(block, _Overlong):
-                source.overlong.append((_line_no(stream, start, line_no), block.head,
-                                        block.length))
+                source.overlong.append((block_line_no(), block.head, block.length))
                 block, digest = b"\n", None
             else:
                 if digest is not None:
                     digest.update(block)
                 if len(block) > max_line:  # only then can a line inside it be too long
-                    block = _set_aside_long_lines(
-                        block, partial(_line_no, stream, start, line_no), source)
-            if not seekable:  # a pipe cannot be read again: count its lines as they pass
+                    block = _set_aside_long_lines(block, block_line_no, source)
+            if numbers is None:  # a pipe cannot be read again: count its lines as they pass
                 line_no += block.count(b"\n")
             yield block
     if digest is not None:
         source._sha256 = digest.hexdigest()
 
 
-def _line_no(stream: BinaryIO, start: int | None, counted: int) -> int:
-    """The number of the line at byte ``start`` of a seekable stream, found by reading it again
-    up to there, or ``counted`` for a stream that cannot seek (``start`` None): only a long line
-    needs its number, so good blocks are not counted (5 ms per 16 MiB block)."""
-    if start is None:
-        return counted
-    resume = stream.tell()
-    stream.seek(0)
-    line_no, size = 1, start
-    while size > 0 and (piece := stream.read(min(size, LINE_END_PEEK_BYTES))):
-        line_no += piece.count(b"\n")
-        size -= len(piece)
-    stream.seek(resume)
-    return line_no
+class _LineNumbers:
+    """Line numbers of byte offsets of a seekable stream whose blocks are read in order, found
+    by reading it again from the last offset numbered: only a long line needs its number, so
+    good blocks are not counted (5 ms per 16 MiB block), and a file of many long lines is read
+    again once in all, not once up to each of them."""
+
+    def __init__(self, stream: BinaryIO):
+        self.stream, self.offset, self.line_no = stream, 0, 1
+
+    def at(self, start: int) -> int:
+        """The number of the line at byte ``start`` (at or after the last offset asked)."""
+        resume = self.stream.tell()
+        self.stream.seek(self.offset)
+        size = start - self.offset
+        while size > 0 and (piece := self.stream.read(min(size, LINE_END_PEEK_BYTES))):
+            self.line_no += piece.count(b"\n")
+            size -= len(piece)
+        self.offset = start
+        self.stream.seek(resume)
+        return self.line_no
 
 
 def _peek(stream: BinaryIO) -> bytes:
