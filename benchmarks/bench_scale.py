@@ -2,14 +2,16 @@
 with no cluster, on a Dask LocalCluster of one worker and of two (``make bench-scale``).
 
 The job is ``TRACEKIT_BENCH_SCALE_RANKS`` ranks (default 256, layout tp8-dp8-pp4) of
-``TRACEKIT_BENCH_SCALE_ITERATIONS`` iterations (default 10,000) in the hook CSV format, with one
-GPU throttled for a tenth of the run mid-way (so attribution has an episode to judge), made by
-``tracekit.synth`` once and kept under ``build/bench-scale/``. Each configuration runs in a
-fresh process on a fresh dataset, so its wall time includes starting the cluster and its peak
-memory is its own. Printed: wall times, CPU seconds of the client and of the workers per stage
-(the client's share is the serial part that no cluster speeds up), speed-up of ``local:2`` over
-``local:1`` (the goal on a 2-core machine is 1.8x) and over no cluster, peak memory per worker,
-and a projection for N nodes from the CPU seconds of ``local:1``.
+``TRACEKIT_BENCH_SCALE_ITERATIONS`` iterations (default 10,000) in the hook CSV format, one file
+per rank, with its hosts' monitoring (dcgm-exporter, node_exporter, mlx5 counters, ipmitool) and
+one GPU throttled for a tenth of the run mid-way, so attribution has an episode to judge and the
+evidence to judge it by; made by ``tracekit.synth`` once and kept under ``build/bench-scale/``.
+Every run ingests the whole job folder, as ``tracekit analyze JOB`` does. Each configuration
+runs in a fresh process on a fresh dataset, so its wall time includes starting the cluster
+and its peak memory is its own. Printed: wall times, CPU seconds of the client and of the
+workers per stage (the client's share is the serial part that no cluster speeds up), speed-up
+of ``local:2`` over ``local:1`` (the goal on a 2-core machine is 1.8x) and over no cluster,
+peak memory per worker, and a projection for N nodes from the CPU seconds of ``local:1``.
 
 ``TRACEKIT_BENCH_SCALE_BASELINE=<checkout>`` also runs every configuration with the tracekit of
 another checkout (e.g. ``git worktree add /tmp/base HEAD~5``), interleaved with this one so
@@ -44,7 +46,11 @@ WORKERS_PER_NODE = 16
 workers are single-threaded processes)."""
 PROJECTED_NODES = (1, 4, 16, 64, 100)
 PROJECTED_RANKS, PROJECTED_ITERATIONS = 1024, 10_000
-"""The issue's large job: 1,024 ranks x 10,000 iterations, one hook CSV file per rank."""
+"""The issue's large job: 1,024 ranks x 10,000 iterations, one hook CSV file per rank. The
+projection is exact in the partitions' own size when the measured job has the same iterations
+(a per-rank file, a batch of ranks over the whole run, a block of ranks' series are then the
+same work), so only their number is scaled: measure at 10,000 iterations and as many ranks as
+the disk allows (64 ranks: 4.3 GB of CSV)."""
 THERMAL_SLOWDOWN = 3.0
 """GPU slowdown of the throttled rank: x1.5 slowed a 64-rank job by under 5 %, which is no
 fail-slow (the labels' threshold is 10 %), leaving attribution nothing to judge; x3 slows it
@@ -56,12 +62,13 @@ RUN_BY_DEFAULT = False
 
 
 def synthesize() -> Path:
-    """The job's hook CSV folder, generated on first use."""
+    """The job's folder (per-rank hook CSV files and the hosts' monitoring), generated on first
+    use."""
     from tracekit.synth.faults import Injection
     from tracekit.synth.job import JobSpec, generate_job
     from tracekit.synth.layout import Layout
 
-    folder = WORK / f"job-{RANKS}x{ITERATIONS}-thermal{THERMAL_SLOWDOWN:g}"
+    folder = WORK / f"job-{RANKS}x{ITERATIONS}-thermal{THERMAL_SLOWDOWN:g}-monitored"
     if not (folder / "synth.json").is_file():
         layout = LAYOUTS.get(RANKS)
         if layout is None:
@@ -69,8 +76,8 @@ def synthesize() -> Path:
         fault = Injection.parse(f"thermal:rank=5@{ITERATIONS // 2}+{ITERATIONS // 10}"
                                  f"x{THERMAL_SLOWDOWN}")
         generate_job(folder, JobSpec(Layout.parse(layout), ITERATIONS, seed=11,
-                                     injections=(fault,), monitoring=False))
-    return folder / "ranks"
+                                     injections=(fault,), monitoring=True))
+    return folder
 
 
 STAGES = ("ingest", "iterations", "detect", "attribute")
@@ -93,7 +100,7 @@ def _cpu_s() -> tuple[float, float]:
     return own.user + own.system, children
 
 
-def run_one(cluster: str | None, ranks: Path, target: Path) -> dict:
+def run_one(cluster: str | None, job: Path, target: Path) -> dict:
     """One configuration, in this (fresh) process: per stage wall time and CPU seconds of the
     client and of the workers, and peak memory."""
     from tracekit.attribute import attribute_dataset
@@ -106,7 +113,7 @@ def run_one(cluster: str | None, ranks: Path, target: Path) -> dict:
     marks = [(time.perf_counter(), *_cpu_s())]
     with open_executor(cluster) as executor:
         marks.append((time.perf_counter(), *_cpu_s()))
-        summary = ingest([ranks], target, job="bench-scale", executor=executor)
+        summary = ingest([job], target, job="bench-scale", executor=executor)
         marks.append((time.perf_counter(), *_cpu_s()))
         result = reconstruct_dataset(open_dataset(target), executor=executor)
         marks.append((time.perf_counter(), *_cpu_s()))
@@ -131,12 +138,12 @@ def run_one(cluster: str | None, ranks: Path, target: Path) -> dict:
         "iteration_rows": result.iterations.height,
         "episodes": attribution.episodes.sort("detector", "episode").select(
             "detector", "start_iteration", "cause", "target").rows(),
-        "bytes": sum(f.stat().st_size for f in ranks.iterdir()),
+        "bytes": sum(f.stat().st_size for f in job.rglob("*") if f.is_file()),
         "peak_rss_mib": {w: round(b / 2**20) for w, b in peaks.items()},
     }
 
 
-def _measure(cluster: str | None, ranks: Path, code: Path | None = None) -> dict:
+def _measure(cluster: str | None, job: Path, code: Path | None = None) -> dict:
     """One configuration in a fresh process; ``code``: a checkout of tracekit to run instead of
     this one (the baseline of ``TRACEKIT_BENCH_SCALE_BASELINE``)."""
     target = WORK / f"ds-{cluster or 'none'}".replace(":", "")
@@ -147,7 +154,7 @@ def _measure(cluster: str | None, ranks: Path, code: Path | None = None) -> dict
         environment["PYTHONPATH"] = str(code)
     # run as a script, so that the folder on sys.path first is this one, not a checkout
     out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--run",
-                          cluster or "none", str(ranks.resolve()), str(target.resolve())],
+                          cluster or "none", str(job.resolve()), str(target.resolve())],
                          check=True, capture_output=True, text=True, env=environment)
     shutil.rmtree(target, ignore_errors=True)
     return {**json.loads(out.stdout.strip().splitlines()[-1]),
@@ -165,9 +172,10 @@ def _largest_worker_mib(run: dict) -> int:
     return max(run["peak_rss_mib"].values())
 
 
-def _partitions(stage: str, ranks: int, ranks_per_block: int, workers: int) -> int:
+def _partitions(stage: str, ranks: int, measured: dict, workers: int) -> int:
     """Partitions of ``stage`` for a job of ``ranks`` ranks on ``workers`` workers, by the
-    rules tracekit partitions with (tracekit.core.parallel.partition_size)."""
+    rules tracekit partitions with (tracekit.core.parallel.partition_size); ``measured``: a run
+    of the benchmark's job (its files per rank, its detection blocks)."""
     from tracekit.attribute.job_signals import RANKS_PER_BATCH as ATTRIBUTE_RANKS
     from tracekit.core.parallel import PARTITIONS_PER_WORKER
     from tracekit.detect.episodes import JOB_DETECTORS
@@ -179,13 +187,13 @@ def _partitions(stage: str, ranks: int, ranks_per_block: int, workers: int) -> i
             1, min(most, math.ceil(ranks / (workers * PARTITIONS_PER_WORKER))))
         return math.ceil(ranks / size)
 
-    if stage == "ingest":
-        return ranks  # one hook CSV file per rank
+    if stage == "ingest":  # a file per rank and a few per host: as many per rank as measured
+        return math.ceil(measured["partitions"]["ingest"] * ranks / RANKS)
     if stage == "iterations":
         return batches(ITERATION_RANKS)
     if stage == "detect":  # each detector: its blocks of ranks and the job-level series;
         # the peer comparison: its blocks of ranks' own times
-        return (len(JOB_DETECTORS) * (1 + math.ceil(ranks / ranks_per_block))
+        return (len(JOB_DETECTORS) * (1 + math.ceil(ranks / measured["ranks_per_block"]))
                 + math.ceil(ranks / PEER_RANKS))
     return batches(ATTRIBUTE_RANKS)  # the rank batches; group bins are as many or fewer
 
@@ -201,8 +209,8 @@ def _cost_model(ones: list[dict]) -> list[str]:
              f"{PROJECTED_RANKS:,} x {PROJECTED_ITERATIONS:,} (x{scale:,.0f} the "
              "rank-iterations), CPU-s min/median/max:"]
     for stage in STAGES:
-        measured = _partitions(stage, RANKS, ones[0]["ranks_per_block"], 1)
-        projected = _partitions(stage, PROJECTED_RANKS, ones[0]["ranks_per_block"], 1)
+        measured = _partitions(stage, RANKS, ones[0], 1)
+        projected = _partitions(stage, PROJECTED_RANKS, ones[0], 1)
         each = [one[f"{stage}_workers_cpu_s"] / measured for one in ones]
         client = [one[f"{stage}_client_cpu_s"] for one in ones]
         lines.append(
@@ -220,7 +228,7 @@ def _projected_s(one: dict, workers: int) -> dict[str, float]:
     scale = PROJECTED_RANKS * PROJECTED_ITERATIONS / (RANKS * ITERATIONS)
     return {stage: scale * (one[f"{stage}_client_cpu_s"] + one[f"{stage}_workers_cpu_s"]
                             / min(workers, _partitions(stage, PROJECTED_RANKS,
-                                                       one["ranks_per_block"], workers)))
+                                                       one, workers)))
             for stage in STAGES}
 
 
@@ -243,7 +251,7 @@ def main() -> None:
     if os.environ.get("TRACEKIT_BENCH_SCALE_STAGE") == "attribute":
         main_alone()
         return
-    ranks = synthesize()
+    job = synthesize()
     baseline = os.environ.get("TRACEKIT_BENCH_SCALE_BASELINE")
     repeats = int(os.environ.get("TRACEKIT_BENCH_REPEAT", "3"))
     codes = {"this": None, **({"baseline": Path(baseline).resolve()} if baseline else {})}
@@ -251,7 +259,7 @@ def main() -> None:
     for _ in range(repeats):  # interleaved, so both codes see the same load
         for cluster in CONFIGS:
             for name, code in codes.items():
-                runs.setdefault((name, cluster), []).append(_measure(cluster, ranks, code))
+                runs.setdefault((name, cluster), []).append(_measure(cluster, job, code))
     none = runs["this", None][0]
     for (name, _), done in runs.items():
         for r in done:
@@ -259,7 +267,8 @@ def main() -> None:
             assert (r["events"], r["episodes"]) == (none["events"], none["episodes"]), name
             assert r["failed"] == 0
     mb = none["bytes"] / 1e6
-    print(f"job: {RANKS} ranks x {ITERATIONS:,} iterations, {mb:,.0f} MB hook CSV, "
+    print(f"job: {RANKS} ranks x {ITERATIONS:,} iterations, {mb:,.0f} MB of hook CSV and "
+          "monitoring, "
           f"{none['rows']:,} collective rows, {none['partitions']['ingest']} files; "
           f"min/median/max of {repeats} run(s); baseline: "
           f"{baseline or 'none (set TRACEKIT_BENCH_SCALE_BASELINE to a checkout to compare)'}")
@@ -274,8 +283,9 @@ def main() -> None:
     found = {}
     for detector, *_ in none["episodes"]:
         found[detector] = found.get(detector, 0) + 1
+    verdicts = sorted({f"{cause} at {target}" for *_, cause, target in none["episodes"]})
     print(f"identical in every configuration and run: {none['events']:,} change events, "
-          f"episodes {found or 'none'} and their verdicts")
+          f"episodes {found or 'none'}, verdicts {', '.join(verdicts) or 'none'}")
     print("per stage, min/median/max: wall s | client CPU-s | workers CPU-s")
     for (name, cluster), done in runs.items():
         for stage in STAGES:
@@ -301,14 +311,14 @@ ALONE_MODES = ("none", "worker")
 """How the attribute stage alone runs: without a cluster, and as one worker."""
 
 
-def prepare_alone(ranks: Path, target: Path) -> None:
+def prepare_alone(job: Path, target: Path) -> None:
     """The stages before attribution, once, without a cluster."""
     from tracekit.core.dataset import open_dataset
     from tracekit.detect import detect_dataset
     from tracekit.ingest.pipeline import ingest
     from tracekit.iterations import reconstruct_dataset
 
-    ingest([ranks], target, job="bench-scale")
+    ingest([job], target, job="bench-scale")
     reconstruct_dataset(open_dataset(target))
     detect_dataset(open_dataset(target))
 
@@ -334,12 +344,12 @@ def attribute_alone(mode: str, target: Path) -> dict:
 
 
 def main_alone() -> None:
-    ranks = synthesize()
+    job = synthesize()
     target = WORK / f"ds-alone-{RANKS}x{ITERATIONS}"
     if not (target / "episodes").is_dir():
         shutil.rmtree(target, ignore_errors=True)
         subprocess.run([sys.executable, str(Path(__file__).resolve()), "--prepare",
-                        str(ranks.resolve()), str(target.resolve())], check=True)
+                        str(job.resolve()), str(target.resolve())], check=True)
     baseline = os.environ.get("TRACEKIT_BENCH_SCALE_BASELINE")
     codes = {"this": None, **({"baseline": Path(baseline).resolve()} if baseline else {})}
     runs: dict[tuple[str, str], list[dict]] = {}
@@ -366,8 +376,8 @@ def main_alone() -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--run"]:
-        cluster, ranks, target = sys.argv[2:5]
-        print(json.dumps(run_one(None if cluster == "none" else cluster, Path(ranks),
+        cluster, job, target = sys.argv[2:5]
+        print(json.dumps(run_one(None if cluster == "none" else cluster, Path(job),
                                  Path(target))))
     elif sys.argv[1:2] == ["--prepare"]:
         prepare_alone(Path(sys.argv[2]), Path(sys.argv[3]))
