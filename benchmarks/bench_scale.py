@@ -16,7 +16,8 @@ peak memory per worker, and a projection for N nodes from the CPU seconds of ``l
 ``TRACEKIT_BENCH_SCALE_BASELINE=<checkout>`` also runs every configuration with the tracekit of
 another checkout (e.g. ``git worktree add /tmp/base HEAD~5``), interleaved with this one so
 both see the same load; ``TRACEKIT_BENCH_REPEAT=N`` (default 3) runs each N times and prints
-every figure as min / median / max of the runs.
+every figure as min / median / max of the runs; ``TRACEKIT_BENCH_SCALE_CONFIGS=local:1`` runs only
+the configurations named (of ``none,local:1,local:2``).
 
 ``TRACEKIT_BENCH_SCALE_STAGE=attribute`` measures the attribute stage alone instead: the job
 is ingested, reconstructed and detected once (no cluster), then each run attributes it in a
@@ -40,7 +41,10 @@ from pathlib import Path
 RANKS = int(os.environ.get("TRACEKIT_BENCH_SCALE_RANKS", "256"))
 ITERATIONS = int(os.environ.get("TRACEKIT_BENCH_SCALE_ITERATIONS", "10000"))
 LAYOUTS = {256: "tp8-dp8-pp4", 64: "tp8-dp4-pp2", 16: "tp4-dp2-pp2", 8: "tp2-dp2-pp2"}
-CONFIGS = (None, "local:1", "local:2")
+CONFIGS = tuple(None if name == "none" else name for name in os.environ.get(
+    "TRACEKIT_BENCH_SCALE_CONFIGS", "none,local:1,local:2").split(","))
+"""What runs: no cluster, and Dask LocalClusters; the projection needs ``local:1``, the speed-up
+``local:1`` and ``local:2``."""
 WORKERS_PER_NODE = 16
 """Projection: Dask workers per node (one per core of a 16-core node, as this benchmark's own
 workers are single-threaded processes)."""
@@ -260,7 +264,7 @@ def main() -> None:
         for cluster in CONFIGS:
             for name, code in codes.items():
                 runs.setdefault((name, cluster), []).append(_measure(cluster, job, code))
-    none = runs["this", None][0]
+    none = runs["this", CONFIGS[0]][0]
     for (name, _), done in runs.items():
         for r in done:
             assert r["rows"] == none["rows"] and r["iteration_rows"] == none["iteration_rows"]
@@ -292,13 +296,15 @@ def main() -> None:
             print(f"{name:<9} {cluster or 'none':<8} {stage:<10} "
                   + " | ".join(_spread([r[f"{stage}{field}"] for r in done])
                                for field in ("_s", "_client_cpu_s", "_workers_cpu_s")))
-    for name in codes:
+    for name in codes if {"local:1", "local:2"} <= set(CONFIGS) else ():
         ones, twos = runs[name, "local:1"], runs[name, "local:2"]
         print(f"speed-up local:2 / local:1 ({name}; goal 1.8x), min/median/max over pairs of "
               "runs: " + ", ".join(
                   f"{stage.removesuffix('_s')} "
                   f"{_spread([o[stage] / t[stage] for o, t in zip(ones, twos, strict=True)], 2)}x"
                   for stage in (*(f"{s}_s" for s in STAGES), "total_s")))
+    if "local:1" not in CONFIGS:
+        return
     ones = runs["this", "local:1"]
     print("\n".join(_cost_model(ones)))
     print(f"projection for {PROJECTED_RANKS:,} ranks x {PROJECTED_ITERATIONS:,} iterations "
