@@ -203,13 +203,25 @@ def _episode(series: pl.DataFrame, durations: np.ndarray, first: int, stop: int,
 
 
 def detect_series(detector: Detector, matrix: np.ndarray) -> list[np.ndarray]:
-    """Run a detector over every row; BOCD-family detectors step all rows together."""
+    """Run a detector over every row; BOCD-family detectors step all rows together.
+
+    Equal rows are run once: the ranks of a synchronous job reconstructed from its collectives
+    share every boundary, so their series are one (64 ranks, 1 distinct series). The result
+    is the same as running every copy: a row is detected alone except for BOCD's joint
+    pruning, which keeps a run length by its largest probability over the rows, and a copy of
+    a row does not change a largest value."""
     if matrix.shape[0] == 0:
         return []
+    _, first, inverse = np.unique(matrix, axis=0, return_index=True, return_inverse=True)
+    # the distinct rows in the order they first occur, and where each row's copy is
+    order = np.argsort(first)
+    position = np.empty_like(order)
+    position[order] = np.arange(order.size)
+    distinct = matrix[first[order]]
     many = getattr(detector, "detect_many", None)
-    if many is not None:
-        return list(many(matrix))
-    return [detector.detect(row) for row in matrix]
+    found = list(many(distinct)) if many is not None else [detector.detect(row)
+                                                           for row in distinct]
+    return [found[index] for index in position[inverse.reshape(-1)]]
 
 
 RANKS_PER_BLOCK = 16
