@@ -212,16 +212,16 @@ def detect_series(detector: Detector, matrix: np.ndarray) -> list[np.ndarray]:
     a row does not change a largest value."""
     if matrix.shape[0] == 0:
         return []
-    _, first, inverse = np.unique(matrix, axis=0, return_index=True, return_inverse=True)
-    # the distinct rows in the order they first occur, and where each row's copy is
-    order = np.argsort(first)
-    position = np.empty_like(order)
-    position[order] = np.arange(order.size)
-    distinct = matrix[first[order]]
+    # rows equal to the bit are copies (a dict of their bytes: np.unique(axis=0) sorts them)
+    first: dict[bytes, int] = {}
+    for index, row in enumerate(matrix):
+        first.setdefault(row.tobytes(), index)
+    distinct = matrix[list(first.values())]
     many = getattr(detector, "detect_many", None)
     found = list(many(distinct)) if many is not None else [detector.detect(row)
                                                            for row in distinct]
-    return [found[index] for index in position[inverse.reshape(-1)]]
+    copy = dict(zip(first, found, strict=True))
+    return [copy[row.tobytes()] for row in matrix]
 
 
 RANKS_PER_BLOCK = 16
