@@ -9,7 +9,8 @@ from tracekit import create_dataset, open_dataset
 from tracekit.cli import app
 from tracekit.core import schema
 from tracekit.detect import detect_dataset
-from tracekit.detect.episodes import job_series
+from tracekit.detect.episodes import JOB_DETECTORS, detect_series, job_series
+from tracekit.detect.registry import make_detector
 
 
 def write_iterations(path, ranks: int = 4):
@@ -116,3 +117,21 @@ def test_detect_while_another_run_writes_the_dataset_waits_then_refuses_in_one_l
                              "again\n")
     assert (tmp_path / "ds" / "manifest.json").read_text() == before
     assert not open_dataset(tmp_path / "ds").has_table("episodes")
+
+
+def test_equal_rank_series_are_detected_once_with_the_result_of_all_of_them():
+    """A block with copies of a series gets, for every default detector, the change points of
+    stepping every row together (BOCD's joint pruning keeps a run length by its largest
+    probability over the rows, which a copy does not change)."""
+    rng = np.random.default_rng(3)
+    steps = [1.0 + 0.01 * rng.standard_normal(600) for _ in range(2)]
+    for series, at in zip(steps, (200, 350), strict=True):
+        series[at:] *= 1.3
+    matrix = np.vstack([steps[0], steps[1], steps[0], steps[0]])
+    for name in JOB_DETECTORS:
+        detector = make_detector(name)
+        found = detect_series(detector, matrix)
+        every_row = (list(detector.detect_many(matrix)) if hasattr(detector, "detect_many")
+                     else [detector.detect(row) for row in matrix])
+        assert [f.tolist() for f in found] == [f.tolist() for f in every_row], name
+        assert found[0].size and found[0].tolist() != found[1].tolist(), name

@@ -210,3 +210,33 @@ def test_detecting_the_verdict_runs_its_sources(tmp_path):
     assert found.episodes["detector"].to_list() == ["peers"]
     weakened = detect_dataset(tmp_path / "ds", ["peers"], min_slowdown=1.5)
     assert weakened.episodes.is_empty()  # its blocking slowdown, x2.0, is under x2.5
+
+
+def test_time_outside_calls_counts_overlaps_once_and_each_call_where_it_starts():
+    """Per iteration, the duration less the union of the calls that start in it before its
+    end: overlapping calls count once, a call crossing into the next iteration counts whole in
+    the one it starts in (the next counts from where it ended), calls after an iteration's end
+    or before the first iteration, and calls without an end, count nowhere."""
+    s = 1_000_000_000
+    iterations = pl.DataFrame({
+        "rank": [0, 0, 0], "iteration": [0, 1, 2], "t_start_ns": [0, s, 3 * s],
+        "t_end_ns": [s, 2 * s, 4 * s], "duration_s": [1.0, 1.0, 1.0]},
+        schema_overrides={"rank": pl.Int32})
+    starts, ends = zip(
+        (1.05, 1.2), (0.1, 0.3), (0.2, 0.4), (0.9, 1.1), (-0.5, -0.4), (2.5, 2.7), (0.5, None),
+        strict=True)
+    calls = pl.LazyFrame({
+        "rank": [0] * len(starts), "t_start_ns": [round(t * s) for t in starts],
+        "t_end_ns": [None if t is None else round(t * s) for t in ends]},
+        schema_overrides={"rank": pl.Int32, "t_start_ns": pl.Int64, "t_end_ns": pl.Int64})
+    outside = peers.outside_collectives(iterations, calls).sort("iteration")
+    assert outside.rows() == [(0, 0, 0.5), (0, 1, 0.9), (0, 2, 1.0)]
+
+
+def test_no_outside_time_without_call_ends():
+    iterations = pl.DataFrame({"rank": [0], "iteration": [0], "t_start_ns": [0],
+                               "t_end_ns": [10], "duration_s": [1e-8]},
+                              schema_overrides={"rank": pl.Int32})
+    calls = pl.LazyFrame({"rank": [0], "t_start_ns": [1], "t_end_ns": [None]},
+                         schema_overrides={"rank": pl.Int32, "t_end_ns": pl.Int64})
+    assert peers.outside_collectives(iterations, calls) is None

@@ -203,13 +203,25 @@ def _episode(series: pl.DataFrame, durations: np.ndarray, first: int, stop: int,
 
 
 def detect_series(detector: Detector, matrix: np.ndarray) -> list[np.ndarray]:
-    """Run a detector over every row; BOCD-family detectors step all rows together."""
+    """Run a detector over every row; BOCD-family detectors step all rows together.
+
+    Equal rows are run once: the ranks of a synchronous job reconstructed from its collectives
+    share every boundary, so their series are one (64 ranks, 1 distinct series). The result
+    is the same as running every copy: a row is detected alone except for BOCD's joint
+    pruning, which keeps a run length by its largest probability over the rows, and a copy of
+    a row does not change a largest value."""
     if matrix.shape[0] == 0:
         return []
+    # rows equal to the bit are copies (a dict of their bytes: np.unique(axis=0) sorts them)
+    first: dict[bytes, int] = {}
+    for index, row in enumerate(matrix):
+        first.setdefault(row.tobytes(), index)
+    distinct = matrix[list(first.values())]
     many = getattr(detector, "detect_many", None)
-    if many is not None:
-        return list(many(matrix))
-    return [detector.detect(row) for row in matrix]
+    found = list(many(distinct)) if many is not None else [detector.detect(row)
+                                                           for row in distinct]
+    copy = dict(zip(first, found, strict=True))
+    return [copy[row.tobytes()] for row in matrix]
 
 
 RANKS_PER_BLOCK = 16

