@@ -124,14 +124,15 @@ def test_description_and_worker_memory(dask_executor):
 def _native_threads() -> dict[str, int | str | None]:
     import os
 
-    return {"polars": pl.thread_pool_size(), "omp": os.environ.get("OMP_NUM_THREADS")}
+    return {"polars": pl.thread_pool_size(), "omp": os.environ.get("OMP_NUM_THREADS"),
+            "malloc_trim": os.environ.get("MALLOC_TRIM_THRESHOLD_")}
 
 
 def test_a_local_worker_is_one_core_and_the_client_keeps_its_environment(dask_executor):
     import os
 
     threads = dask_executor.client.run(_native_threads)
-    assert list(threads.values()) == [{"polars": 1, "omp": "1"}] * 2
+    assert list(threads.values()) == [{"polars": 1, "omp": "1", "malloc_trim": None}] * 2
     assert dask_executor.client.nthreads() == dict.fromkeys(threads, 1)
     assert "POLARS_MAX_THREADS" not in os.environ
 
