@@ -4,9 +4,10 @@
 confidence, evidence) and its cost when missing, and judges pipeline-stage imbalance from op
 traces. The job-wide signals are computed by partitions (:mod:`.job_signals`). Signals, one
 module each: communicator instances (:mod:`.groups`, :mod:`.instances`), arrival skew and own
-compute time (:mod:`.arrival`), cross-group profiling (:mod:`.profiling`), link localisation
-(:mod:`.links`), monitoring evidence (:mod:`.evidence`), their combination (:mod:`.verdict`)
-and stage imbalance (:mod:`.stages`).
+compute time (:mod:`.arrival`), cross-group profiling (:mod:`.profiling`), an episode's timing
+reduced from bounded pieces (:mod:`.timing`), link localisation (:mod:`.links`), monitoring
+evidence (:mod:`.evidence`), their combination (:mod:`.verdict`) and stage imbalance
+(:mod:`.stages`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from tracekit.attribute.evidence import SCRAPE_NS, Window, scrape_interval_ns
 from tracekit.attribute.job_signals import JobSignals, scratch_folder, signals_in_windows
 from tracekit.attribute.stages import StageVerdict, stage_imbalance
 from tracekit.attribute.telemetry import monitoring_reach
+from tracekit.attribute.timing import episode_timing
 from tracekit.attribute.verdict import INSUFFICIENT, Signals, Verdict, decide
 from tracekit.core import schema
 from tracekit.core.dataset import Dataset, open_dataset
@@ -130,24 +132,17 @@ class _Episode:
 
 
 def _decide(partition: _Episode) -> Verdict:
-    """One episode's verdict, run in this process or on a Dask worker. When no own time falls
-    in its windows it gets one from elsewhere, so that ``decide`` still knows the calls have
-    end times (it only reads the windows): the verdict is the same either way."""
+    """One episode's verdict, run in this process or on a Dask worker: its timing reduced from
+    the job's parts one at a time (:func:`.timing.episode_timing`), then its monitoring."""
     window, job = partition.window, partition.job
-    # The episode's and the baseline's instances are read apart: cutting one frame of both
-    # would hold every instance twice while they are cut.
-    during = job.instances(window.start_ns, window.end_ns)
-    before = job.instances(window.before_start_ns, window.start_ns)
-    gaps = job.gaps(window.before_start_ns, window.end_ns)
     dataset = open_dataset(partition.dataset)
-    monitoring = episode_monitoring(dataset, window)
     ranks = job.ranks.join(rank_gpus(dataset.table("comms").collect(),
                                      dataset.table("gpu_metrics")).select("rank", "gpu"),
                            on="rank", how="left")
     ranks = ranks.with_columns(pl.col("gpu").fill_null(pl.col("cuda_dev")))
-    return decide(Signals(
-        window, during, before, gaps if gaps.height else job.any_gap, ranks,
-        dict(ranks.select("rank", "host").iter_rows()), *monitoring))
+    timing = episode_timing(job, window, ranks)
+    return decide(Signals(window, timing, ranks, dict(ranks.select("rank", "host").iter_rows()),
+                          *episode_monitoring(dataset, window)))
 
 
 def episode_monitoring(dataset: Dataset, window: Window) -> list[pl.DataFrame]:
