@@ -98,7 +98,8 @@ def _attribute(dataset: Dataset, episodes: pl.DataFrame,
             names = {}
             for row, window in zip(episodes.iter_rows(named=True), windows, strict=True):
                 names.setdefault(window, f"{row['detector']} episode {row['episode']}")
-            partitions = [_Episode(name, window, job, str(dataset.path))
+            ranks = _rank_gpus(dataset, job)
+            partitions = [_Episode(name, window, job, ranks, str(dataset.path))
                           for window, name in names.items()]
             decided = dict(zip(names, map_all(executor, _decide, partitions,
                                               key=lambda partition: partition.name),
@@ -128,21 +129,27 @@ class _Episode:
     name: str
     window: Window
     job: JobSignals
+    ranks: pl.DataFrame
+    """:func:`_rank_gpus`"""
     dataset: str
 
 
 def _decide(partition: _Episode) -> Verdict:
     """One episode's verdict, run in this process or on a Dask worker: its timing reduced from
     the job's parts one at a time (:func:`.timing.episode_timing`), then its monitoring."""
-    window, job = partition.window, partition.job
-    dataset = open_dataset(partition.dataset)
-    ranks = job.ranks.join(rank_gpus(dataset.table("comms").collect(),
-                                     dataset.table("gpu_metrics")).select("rank", "gpu"),
-                           on="rank", how="left")
-    ranks = ranks.with_columns(pl.col("gpu").fill_null(pl.col("cuda_dev")))
-    timing = episode_timing(job, window, ranks)
+    window, ranks = partition.window, partition.ranks
+    timing = episode_timing(partition.job, window, ranks)
     return decide(Signals(window, timing, ranks, dict(ranks.select("rank", "host").iter_rows()),
-                          *episode_monitoring(dataset, window)))
+                          *episode_monitoring(open_dataset(partition.dataset), window)))
+
+
+def _rank_gpus(dataset: Dataset, job: JobSignals) -> pl.DataFrame:
+    """rank, host, cuda_dev and gpu (the physical GPU: :func:`~tracekit.core.identity.rank_gpus`,
+    else the CUDA device) of every rank with matched collectives; found once for all the
+    episodes, as it reads the job's whole gpu_metrics (a batch at a time)."""
+    gpus = rank_gpus(dataset.table("comms").collect(), dataset.table("gpu_metrics"))
+    return (job.ranks.join(gpus.select("rank", "gpu"), on="rank", how="left")
+            .with_columns(pl.col("gpu").fill_null(pl.col("cuda_dev"))))
 
 
 def episode_monitoring(dataset: Dataset, window: Window) -> list[pl.DataFrame]:
