@@ -14,6 +14,7 @@ from tracekit import attribute
 from tracekit.attribute import MONITORING_TABLES, attribute_dataset, attribute_episodes
 from tracekit.attribute.evidence import Window
 from tracekit.attribute.groups import handle_groups
+from tracekit.attribute.job_signals import signals_in_windows
 from tracekit.attribute.links import localise
 from tracekit.core import schema
 from tracekit.core.dataset import create_dataset, open_dataset
@@ -242,6 +243,27 @@ def test_detected_episode_end_to_end(tmp_path):
     stored = open_dataset(dataset).table("episodes").collect()
     assert stored["target"].to_list() == episodes["target"].to_list()
     assert stored["lost_s"][0] > 0 and 0 < stored["jct_slowdown"][0] < 1
+
+
+def test_the_local_loop_spills_its_parts_to_a_hidden_folder_it_removes(tmp_path, monkeypatch):
+    """Without a cluster the instances and own times go to Parquet parts in a hidden folder
+    of the dataset, as a worker's do, not frames kept in memory; the folder is gone after."""
+    dataset, _ = _synth(tmp_path, "thermal-b")
+    reconstruct_dataset(open_dataset(dataset))
+    detect_dataset(dataset, ["bocd+v"])
+    seen = []
+
+    def recorded(ds, windows, executor, scratch):
+        job = signals_in_windows(ds, windows, executor, scratch)
+        seen.append((scratch, job.instance_parts + job.gap_parts))
+        return job
+
+    monkeypatch.setattr(attribute, "signals_in_windows", recorded)
+    assert attribute_dataset(dataset).episodes["target"].to_list()[0] == "rank:5"
+    [(scratch, parts)] = seen
+    assert scratch.parent == dataset and scratch.name.startswith(".attribute-")
+    assert parts and all(isinstance(p, str) and Path(p).parent == scratch for p in parts)
+    assert not scratch.exists()
 
 
 def test_link_localisation_prefers_a_link_then_a_nic():

@@ -57,3 +57,16 @@ def test_rank_gpus_come_from_bus_ids_not_the_process_local_cuda_device():
     assert found.select("rank", "gpu", "gpu_uuid", "gpu_from").rows() == [
         (0, 5, "GPU-a", "bus id in DCGM"), (1, 4, "GPU-b", "bus id in DCGM"),
         (2, 2, None, "nvmlDev")]
+
+
+
+def test_gpu_directory_keeps_each_gpus_first_names():
+    """A GPU's UUID and bus id are the first the table gives, also when its first rows lack
+    them or later rows differ; rows without a host or GPU index are left out."""
+    metrics = pl.DataFrame({
+        "host": ["h", "h", "h", "h", "g", None], "gpu": [1, 1, 2, 1, 0, 3],
+        "gpu_uuid": [None, "GPU-1", "GPU-2", "GPU-9", None, "GPU-x"],
+        "bus_id": ["0000:01:00.0", None, None, "0000:09:00.0", "0000:00:00.0", None]},
+        schema_overrides={"gpu": pl.Int32})
+    assert gpu_directory(metrics).rows() == [
+        ("g", 0, None, "0000:00:00.0"), ("h", 1, "GPU-1", "0000:01:00.0"), ("h", 2, "GPU-2", None)]

@@ -27,20 +27,20 @@ def group_times(instances: pl.DataFrame) -> pl.DataFrame:
             .filter(pl.col("calls") >= MIN_CALLS))
 
 
-def suspect_groups(during: pl.DataFrame, before: pl.DataFrame) -> pl.DataFrame:
-    """Per group: its worst ratio to the cluster median (``cluster_ratio``) and to its own
+def suspect_groups(now: pl.DataFrame, then: pl.DataFrame) -> pl.DataFrame:
+    """Per group, from its :func:`group_times` in the episode (``now``) and before it
+    (``then``): its worst ratio to the cluster median (``cluster_ratio``) and to its own
     baseline (``self_ratio``) over its call sizes, and ``suspect`` above
     :data:`SUSPECT_RATIO`. Clusters are (op, bytes, nranks): the same bytes per call.
 
     ``suspect`` uses the baseline when the group has one (intra-host and inter-host groups of
     one cluster differ by design, which the cluster median would read as a fail-slow) and the
     cluster median otherwise."""
-    now = group_times(during)
     if now.is_empty():
         return now.with_columns(pl.lit(None, pl.Float64).alias("cluster_ratio"),
                                 pl.lit(None, pl.Float64).alias("self_ratio"),
                                 pl.lit(None, pl.Boolean).alias("suspect"))
-    then = group_times(before).select("group", "op", "bytes",
+    then = then.select("group", "op", "bytes",
                                       pl.col("transfer_s").alias("before_s"))
     cluster = pl.col("transfer_s").median().over("op", "bytes", "nranks")
     per_size = (now.join(then, on=["group", "op", "bytes"], how="left")

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracekit.attribute import evidence as ev
-from tracekit.attribute.arrival import own_time_change, skew_change
 from tracekit.attribute.links import localise
-from tracekit.attribute.profiling import SUSPECT_RATIO, suspect_groups
+from tracekit.attribute.profiling import SUSPECT_RATIO
 from tracekit.attribute.telemetry import Suspect, gpu_suspects, host_suspects, link_suspects
+from tracekit.attribute.timing import EpisodeTiming
 
 INSUFFICIENT = "insufficient-evidence"
 
@@ -29,7 +29,7 @@ CONFIRMATION_BONUS = 0.25
 WAIT_RISE_MIN = 0.05
 WAIT_MARGIN = 2.0
 """Without call ends, a rank is the straggler by timing when the wait it imposes on the others
-(seconds per second its peers spend waiting for it, :func:`.arrival.skew_change`) rose most,
+(seconds per second its peers spend waiting for it, :func:`.timing.skew_change`) rose most,
 by at least 5 % of wall time (half a fail-slow's 10 %), and its share of last arrivals rose at
 least twice as much as any other rank's. Who arrives last alone does not separate: a slow GPU's
 CPU runs ahead of it, and a victim that waited for the straggler inside one group is late to
@@ -53,12 +53,11 @@ class Verdict:
 
 @dataclass(frozen=True)
 class Signals:
-    """Everything the verdict of one episode reads, already cut to its windows."""
+    """Everything the verdict of one episode reads, already cut to its windows: the timing
+    reduced from the instances and own times (:mod:`.timing`), the ranks and the monitoring."""
 
     window: ev.Window
-    during: pl.DataFrame
-    before: pl.DataFrame
-    gaps: pl.DataFrame
+    timing: EpisodeTiming
     ranks: pl.DataFrame
     """rank, host, cuda_dev and gpu (the physical GPU index) of every rank with matched
     collectives."""
@@ -70,12 +69,13 @@ class Signals:
 
 def decide(signals: Signals) -> Verdict:
     """The verdict of one episode from its signals."""
-    if signals.during.height < MIN_INSTANCES or signals.before.height < MIN_INSTANCES:
+    timing = signals.timing
+    if timing.instances_during < MIN_INSTANCES or timing.instances_before < MIN_INSTANCES:
         return Verdict("unknown", INSUFFICIENT, None, 0.0,
-                       f"too few matched collectives: {signals.during.height} in the episode, "
-                       f"{signals.before.height} before it (need {MIN_INSTANCES} each, with the "
+                       f"too few matched collectives: {timing.instances_during} in the episode, "
+                       f"{timing.instances_before} before it (need {MIN_INSTANCES} each, with the "
                        "communicator of every call)")
-    if signals.gaps.is_empty():
+    if timing.own is None:
         return _from_telemetry(signals)
     culprits = _compute_culprits(signals) + _communication_culprits(signals)
     if not culprits:
@@ -102,12 +102,11 @@ def _compute_culprits(signals: Signals) -> list[Verdict]:
     """Ranks whose own compute share grew more than the threshold over their peers; all the
     ranks of one host (with more than one rank) make that host the culprit."""
     w = signals.window
-    skew = _skew(signals)
+    skew = signals.timing.skew
     arrival = pl.format("arrived last in {}% of its collectives vs {}% before",
                         (pl.col("last_share") * 100).round(0).cast(pl.Int64),
                         (pl.col("last_share_before") * 100).round(0).cast(pl.Int64))
-    own = own_time_change(signals.gaps, signals.ranks, (w.start_ns, w.end_ns),
-                          (w.before_start_ns, w.start_ns))
+    own = signals.timing.own
     late = (own.filter(pl.col("relative") > SUSPECT_RATIO).join(skew, on="rank", how="left")
             .join(signals.ranks.select("rank", "gpu"), on="rank", how="left"))
     late = late.with_columns(pl.format(
@@ -144,7 +143,7 @@ def _from_telemetry(signals: Signals) -> Verdict:
     suspects = (gpu_suspects(signals.gpu_metrics, signals.ranks, signals.window)
                 + host_suspects(signals.host_metrics, hosts, signals.window)
                 + link_suspects(signals.nic_counters, hosts, signals.window))
-    skew = _skew(signals)
+    skew = signals.timing.skew
     if suspects:
         return _combined([_suspect_verdict(s, _arrival_text(skew, s.target))
                           for s in suspects])
@@ -169,13 +168,6 @@ def _from_telemetry(signals: Signals) -> Verdict:
     return Verdict("unknown", "unknown", None, 0.0,
                    f"{no_ends}; no GPU's thermal reasons, no host's CPU busy share and no "
                    "link's congestion notifications moved with the slowdown")
-
-
-def _skew(signals: Signals) -> pl.DataFrame:
-    """Each rank's arrival skew and imposed wait in the episode and before it."""
-    w = signals.window
-    return skew_change(signals.during, signals.before, (w.end_ns - w.start_ns) / 1e9,
-                       (w.start_ns - w.before_start_ns) / 1e9)
 
 
 def _waited_for(skew: pl.DataFrame, rank_hosts: dict[int, str]) -> tuple[int, str] | None:
@@ -220,7 +212,7 @@ def _suspect_verdict(suspect: Suspect, timing: str) -> Verdict:
 
 def _communication_culprits(signals: Signals) -> list[Verdict]:
     """The link or NIC where the groups with a slower transfer meet."""
-    groups = suspect_groups(signals.during, signals.before)
+    groups = signals.timing.groups
     slow = groups.filter("suspect")
     if slow.is_empty():
         return []

@@ -91,14 +91,16 @@ def learn_hosts(frame: pl.DataFrame, name_column: str, instance_column: str) -> 
 
 def gpu_directory(gpu_metrics: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
     """Every (host, gpu index, UUID, bus id) that gpu_metrics has seen together, one row per
-    GPU: the table to resolve a UUID or bus id to a host's GPU index."""
+    GPU: the table to resolve a UUID or bus id to a host's GPU index. Streamed (a batch of
+    rows at a time, in order, so each GPU's first UUID and bus id are still the table's): a
+    job's whole monitoring is never held to list its GPUs."""
     frame = gpu_metrics.lazy() if isinstance(gpu_metrics, pl.DataFrame) else gpu_metrics
     return (
         frame.filter(pl.col("gpu").is_not_null() & pl.col("host").is_not_null())
         .group_by("host", "gpu")
         .agg(pl.col("gpu_uuid").drop_nulls().first(), pl.col("bus_id").drop_nulls().first())
         .sort("host", "gpu")
-        .collect()
+        .collect(engine="streaming")
     )
 
 

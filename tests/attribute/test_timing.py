@@ -1,0 +1,64 @@
+"""An episode's timing reduced from bounded pieces (the parts of many bins of groups and
+batches of ranks) is what one piece of the whole job gives."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from tracekit.attribute import job_signals
+from tracekit.attribute.evidence import Window
+from tracekit.attribute.timing import episode_timing
+from tracekit.core.dataset import open_dataset
+from tracekit.core.parallel import LocalExecutor
+from tracekit.ingest.pipeline import ingest
+from tracekit.synth.faults import Injection
+from tracekit.synth.job import JobSpec, generate_job
+from tracekit.synth.layout import Layout
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    """tp2-dp2-pp2 on 2 GPUs per host, rank 3 throttled from iteration 60 to 100, its signals
+    cut as for 4 workers: 8 batches of ranks, 13 bins of groups (kept in memory)."""
+    root = tmp_path_factory.mktemp("timing")
+    spec = JobSpec(Layout.parse("tp2-dp2-pp2", gpus_per_host=2), 160, 5,
+                   (Injection.parse("thermal:rank=3@60+40x2.0"),), job="timing")
+    generate_job(root / "job", spec)
+    ingest([root / "job" / "ranks"], root / "ds", job="timing")
+    executor = LocalExecutor()
+    executor.description.update(workers=4)
+    return job_signals.signals_in_windows(open_dataset(root / "ds"), [(None, None)], executor,
+                                          None)
+
+
+def test_pieces_give_what_the_whole_job_gives(job):
+    assert (len(job.instance_parts), len(job.gap_parts)) == (13, 8)
+    start, end = job.span_ns
+    third = (end - start) // 3
+    window = Window(start + third, start + 2 * third, start)
+    ranks = job.ranks.with_columns(pl.col("cuda_dev").alias("gpu"))
+    pieces = episode_timing(job, window, ranks)
+    whole = episode_timing(replace(job, instance_parts=[pl.concat(job.instance_parts)],
+                                   gap_parts=[pl.concat(job.gap_parts)]), window, ranks)
+    assert (pieces.instances_during, pieces.instances_before) == (
+        whole.instances_during, whole.instances_before) == (9_637, 10_840)
+    assert_frame_equal(pieces.skew.sort("rank"), whole.skew.sort("rank"))
+    assert_frame_equal(pieces.groups, whole.groups)
+    assert_frame_equal(pieces.own, whole.own)
+    assert pieces.groups.height == 13 and pieces.own["rank"].to_list() == list(range(8))
+    # the throttled rank computes longest relative to its peers, and arrives last most
+    assert pieces.own.sort("relative")["rank"][-1] == 3
+    assert pieces.skew.sort("last_share")["rank"][-1] == 3
+
+
+def test_calls_without_end_times_have_no_own_time(job):
+    start, end = job.span_ns
+    issue_only = replace(job, gap_parts=[part.clear() for part in job.gap_parts],
+                         any_gap=job.any_gap.clear())
+    timing = episode_timing(issue_only, Window(start + (end - start) // 2, end, start),
+                            job.ranks)
+    assert timing.own is None and timing.instances_during > 0
