@@ -45,6 +45,15 @@ HIVE_BY_RANK = ("collectives",)
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 """Folder value for rows without a rank, as Hive, Spark and pyarrow name it."""
 
+FILES_AT_ONCE = 2
+"""Input files the local loop ingests at the same time on two or more cores (one on one core,
+:func:`~tracekit.ingest.base.cores`). One file keeps both cores busy only while it parses: its
+last batch of parts is encoded in one thread, and a file of one block (one per process) is
+read, parsed and written in one thread, so a folder of per-rank files kept about one core
+busy. Two at once overlap one file's writing with the other's parsing; each holds its own
+blocks and parts, so peak memory is about twice one file's. More than two would add memory on
+a 2-core machine for no core to run on."""
+
 MANIFEST_SAVE_INTERVAL_S = 60.0
 """While partitions complete, the manifest is saved at most this often (and once at the end),
 so an interrupted ingest of a large dump resumes without re-reading finished sources."""
@@ -133,7 +142,8 @@ def _ingest_files(dataset: Dataset, files: list[Path], format: str | None,
     outcomes = executor.map_partitions(
         _ingest_file, tasks, key=lambda task: task.path, on_done=record,
         progress=None if progress is None else lambda _, info: progress(
-            info["source"], info["bytes"], info["rows"]))
+            info["source"], info["bytes"], info["rows"]),
+        at_once=min(FILES_AT_ONCE, cores()))
     summaries = _merge(dataset, outcomes)
     dataset.manifest.setdefault("build", {})["ingest"] = {
         **executor.description, "partitions": len(tasks),
