@@ -311,10 +311,19 @@ def test_on_one_core_the_same_dataset_is_written_without_threads(tmp_path, monke
 
 def test_files_ingested_two_at_once_give_the_dataset_one_at_a_time_gives(dump, tmp_path,
                                                                          monkeypatch):
-    """Two files at once (the local loop on two cores): sources are recorded in input order
-    whichever finishes first, the later of two same-content files is the one marked unchanged,
-    and the rows, quarantine and failures are those of one file after another."""
+    """Two files at once (the local loop on two cores), each read, parsed and written in its
+    own thread: sources are recorded in input order whichever finishes first, the later of two
+    same-content files is the one marked unchanged, and the rows, quarantine and failures are
+    those of one file after another."""
+    import threading
+
     import polars as pl
+
+    monkeypatch.setattr(base, "LINE_BATCH_BYTES", 200)  # files of several blocks
+    started = []
+    start = threading.Thread.start
+    monkeypatch.setattr(threading.Thread, "start",
+                        lambda thread: started.append(thread.name) or start(thread))
 
     (dump / "rank2.csv").write_text(hook_log(2, 4) + "x\n")
     shutil.copy(dump / "rank0.csv", dump / "rank3.csv")
@@ -334,7 +343,10 @@ def test_files_ingested_two_at_once_give_the_dataset_one_at_a_time_gives(dump, t
     for at_once in (1, 2):
         monkeypatch.setattr(pipeline, "FILES_AT_ONCE", at_once)
         finished.clear()
+        started.clear()
         summary = ingest([dump], tmp_path / f"ds{at_once}", job="j")
+        assert {name.rsplit("_", 1)[0] for name in started if name.startswith("tracekit-")} == (
+            {"tracekit-parse"} if at_once == 1 else {"tracekit-partition"})
         dataset = open_dataset(tmp_path / f"ds{at_once}")
         results.append(([(s.path, s.status, s.notes, s.error) for s in summary.sources],
                         dataset.manifest["sources"],
