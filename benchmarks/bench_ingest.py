@@ -7,7 +7,9 @@ Python loops over the lines: for the NCCL log ``re_loop`` only matches each line
 COLL pattern (a floor: it extracts nothing) and ``re_parse`` is what a straightforward parser
 does (match, convert the numbers, append to columns); for the hook CSV the ``csv`` module.
 ``reader`` is the format reader alone (no Parquet, no dataset), which separates parsing from
-the pipeline's writing. Each measurement runs in a fresh process
+the pipeline's writing. ``hook-csv-per-rank`` is the same hook CSV as a folder of one file per
+rank (16), the layout the shim writes, beside ``polars_csv_floor`` streaming the same folder.
+Each measurement runs in a fresh process
 so its peak RSS is its own; ``TRACEKIT_BENCH_REPEAT`` (default 1) keeps the best of several
 runs. On a shared machine wall time depends on the load, so CPU seconds (user + system, all
 threads) are printed too: ``MB/CPU-s`` is the speed an idle core would give, and ``cores busy``
@@ -19,6 +21,7 @@ from __future__ import annotations
 import compileall
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -70,17 +73,34 @@ def write_nccl_log(path: Path, size_bytes: int) -> None:
             written += len(body)
 
 
-def write_hook_csv(path: Path, size_bytes: int) -> None:
-    from tracekit.ingest.hook_csv import HEADER
-
+def hook_rows(ranks: range) -> bytes:
+    """20,000 hook CSV rows, the calls of ``ranks`` taking turns."""
     rows = []
     for i in range(20000):
-        rank = i % 16
+        rank = ranks[i % len(ranks)]
         t_call_ns = 1760434267000000000 + i * 250000
         rows.append(f"{i},{t_call_ns},{180000 + i % 977},gpu-b{rank // 8:02d},{40000 + rank},"
-                    f"{rank},0,0x55{rank:02x}1d0c7a40,16,{i // 16},AllReduce,"
+                    f"{rank},0,0x55{rank:02x}1d0c7a40,16,{i // len(ranks)},AllReduce,"
                     f"16777216,9,0x7f11b4000000,0x7f11b4000000,-1\n")
-    body = "".join(rows).encode()
+    return "".join(rows).encode()
+
+
+def write_hook_csv(path: Path, size_bytes: int) -> None:
+    """16 ranks interleaved in one file."""
+    write_hook_file(path, size_bytes, hook_rows(range(16)))
+
+
+def write_rank_files(path: Path, size_bytes: int) -> None:
+    """The same calls as one hook CSV file per rank, the layout the LD_PRELOAD shim writes."""
+    path.mkdir()
+    for rank in range(16):
+        write_hook_file(path / f"rank{rank:02d}.csv", size_bytes // 16, hook_rows(range(rank,
+                                                                                  rank + 1)))
+
+
+def write_hook_file(path: Path, size_bytes: int, body: bytes) -> None:
+    from tracekit.ingest.hook_csv import HEADER
+
     with path.open("wb") as out:
         out.write((HEADER + "\n").encode())
         written = 0
@@ -137,7 +157,8 @@ CHILD = {
     "polars_csv_floor": (
         "import polars as pl\n"
         "from tracekit.ingest.hook_csv import CSV_SCHEMA\n"
-        "pl.scan_csv(sys.argv[2], schema=CSV_SCHEMA, quote_char=None).drop(\n"
+        "files = sys.argv[2] + '/*' if Path(sys.argv[2]).is_dir() else sys.argv[2]\n"
+        "pl.scan_csv(files, schema=CSV_SCHEMA, quote_char=None).drop(\n"
         "    'sendbuff', 'recvbuff').sink_parquet(sys.argv[3] + '.parquet', compression='zstd',\n"
         "                                        compression_level=1)\n"
     ),
@@ -196,19 +217,20 @@ def cpu_range(mb: float, cpus: list[float]) -> str:
 def run(name: str, writer, baselines: tuple[str, ...], work: Path) -> None:
     path = work / f"{name}.log"
     writer(path, SIZE_MB * 1024 * 1024)
-    mb = path.stat().st_size / 1e6
-    print(f"{name}: {mb:,.0f} MB")
+    files = list(path.iterdir()) if path.is_dir() else [path]
+    mb = sum(file.stat().st_size for file in files) / 1e6
+    print(f"{name}: {mb:,.0f} MB" + (f" in {len(files)} files" if path.is_dir() else ""))
     seconds, cpu, peak, cpus = measure("tracekit", path, work)
     print(f"  tracekit end to end: {seconds:.2f} s = {mb / seconds:,.0f} MB/s "
           f"({mb / cpu:,.0f} MB/CPU-s, {cpu / seconds:.2f} cores busy), peak RSS {peak:,.0f} MiB; "
           f"MB/CPU-s min / median / max of {len(cpus)}: {cpu_range(mb, cpus)}")
-    for baseline in ("reader", *baselines):
+    for baseline in baselines:
         base_s, base_cpu, base_peak, base_cpus = measure(baseline, path, work)
         print(f"  {baseline}: {mb / base_s:,.0f} MB/s ({mb / base_cpu:,.0f} MB/CPU-s, "
               f"{cpu_range(mb, base_cpus)}; {base_cpu / base_s:.2f} cores busy), peak RSS "
               f"{base_peak:,.0f} MiB -> tracekit end to end is {base_s / seconds:.2f}x its "
               f"speed ({base_cpu / cpu:.2f}x per CPU-s)")
-    path.unlink()
+    shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
 def main() -> None:
@@ -218,9 +240,11 @@ def main() -> None:
     compileall.compile_dir(Path(tracekit.__file__).parent, quiet=1)
     with tempfile.TemporaryDirectory(prefix="tracekit-bench-") as folder:
         work = Path(folder)
-        run("nccl-debug", write_nccl_log, ("polars_floor", "read_csv", "re_loop", "re_parse"),
+        run("nccl-debug", write_nccl_log,
+            ("reader", "polars_floor", "read_csv", "re_loop", "re_parse"), work)
+        run("hook-csv", write_hook_csv, ("reader", "polars_csv_floor", "read_csv", "csv_loop"),
             work)
-        run("hook-csv", write_hook_csv, ("polars_csv_floor", "read_csv", "csv_loop"), work)
+        run("hook-csv-per-rank", write_rank_files, ("polars_csv_floor",), work)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import json
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import cloudpickle
@@ -53,10 +54,19 @@ def dask_executor():
         yield executor
 
 
-@pytest.fixture(params=["loop", "dask"])
+class TwoAtOnce(LocalExecutor):
+    """The local loop running two partitions at a time, as ingest runs its files."""
+
+    def map_partitions(self, *arguments, **options):
+        return super().map_partitions(*arguments, at_once=2, **options)
+
+
+@pytest.fixture(params=["loop", "two at once", "dask"])
 def executor(request):
     if request.param == "loop":
         return LocalExecutor()
+    if request.param == "two at once":
+        return TwoAtOnce()
     return request.getfixturevalue("dask_executor")
 
 
@@ -67,6 +77,25 @@ def test_outcomes_come_back_in_partition_order(executor):
     assert [o.value for o in outcomes] == [0, 1, 4, 9, 16, 25]
     assert [o.key for o in outcomes] == [f"part {n}" for n in range(6)]
     assert sorted(o.key for o in done) == sorted(o.key for o in outcomes)
+
+
+def test_two_at_once_finish_out_of_order_and_are_seen_in_partition_order():
+    """The loop's threads: a slow first partition finishes after the next, yet ``on_done``
+    (which records sources in the manifest) sees the partitions in their order."""
+    finished, done = [], []
+    release = threading.Event()
+
+    def slow_first(n: int) -> int:
+        if n == 0:
+            release.wait(10)
+        finished.append(n)
+        if n == 1:
+            release.set()
+        return n
+
+    outcomes = TwoAtOnce().map_partitions(slow_first, [0, 1, 2], on_done=done.append)
+    assert finished[0] == 1
+    assert [o.value for o in done] == [o.value for o in outcomes] == [0, 1, 2]
 
 
 def test_failed_partition_is_retried_then_reported_while_others_complete(executor, tmp_path):

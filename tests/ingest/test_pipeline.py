@@ -7,6 +7,7 @@ import io
 import json
 import shutil
 import tarfile
+import time
 
 import pytest
 
@@ -306,6 +307,61 @@ def test_on_one_core_the_same_dataset_is_written_without_threads(tmp_path, monke
     (threaded_parts, threaded), (inline_parts, inline) = tables
     assert inline_parts == threaded_parts and len(inline_parts) > 2  # several writes
     assert inline.equals(threaded) and inline.height == 60
+
+
+def test_files_ingested_two_at_once_give_the_dataset_one_at_a_time_gives(dump, tmp_path,
+                                                                         monkeypatch):
+    """Two files at once (the local loop on two cores), each read, parsed and written in its
+    own thread: sources are recorded in input order whichever finishes first, the later of two
+    same-content files is the one marked unchanged, and the rows, quarantine and failures are
+    those of one file after another."""
+    import threading
+
+    import polars as pl
+
+    monkeypatch.setattr(base, "LINE_BATCH_BYTES", 200)  # files of several blocks
+    started = []
+    start = threading.Thread.start
+    monkeypatch.setattr(threading.Thread, "start",
+                        lambda thread: started.append(thread.name) or start(thread))
+
+    (dump / "rank2.csv").write_text(hook_log(2, 4) + "x\n")
+    shutil.copy(dump / "rank0.csv", dump / "rank3.csv")
+    (dump / "rank4.txt").write_text("nothing tracekit knows\n")
+    monkeypatch.setattr(pipeline, "cores", lambda: 2)
+    ingest_file, finished = pipeline._ingest_file, []
+
+    def first_last(task, report=None):  # the first file finishes after the second
+        if task.path.endswith("rank0.csv") and pipeline.FILES_AT_ONCE > 1:
+            while not finished:
+                time.sleep(0.01)
+        finished.append(task.path.rsplit("/", 1)[-1])
+        return ingest_file(task, report)
+
+    monkeypatch.setattr(pipeline, "_ingest_file", first_last)
+    results = []
+    for at_once in (1, 2):
+        monkeypatch.setattr(pipeline, "FILES_AT_ONCE", at_once)
+        finished.clear()
+        started.clear()
+        summary = ingest([dump], tmp_path / f"ds{at_once}", job="j")
+        assert {name.rsplit("_", 1)[0] for name in started if name.startswith("tracekit-")} == (
+            {"tracekit-parse"} if at_once == 1 else {"tracekit-partition"})
+        dataset = open_dataset(tmp_path / f"ds{at_once}")
+        results.append(([(s.path, s.status, s.notes, s.error) for s in summary.sources],
+                        dataset.manifest["sources"],
+                        {name: {key: value for key, value in table.items()
+                                if key != "fingerprint"}  # of the file names, new per ingest
+                         for name, table in dataset.manifest["tables"].items()},
+                        [dataset[name].collect().sort(pl.all()) for name in dataset]))
+    assert finished[0] == "rank1.csv"
+    (one, one_records, one_tables, one_rows), (two, two_records, two_tables, two_rows) = results
+    assert [(path.rsplit("/", 1)[-1], status) for path, status, *_ in two] == [
+        ("rank0.csv", "ingested"), ("rank1.csv", "ingested"), ("rank2.csv", "ingested"),
+        ("rank3.csv", "unchanged"), ("rank4.txt", "failed")]
+    assert two == one and two_records == one_records and two_tables == one_tables
+    assert len(two_rows) == len(one_rows) == 2  # collectives and quarantine
+    assert all(a.equals(b) for a, b in zip(one_rows, two_rows, strict=True))
 
 
 def test_a_log_that_grew_replaces_its_old_rows(tmp_path):

@@ -15,6 +15,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import BinaryIO, ClassVar, TypeVar
@@ -490,12 +491,28 @@ parsed at once while other threads read, hash, split by rank and write Parquet."
 
 
 def cores() -> int:
-    """Cores this process may use: polars' thread pool size, which follows POLARS_MAX_THREADS.
-    A Dask worker of ``local:N`` is one core (it sets POLARS_MAX_THREADS=1,
+    """Cores this thread's work may use: polars' thread pool size, which follows
+    POLARS_MAX_THREADS, or this thread's share of it (:func:`cores_shared`). A Dask worker of
+    ``local:N`` is one core (it sets POLARS_MAX_THREADS=1,
     :data:`tracekit.core.parallel.ONE_CORE_ENVIRONMENT`): there the parse, read-ahead and writer
     threads would only take turns on that core, and made a one-worker cluster use 1.15 cores,
     so the readers and the writer run in the calling thread instead."""
-    return pl.thread_pool_size()
+    return getattr(_share, "cores", None) or pl.thread_pool_size()
+
+
+_share = threading.local()
+
+
+@contextmanager
+def cores_shared(ways: int) -> Iterator[None]:
+    """Within this block the calling thread's work is one of ``ways`` running at once, so
+    :func:`cores` gives it its share of the cores (at least one): files ingested side by side
+    each read, parse and write in their own thread, as one-core workers do."""
+    _share.cores = max(1, pl.thread_pool_size() // ways)
+    try:
+        yield
+    finally:
+        _share.cores = None
 
 
 def map_in_order(function: Callable[[T], R], items: Iterable[T],

@@ -32,7 +32,14 @@ from tracekit.core.dataset import Dataset, dataset_writer, source_record_key
 from tracekit.core.errors import InputError, TracekitError
 from tracekit.core.parallel import Executor, LocalExecutor, Outcome, Report
 from tracekit.ingest import registry
-from tracekit.ingest.base import Chunk, Reader, Source, cores, quarantine_overlong
+from tracekit.ingest.base import (
+    Chunk,
+    Reader,
+    Source,
+    cores,
+    cores_shared,
+    quarantine_overlong,
+)
 from tracekit.ingest.limits import Limits, refuse_compressed
 from tracekit.ingest.sources import input_files, is_archive, iter_sources
 
@@ -44,6 +51,16 @@ HIVE_BY_RANK = ("collectives",)
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 """Folder value for rows without a rank, as Hive, Spark and pyarrow name it."""
+
+FILES_AT_ONCE = 2
+"""Input files the local loop ingests at the same time on two or more cores, each reading,
+parsing and writing in its own thread (:func:`~tracekit.ingest.base.cores_shared`), as two
+one-core workers would. One file at a time kept both cores busy only while it parsed: its last
+batch of parts is encoded in one thread, and a file of one block (one per process) is read,
+parsed and written in one thread, so a folder of per-rank files kept about one core busy. Two
+files each with its own parse and writer threads cost a fifth more CPU and twice the memory
+on two cores; one thread each cost what one file at a time did. A single input file keeps all
+the threads. More than two would add memory on a 2-core machine for no core to run on."""
 
 MANIFEST_SAVE_INTERVAL_S = 60.0
 """While partitions complete, the manifest is saved at most this often (and once at the end),
@@ -117,8 +134,10 @@ def _ingest_files(dataset: Dataset, files: list[Path], format: str | None,
     """Run the files on ``executor``, recording each source in the manifest (held by the
     caller's writer lock) as its file completes."""
     known = _records_by_file(dataset)
+    at_once = min(FILES_AT_ONCE, cores(), len(files)) if isinstance(executor, LocalExecutor) \
+        else 1
     tasks = [_FileTask(str(file), str(dataset.path), dataset.job, format, options, limits,
-                       known.get(str(file), {})) for file in files]
+                       known.get(str(file), {}), at_once) for file in files]
     last_save = time.monotonic()
 
     def record(outcome: Outcome) -> None:
@@ -133,7 +152,8 @@ def _ingest_files(dataset: Dataset, files: list[Path], format: str | None,
     outcomes = executor.map_partitions(
         _ingest_file, tasks, key=lambda task: task.path, on_done=record,
         progress=None if progress is None else lambda _, info: progress(
-            info["source"], info["bytes"], info["rows"]))
+            info["source"], info["bytes"], info["rows"]),
+        at_once=at_once)
     summaries = _merge(dataset, outcomes)
     dataset.manifest.setdefault("build", {})["ingest"] = {
         **executor.description, "partitions": len(tasks),
@@ -166,6 +186,8 @@ class _FileTask:
     options: dict[str, str]
     limits: Limits
     known: dict[str, dict[str, Any]]
+    beside: int = 1
+    """Files ingested at the same time as this one, itself included, that share its cores."""
 
 
 def _ingest_file(task: _FileTask, report: Report | None = None) -> list[
@@ -185,10 +207,11 @@ def _ingest_file(task: _FileTask, report: Report | None = None) -> list[
         results.append((SourceSummary(path, status="failed", error=str(error)), None))
 
     try:
-        for source in iter_sources([Path(task.path)], task.limits, refused):
-            source.limits = task.limits
-            results.append(_ingest_source(dataset, source, forced, task.options, limits,
-                                          task.known, report))
+        with cores_shared(task.beside):
+            for source in iter_sources([Path(task.path)], task.limits, refused):
+                source.limits = task.limits
+                results.append(_ingest_source(dataset, source, forced, task.options, limits,
+                                              task.known, report))
     except TracekitError as error:  # the archive itself, or a limit of the whole archive
         refused(error)
     return results
