@@ -29,7 +29,9 @@ def member_calls(collectives: pl.LazyFrame, groups: pl.DataFrame) -> pl.DataFram
     """Every collective call with its communicator ``group`` from ``groups`` (one row per
     handle, :func:`~tracekit.attribute.groups.handle_groups`); calls of other handles or
     without a group are dropped."""
-    return (collective_calls(collectives)
+    # the communicator handles first: a Parquet scan reads the other columns of their rows
+    # only (a group spanning every rank keeps ~2 % of each rank's calls)
+    return (collective_calls(collectives.filter(pl.col("comm").is_in(groups["comm"].implode())))
             .join(groups.lazy().select(*HANDLE, "group"), on=list(HANDLE), how="inner")
             .filter(pl.col("group").is_not_null())
             .select("group", "seq", "rank", "host", "cuda_dev", "op", "bytes", "nranks",
