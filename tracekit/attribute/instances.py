@@ -101,23 +101,31 @@ def _instances_on_grid(calls: pl.DataFrame, groups: pl.DataFrame
     size = pl.col("_size").cast(pl.Int64)
     span = pl.col("_last_seq") - pl.col("_first_seq") + 1
     laid = (groups.filter("_one_host", "_numbered", span * size * GRID_FILL <= pl.col("_calls"))
-            .select("group", "_first_seq", _size=size, _span=span).with_row_index("_g"))
-    taken = np.zeros(calls.height, dtype=bool)
-    members = (groups.join(laid, on="group").select("group", "_g", rank="members")
-               .explode("rank").with_columns(pl.int_range(pl.len()).over("_g").alias("_column")))
-    placed = (calls.select("group", "rank", "seq").with_row_index("_call")
-              .join(members, on=["group", "rank"]))
-    call, group, column = (placed[c].to_numpy() for c in ("_call", "_g", "_column"))
-    row = placed["seq"].to_numpy() - laid["_first_seq"].to_numpy()[group]
+            .select("group", "_first_seq", _size=size, _span=span)
+            .with_columns((pl.col("_span").cum_sum() - pl.col("_span")).over("_size")
+                          .alias("_first_row")))
+    members = (groups.join(laid, on="group").select("group", "_first_seq", "_size", "_first_row",
+                                                    rank="members")
+               .explode("rank").with_columns(pl.int_range(pl.len()).over("group").alias("_column")))
+    # each call's cell in the grid of its group's size: (row, member) of its group's rows
+    placed = (calls.lazy().select("group", "rank", "seq").with_row_index("_call")
+              .join(members.lazy(), on=["group", "rank"])
+              .select("_call", "_size", _cell=(pl.col("_first_row") + pl.col("seq")
+                                               - pl.col("_first_seq")) * pl.col("_size")
+                      + pl.col("_column"))
+              .collect())
+    call, width_of, cell = (placed[c].to_numpy() for c in ("_call", "_size", "_cell"))
     starts = calls["t_start_ns"].to_numpy()
     ends = calls["t_end_ns"].fill_null(0).to_numpy()
     no_end = calls["t_end_ns"].is_null().to_numpy()
     nranks = calls["nranks"].fill_null(-1).to_numpy()
-    sizes, spans = laid["_size"].to_numpy(), laid["_span"].to_numpy()
+    taken = np.zeros(calls.height, dtype=bool)
+    rows = laid.group_by("_size").agg(pl.col("_span").sum())
     # first, t_ns, last, lateness, transfer of no instance: the columns of an empty grid
     parts = [(*[np.empty(0, np.int64)] * 3, *[np.empty(0)] * 2)]
-    for width in np.unique(sizes).tolist():
-        cells = _grid(call, group, row, column, sizes == width, spans, width)
+    for width, count in rows.sort("_size").iter_rows():
+        on = width_of == width
+        cells = _grid(call[on], cell[on], count, width)
         cells = cells[cells.min(axis=1) >= 0]
         missing = no_end[cells]
         cells = cells[missing.all(axis=1) | ~missing.any(axis=1)]
@@ -133,18 +141,13 @@ def _instances_on_grid(calls: pl.DataFrame, groups: pl.DataFrame
     return _with_lists(found, groups), taken
 
 
-def _grid(call: np.ndarray, group: np.ndarray, row: np.ndarray, column: np.ndarray,
-          chosen: np.ndarray, spans: np.ndarray, width: int) -> np.ndarray:
-    """The index of each call of the ``chosen`` groups at its cell (the groups' rows one after
-    another, ``width`` columns); -1 where a cell has no call or more than one."""
-    rows = np.where(chosen, spans, 0)
-    start = np.cumsum(rows) - rows
-    on = chosen[group]
-    cell = (start[group[on]] + row[on]) * width + column[on]
-    grid = np.full(int(rows.sum()) * width, -1, dtype=np.int64)
-    grid[cell] = call[on]
-    grid[np.bincount(cell, minlength=grid.size) > 1] = -1
-    return grid.reshape(-1, width)
+def _grid(call: np.ndarray, cell: np.ndarray, rows: int, width: int) -> np.ndarray:
+    """``rows`` x ``width`` cells holding the index of the call at each (``call`` at ``cell``);
+    -1 where a cell has no call or more than one."""
+    grid = np.full(rows * width, -1, dtype=np.int64)
+    grid[cell] = call
+    grid[cell[grid[cell] != call]] = -1
+    return grid.reshape(rows, width)
 
 
 def _order_statistics(cells: np.ndarray, arrivals: np.ndarray, ends: np.ndarray,
