@@ -244,18 +244,12 @@ def _rank_batch(partition: tuple[str, list[int], Windows, str | None]
     return handles, signatures, first_gaps.head(1), _keep(gaps, part)
 
 
-_RANK_COLUMNS = (*HANDLE, "rank", "nranks", "op", "seq", "bytes", "t_start_ns", "t_end_ns")
-"""What pass 1 reads of a rank's calls."""
-
-
 def _rank_signals(collectives: pl.LazyFrame, windows: Windows
                   ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """One rank's handle summaries and signatures, first own time and own times inside the
-    windows, from one read of the columns they need (reading the rank for each of them cost
-    ~0.013 CPU-s of 0.066 a rank of 0.54 M calls)."""
-    calls = collectives.select(_RANK_COLUMNS).collect().lazy()
-    handles, signatures = handle_summary(collective_calls(calls))
-    gaps = call_gaps(calls)
+    windows."""
+    handles, signatures = handle_summary(collective_calls(collectives))
+    gaps = call_gaps(collectives)
     return handles, signatures, gaps.head(1), gaps.filter(_in_windows("t_ns", windows))
 
 
