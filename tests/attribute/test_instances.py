@@ -8,6 +8,7 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
+from tracekit.attribute import instances
 from tracekit.attribute.groups import handle_groups
 from tracekit.attribute.instances import collective_instances, member_calls
 from tracekit.core.dataset import open_dataset
@@ -52,13 +53,20 @@ def test_instances_by_hand():
                                       ["h1", "h2"], ["h1", "h2"]]
 
 
-def test_group_lists_equal_per_instance_lists_on_a_synthesized_job(tmp_path):
+@pytest.fixture(scope="module")
+def synthesized_calls(tmp_path_factory) -> pl.DataFrame:
+    """The member calls of a small synthesized hybrid-parallel job."""
+    folder = tmp_path_factory.mktemp("lists")
     spec = JobSpec(Layout.parse("tp2-dp2-pp2", gpus_per_host=2), 20, 5, (), job="lists")
-    generate_job(tmp_path / "job", spec)
-    ingest([tmp_path / "job" / "ranks"], tmp_path / "ds", job="lists")
-    ds = open_dataset(tmp_path / "ds")
+    generate_job(folder / "job", spec)
+    ingest([folder / "job" / "ranks"], folder / "ds", job="lists")
+    ds = open_dataset(folder / "ds")
     groups = handle_groups(ds.table("collectives"), ds.table("comms").collect())
-    calls = member_calls(ds.table("collectives"), groups)
+    return member_calls(ds.table("collectives"), groups)
+
+
+def test_group_lists_equal_per_instance_lists_on_a_synthesized_job(synthesized_calls):
+    calls = synthesized_calls
     got = collective_instances(calls)
     per_instance = (calls.group_by("group", "seq")
                     .agg(pl.col("host").unique().sort().alias("hosts"),
@@ -69,3 +77,30 @@ def test_group_lists_equal_per_instance_lists_on_a_synthesized_job(tmp_path):
     assert_frame_equal(got.select("group", "seq", "hosts", "members").sort("group", "seq"),
                        per_instance.select("group", "seq", "hosts", "members")
                        .sort("group", "seq"))
+
+
+def _by_sort(calls: pl.DataFrame) -> pl.DataFrame:
+    return (instances._instances_by_sort(calls, instances._group_lists(calls))
+            .sort("t_ns", "group", "seq"))
+
+
+def test_the_grid_finds_what_the_sort_finds(synthesized_calls):
+    """Bit for bit, in any order of the calls, also where some instances lose a member, an
+    end time or all of them, or a rank calls twice: those rows are left to the sort."""
+    calls = synthesized_calls.sample(fraction=1.0, shuffle=True, seed=7).with_row_index()
+    odd = calls.with_columns(
+        pl.when((pl.col("index") % 97 == 0) | (pl.col("group") == pl.col("group").min()))
+        .then(None).otherwise("t_end_ns").alias("t_end_ns"))
+    odd = pl.concat([odd.filter(pl.col("index") % 89 != 0), odd.filter(pl.col("index") % 83 == 0)])
+    for frame in (calls, odd):
+        frame = frame.drop("index")
+        taken = instances._instances_on_grid(frame, instances._group_lists(frame))[1]
+        assert 0.9 < taken.mean() <= 1.0
+        assert_frame_equal(collective_instances(frame), _by_sort(frame))
+    assert collective_instances(odd.drop("index")).height < collective_instances(calls).height
+
+
+def test_the_hand_table_goes_to_the_sort_where_the_grid_cannot_hold_it():
+    calls = _calls().with_columns(pl.col("group").replace({"a": "0", "b": "1"}))
+    assert_frame_equal(collective_instances(calls), _by_sort(calls))
+    assert collective_instances(calls.filter(pl.col("group") == "1")).height == 3

@@ -1,7 +1,7 @@
 """Attribution's job-wide signals by partitions: the same instances, own times and verdicts as
 one pass over the whole job, whatever the partitioning and however finely a bin's calls are cut
 into windows of call numbers; whole groups per bin, costliest first; integer group ids in name
-order; a batch reads only its ranks' folders."""
+order; a bin reads only its members' folders."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from tracekit.attribute import attribute_episodes, job_signals
 from tracekit.attribute.arrival import call_gaps
 from tracekit.attribute.groups import handle_groups
 from tracekit.attribute.instances import collective_instances, member_calls
+from tracekit.core import parallel
 from tracekit.core.dataset import open_dataset
 from tracekit.core.errors import TracekitError
 from tracekit.core.parallel import LocalExecutor
@@ -216,7 +217,7 @@ def test_group_ids_are_integers_in_name_order():
     assert job_signals._numbered(named)["group"].to_list() == [2, 1, 2, 0]
 
 
-def test_a_batch_reads_only_its_rank_folders(dataset, monkeypatch):
+def test_a_bin_reads_only_its_members_rank_folders(dataset, monkeypatch):
     read: list[list[str]] = []
     scan = pl.scan_parquet
 
@@ -224,7 +225,15 @@ def test_a_batch_reads_only_its_rank_folders(dataset, monkeypatch):
         read.append(sorted(Path(p).parent.name for p in parts))
         return scan(parts, **options)
 
-    monkeypatch.setattr(job_signals.pl, "scan_parquet", recording_scan)
-    calls = job_signals.scan_ranks(str(dataset), [2, 5]).collect()
-    assert read == [["rank=2", "rank=5"]]
-    assert calls["rank"].unique().sort().to_list() == [2, 5]
+    ds = open_dataset(dataset)
+    handles = job_signals._numbered(handle_groups(ds.table("collectives"),
+                                                  ds.table("comms").collect()))
+    pairs = handles.filter(pl.len().over("group") == 2, pl.col("rank").max().over("group") > 2)
+    pair = pairs.filter(pl.col("group") == pairs["group"].min())
+    members = sorted(pair["rank"])
+    monkeypatch.setattr(parallel.pl, "scan_parquet", recording_scan)
+    (calls,) = job_signals._window_calls(str(dataset), pair, Path("unused"))
+    assert read == [[f"rank={rank}"] for rank in members]
+    assert calls["rank"].unique().sort().to_list() == members
+    assert calls["group"].unique().to_list() == pair["group"].unique().to_list()
+    assert calls.height == pair["calls"].sum() > 100

@@ -40,10 +40,10 @@ import polars as pl
 
 from tracekit.attribute.arrival import call_gaps
 from tracekit.attribute.groups import HANDLE, assign_groups, handle_summary
-from tracekit.attribute.instances import collective_calls, collective_instances, member_calls
+from tracekit.attribute.instances import collective_calls, matched_instances, member_calls
 from tracekit.core import schema
 from tracekit.core.dataset import Dataset, open_dataset, write_parquet
-from tracekit.core.parallel import RANK_FOLDER, Executor, map_all, partition_size, rank_scans
+from tracekit.core.parallel import Executor, map_all, partition_size, rank_scans
 
 RANKS_PER_BATCH = 8
 """Most ranks of one partition of pass 1 (read one at a time: a partition's memory is one
@@ -230,22 +230,6 @@ def _in_windows(column: str, windows: Windows) -> pl.Expr:
     return inside
 
 
-def scan_ranks(dataset_path: str, ranks: list[int]) -> pl.LazyFrame:
-    """The ``collectives`` calls of ``ranks``, reading only their ``rank=N`` folders (and any
-    part outside such a folder, whose ranks only its rows tell)."""
-    wanted = set(ranks)
-    parts = []
-    for part in open_dataset(dataset_path).parts("collectives"):
-        folder = RANK_FOLDER.fullmatch(part.parent.name)
-        if folder is None or int(folder.group(1)) in wanted:
-            parts.append(part)
-    spec = schema.table("collectives")
-    if not parts:
-        return spec.empty().lazy()
-    return (pl.scan_parquet(parts, schema=spec.schema, hive_partitioning=False)
-            .filter(pl.col("rank").is_in(ranks)))
-
-
 def _rank_batch(partition: tuple[str, list[int], Windows, str | None]
                 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, Part]:
     """Pass 1 for one batch of ranks: handle summaries and signatures, the batch's first own
@@ -282,7 +266,7 @@ def _group_bin(partition: tuple[str, pl.DataFrame, Windows, str | None]
     kept, spans, ranks, count = [], [], [], 0
     with TemporaryDirectory(prefix="tracekit-windows-") as spill:
         for calls in _window_calls(path, groups, Path(spill)):
-            instances = collective_instances(calls)
+            instances = matched_instances(calls)
             kept.append(instances.filter(_in_windows("t_ns", windows)))
             if instances.height:
                 spans.append((instances["t_ns"].min(), instances["t_ns"].max()))
@@ -295,24 +279,29 @@ def _group_bin(partition: tuple[str, pl.DataFrame, Windows, str | None]
 
 def _window_calls(path: str, groups: pl.DataFrame, spill: Path) -> Iterator[pl.DataFrame]:
     """The calls of the bin ``groups`` (:func:`~tracekit.attribute.instances.member_calls`),
-    one window of call numbers at a time. With more than one window each member rank is read
-    once, alone, and its calls are left in an Arrow IPC file per window under ``spill`` (a
-    folder of this worker's own): every window reading the member ranks again cost the
-    windows times their calls (a group spanning every rank reads the whole job), and Parquet
-    files 1.4x the CPU of no windows where Arrow's cost about none (64 x 4,000, pass 2)."""
+    one window of call numbers at a time, each member rank read once, alone (only its
+    ``rank=N`` folder). With more than one window its calls are left in an Arrow IPC file per
+    window under ``spill`` (a folder of this worker's own): every window reading the member
+    ranks again cost the windows times their calls (a group spanning every rank reads the
+    whole job), and Parquet files 1.4x the CPU of no windows where Arrow's cost about none
+    (64 x 4,000, pass 2)."""
     members = groups["rank"].drop_nulls().unique().sort().to_list()
     handles = groups.select(*HANDLE, "group")
     bounds = seq_windows(groups["last_seq"], CALLS_PER_WINDOW)
-    if len(bounds) == 1:
-        yield member_calls(scan_ranks(path, members), handles)
-        return
     scans = rank_scans(open_dataset(path), "collectives", members)
-    for rank in members:
-        calls = member_calls(scans[rank], handles)
+    per_rank = (member_calls(scans[rank], handles) for rank in members)
+    if len(bounds) == 1:
+        yield pl.concat(per_rank) if members else member_calls(_no_calls(), handles)
+        return
+    for rank, calls in zip(members, per_rank, strict=True):
         for index, (first, end) in enumerate(bounds):
             calls.filter(_in_seq(first, end)).write_ipc(spill / f"{index}-{rank}.arrow")
     for index in range(len(bounds)):
         yield pl.scan_ipc([spill / f"{index}-{rank}.arrow" for rank in members]).collect()
+
+
+def _no_calls() -> pl.LazyFrame:
+    return schema.table("collectives").empty().lazy()
 
 
 def _first_per_rank(calls: pl.DataFrame) -> pl.DataFrame:
