@@ -61,17 +61,13 @@ def test_partitions_give_what_one_pass_gives(dataset, monkeypatch, ranks_per_bat
     instances, gaps = _one_pass(ds)
     names = sorted(instances["group"].unique().to_list())
     executor = _executor(workers, engine)
-    with job_signals.scratch_folder(ds, executor) as scratch:
+    with job_signals.scratch_folder(ds) as scratch:
         everything = job_signals.signals_in_windows(ds, [(None, None)], executor, scratch)
         assert everything.partitions == partitions and len(names) == 13
         assert everything.instance_count == instances.height == 31_536
         assert len(everything.instance_parts) == partitions["groups"]
-        if engine == "local":  # the rows stay in memory: nothing is written
-            assert scratch is None
-            assert all(isinstance(p, pl.DataFrame) for p in everything.instance_parts)
-        else:
-            assert scratch.parent == dataset and scratch.name.startswith(".attribute-")
-            assert all(Path(p).parent == scratch for p in everything.instance_parts)
+        assert scratch.parent == dataset and scratch.name.startswith(".attribute-")
+        assert all(Path(p).parent == scratch for p in everything.instance_parts)
         by_name = everything.instances().with_columns(
             pl.col("group").replace_strict(list(range(len(names))), names))
         assert_frame_equal(by_name, instances)
@@ -84,7 +80,7 @@ def test_partitions_give_what_one_pass_gives(dataset, monkeypatch, ranks_per_bat
             pl.col("group").replace_strict(list(range(len(names))), names)),
             instances.filter(inside))
         assert_frame_equal(everything.gaps(start, end), gaps.filter(inside))
-    with job_signals.scratch_folder(ds, executor) as scratch:
+    with job_signals.scratch_folder(ds) as scratch:
         cut = job_signals.signals_in_windows(ds, [(start, end)], executor, scratch)
         assert_frame_equal(cut.instances().with_columns(
             pl.col("group").replace_strict(list(range(len(names))), names)),
@@ -92,7 +88,7 @@ def test_partitions_give_what_one_pass_gives(dataset, monkeypatch, ranks_per_bat
         assert_frame_equal(cut.gaps(), gaps.filter(inside))
         assert cut.instance_count == 31_536 and cut.span_ns == everything.span_ns
         assert cut.any_gap.rows() == gaps.head(1).rows()
-    assert scratch is None or not scratch.exists()
+    assert not scratch.exists()
     assert sorted(p.name for p in dataset.iterdir()) == sorted(
         p.name for p in dataset.iterdir() if not p.name.startswith("."))
 
@@ -122,7 +118,7 @@ def _signals(ds, cuts, executor) -> list[tuple]:
     span, then the instances, own times and ranks."""
     out = []
     for window in cuts:
-        with job_signals.scratch_folder(ds, executor) as scratch:
+        with job_signals.scratch_folder(ds) as scratch:
             job = job_signals.signals_in_windows(ds, [window], executor, scratch)
             out.append((job.partitions, job.instance_count, job.span_ns, job.instances(),
                         job.gaps(), job.ranks))
@@ -153,7 +149,7 @@ def test_the_scratch_folder_is_removed_when_a_partition_fails(dataset, monkeypat
     monkeypatch.setattr(job_signals, "_group_bin", failing)
     executor = _executor(1, "dask")
     with pytest.raises(TracekitError, match="disk full"), \
-            job_signals.scratch_folder(ds, executor) as scratch:
+            job_signals.scratch_folder(ds) as scratch:
         job_signals.signals_in_windows(ds, [(None, None)], executor, scratch)
     assert scratch.name.startswith(".attribute-") and not scratch.exists()
     assert not [p for p in dataset.iterdir() if p.name.startswith(".attribute-")]

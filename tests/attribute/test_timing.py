@@ -23,7 +23,7 @@ from tracekit.synth.layout import Layout
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
     """tp2-dp2-pp2 on 2 GPUs per host, rank 3 throttled from iteration 60 to 100, its signals
-    cut as for 4 workers: 8 batches of ranks, 13 bins of groups (kept in memory)."""
+    cut as for 4 workers: 8 batches of ranks, 13 bins of groups."""
     root = tmp_path_factory.mktemp("timing")
     spec = JobSpec(Layout.parse("tp2-dp2-pp2", gpus_per_host=2), 160, 5,
                    (Injection.parse("thermal:rank=3@60+40x2.0"),), job="timing")
@@ -31,19 +31,27 @@ def job(tmp_path_factory):
     ingest([root / "job" / "ranks"], root / "ds", job="timing")
     executor = LocalExecutor()
     executor.description.update(workers=4)
+    (root / "scratch").mkdir()
     return job_signals.signals_in_windows(open_dataset(root / "ds"), [(None, None)], executor,
-                                          None)
+                                          root / "scratch")
 
 
-def test_pieces_give_what_the_whole_job_gives(job):
+def _one_part(parts: list[str], path) -> list[str]:
+    """``parts`` as one Parquet part at ``path``."""
+    pl.concat([pl.read_parquet(part) for part in parts]).write_parquet(path)
+    return [str(path)]
+
+
+def test_pieces_give_what_the_whole_job_gives(job, tmp_path):
     assert (len(job.instance_parts), len(job.gap_parts)) == (13, 8)
     start, end = job.span_ns
     third = (end - start) // 3
     window = Window(start + third, start + 2 * third, start)
     ranks = job.ranks.with_columns(pl.col("cuda_dev").alias("gpu"))
     pieces = episode_timing(job, window, ranks)
-    whole = episode_timing(replace(job, instance_parts=[pl.concat(job.instance_parts)],
-                                   gap_parts=[pl.concat(job.gap_parts)]), window, ranks)
+    whole = episode_timing(replace(
+        job, instance_parts=_one_part(job.instance_parts, tmp_path / "instances.parquet"),
+        gap_parts=_one_part(job.gap_parts, tmp_path / "gaps.parquet")), window, ranks)
     assert (pieces.instances_during, pieces.instances_before) == (
         whole.instances_during, whole.instances_before) == (9_637, 10_840)
     assert_frame_equal(pieces.skew.sort("rank"), whole.skew.sort("rank"))
@@ -55,9 +63,10 @@ def test_pieces_give_what_the_whole_job_gives(job):
     assert pieces.skew.sort("last_share")["rank"][-1] == 3
 
 
-def test_calls_without_end_times_have_no_own_time(job):
+def test_calls_without_end_times_have_no_own_time(job, tmp_path):
     start, end = job.span_ns
-    issue_only = replace(job, gap_parts=[part.clear() for part in job.gap_parts],
+    pl.read_parquet(job.gap_parts[0]).clear().write_parquet(tmp_path / "none.parquet")
+    issue_only = replace(job, gap_parts=[str(tmp_path / "none.parquet")],
                          any_gap=job.any_gap.clear())
     timing = episode_timing(issue_only, Window(start + (end - start) // 2, end, start),
                             job.ranks)

@@ -12,11 +12,8 @@ evidence (:mod:`.evidence`), their combination (:mod:`.verdict`) and stage imbal
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from tempfile import TemporaryDirectory
 
 import polars as pl
 
@@ -82,7 +79,7 @@ def _attribute(dataset: Dataset, episodes: pl.DataFrame,
     """The attributed episodes and the partitions of each step."""
     bounds = [(row["t_start_ns"], row["t_end_ns"]) for row in
               episodes.select("t_start_ns", "t_end_ns").iter_rows(named=True)]
-    with _spill_folder(dataset, executor) as scratch:
+    with scratch_folder(dataset) as scratch:
         job = signals_in_windows(dataset, [_widest_window(start, end) for start, end in bounds],
                                  executor, scratch)
         if not job.instance_count:
@@ -114,21 +111,6 @@ def _attribute(dataset: Dataset, episodes: pl.DataFrame,
     attributed = (_with_cost(dataset, episodes.drop(VERDICT_COLUMNS).hstack(filled))
                   .select(schema.EPISODES.column_names))
     return attributed, {**job.partitions, "episodes": episodes.height}
-
-
-@contextmanager
-def _spill_folder(dataset: Dataset, executor: Executor) -> Iterator[Path]:
-    """Where the partitions leave their instances and own times: the scratch folder the
-    workers share (:func:`.job_signals.scratch_folder`), and in the local loop a hidden
-    temporary folder of the dataset too (removed at the end), not the frames in memory: those
-    are the episodes' windows, which grow with the ranks (64 x 10,000 iterations: ~700 MiB,
-    the no-cluster attribution peaked at 1,301 MiB with them, 598 MiB without)."""
-    with scratch_folder(dataset, executor) as scratch:
-        if scratch is not None:
-            yield scratch
-            return
-        with TemporaryDirectory(prefix=".attribute-", dir=dataset.path) as local:
-            yield Path(local)
 
 
 def _widest_window(start: int, end: int | None) -> tuple[int | None, int | None]:

@@ -28,12 +28,13 @@ def arrival_skew(instances: pl.DataFrame) -> pl.DataFrame:
             .select(list(SKEW_SCHEMA)).cast(SKEW_SCHEMA).sort("rank"))
 
 
-def skew_change(during: pl.DataFrame, before: pl.DataFrame, during_s: float,
+def skew_change(now: pl.DataFrame, then: pl.DataFrame, during_s: float,
                 before_s: float) -> pl.DataFrame:
-    """Arrival skew in the episode next to the same ranks before it: ``blame_rate`` is waiting
-    imposed per second of wall time, ``excess_rate`` its increase over the baseline."""
-    now = arrival_skew(during).with_columns((pl.col("blame_s") / during_s).alias("blame_rate"))
-    then = arrival_skew(before).with_columns((pl.col("blame_s") / before_s).alias("blame_rate"))
+    """Arrival skew in the episode (``now``, an :func:`arrival_skew`) next to the same ranks
+    before it (``then``): ``blame_rate`` is waiting imposed per second of wall time,
+    ``excess_rate`` its increase over the baseline."""
+    now = now.with_columns((pl.col("blame_s") / during_s).alias("blame_rate"))
+    then = then.with_columns((pl.col("blame_s") / before_s).alias("blame_rate"))
     return (now.join(then.select("rank", pl.col("last_share").alias("last_share_before"),
                                  pl.col("blame_rate").alias("blame_rate_before")),
                      on="rank", how="left")

@@ -18,7 +18,12 @@ from dataclasses import dataclass, replace
 
 import polars as pl
 
-from tracekit.attribute.arrival import SKEW_SCHEMA, arrival_skew, own_time_change
+from tracekit.attribute.arrival import (
+    SKEW_SCHEMA,
+    arrival_skew,
+    own_time_change,
+    skew_change,
+)
 from tracekit.attribute.evidence import Window
 from tracekit.attribute.job_signals import JobSignals
 from tracekit.attribute.profiling import group_times, suspect_groups
@@ -27,9 +32,10 @@ from tracekit.attribute.profiling import group_times, suspect_groups
 @dataclass(frozen=True)
 class EpisodeTiming:
     """The timing signals of one episode: instance counts in the episode and before it, each
-    rank's arrival skew (:func:`skew_change`), each group's transfer time against its cluster
-    and its own before (:func:`.profiling.suspect_groups`), and each rank's own-time change
-    (:func:`.arrival.own_time_change`; None when the calls have no end times)."""
+    rank's arrival skew (:func:`.arrival.skew_change`), each group's transfer time against
+    its cluster and its own before (:func:`.profiling.suspect_groups`), and each rank's
+    own-time change (:func:`.arrival.own_time_change`; None when the calls have no end
+    times)."""
 
     instances_during: int
     instances_before: int
@@ -67,22 +73,6 @@ def episode_timing(job: JobSignals, window: Window, ranks: pl.DataFrame) -> Epis
         (pl.concat(own).with_columns((pl.col("ratio") / pl.col("ratio").median())
                                      .alias("relative")).sort("rank")
          if timed_calls else None))
-
-
-def skew_change(now: pl.DataFrame, then: pl.DataFrame, during_s: float,
-                before_s: float) -> pl.DataFrame:
-    """Arrival skew in the episode (``now``, an :func:`.arrival.arrival_skew`) next to the same
-    ranks before it (``then``): ``blame_rate`` is waiting imposed per second of wall time,
-    ``excess_rate`` its increase over the baseline."""
-    now = now.with_columns((pl.col("blame_s") / during_s).alias("blame_rate"))
-    then = then.with_columns((pl.col("blame_s") / before_s).alias("blame_rate"))
-    return (now.join(then.select("rank", pl.col("last_share").alias("last_share_before"),
-                                 pl.col("blame_rate").alias("blame_rate_before")),
-                     on="rank", how="left")
-            .with_columns(pl.col("last_share_before", "blame_rate_before").fill_null(0.0))
-            .with_columns((pl.col("blame_rate") - pl.col("blame_rate_before"))
-                          .alias("excess_rate"))
-            .sort("excess_rate", descending=True))
 
 
 def _summed(skews: list[pl.DataFrame]) -> pl.DataFrame:

@@ -29,7 +29,7 @@ CONFIRMATION_BONUS = 0.25
 WAIT_RISE_MIN = 0.05
 WAIT_MARGIN = 2.0
 """Without call ends, a rank is the straggler by timing when the wait it imposes on the others
-(seconds per second its peers spend waiting for it, :func:`.timing.skew_change`) rose most,
+(seconds per second its peers spend waiting for it, :func:`.arrival.skew_change`) rose most,
 by at least 5 % of wall time (half a fail-slow's 10 %), and its share of last arrivals rose at
 least twice as much as any other rank's. Who arrives last alone does not separate: a slow GPU's
 CPU runs ahead of it, and a victim that waited for the straggler inside one group is late to
