@@ -225,16 +225,7 @@ def route_samples(samples: pl.DataFrame, identity: IdentityMap) -> Routed:
     Host is the ``Hostname`` / ``hostname`` label, else the scrape ``instance`` (through the
     aliases learned from rows carrying both, then ``identity``), else the file's host.
     """
-    learned = learn_hosts(samples.unnest("labels", separator="."), "labels.Hostname",
-                          "labels.instance") if "instance" in _fields(samples) else {}
-    mapping = IdentityMap({**learned, **identity.hosts}, identity.gpus)
-    host = pl.coalesce(
-        mapping.host(label(samples, "Hostname", "hostname", "exported_Hostname",
-                           "exported_hostname")),
-        mapping.host(label(samples, "instance")),
-        mapping.host(pl.col("snap_host")),
-    )
-    framed, bad = split_on_reason(samples.with_columns(host.alias("host")), value_problem(samples))
+    framed, bad = split_on_reason(_with_hosts(samples, identity), value_problem(samples))
     framed, glitches = _ib_glitches(framed.drop("reason"))
     framed = framed.drop("line")
     name = pl.col("name")
@@ -265,6 +256,28 @@ def route_samples(samples: pl.DataFrame, identity: IdentityMap) -> Routed:
         routed.notes.append("some samples name no host (no Hostname or instance label); pass "
                             "--option host=NAME")
     return routed
+
+
+def _with_hosts(samples: pl.DataFrame, identity: IdentityMap) -> pl.DataFrame:
+    """``samples`` with their ``host`` (see :func:`route_samples`), worked out once per distinct
+    (host label, instance, file host): a scrape names a handful of hosts on every sample, and
+    :func:`~tracekit.core.identity.short_host`'s regexes need not run on each."""
+    has_instance = "instance" in _fields(samples)
+    learned = learn_hosts(samples.select("labels").unique().unnest("labels", separator="."),
+                          "labels.Hostname", "labels.instance") if has_instance else {}
+    mapping = IdentityMap({**learned, **identity.hosts}, identity.gpus)
+    keys = ["_named", "_instance", "snap_host"]
+    keyed = samples.with_columns(
+        label(samples, "Hostname", "hostname", "exported_Hostname", "exported_hostname")
+        .alias("_named"),
+        label(samples, "instance").alias("_instance"),
+    )
+    hosts = keyed.select(keys).unique().with_columns(pl.coalesce(
+        mapping.host(pl.col("_named")), mapping.host(pl.col("_instance")),
+        mapping.host(pl.col("snap_host")),
+    ).alias("host"))
+    return keyed.join(hosts, on=keys, how="left", nulls_equal=True, maintain_order="left") \
+        .drop("_named", "_instance")
 
 
 def _ib_glitches(samples: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
