@@ -90,9 +90,10 @@ def parse_exposition(lines: pl.DataFrame) -> Exposition:
     good, rejected = split_on_reason(candidates, reason)
     bad = rejected.select("line_no", "line", "reason")
     good = good.with_columns(pl.col("_labels").fill_null(""))
-    label_sets = _label_sets(good["_labels"].unique(maintain_order=True))
-    unreadable = good.join(label_sets, on="_labels", how="anti")
-    if unreadable.height:  # one label set polars cannot read fails alone
+    distinct = good["_labels"].unique(maintain_order=True)
+    label_sets = _label_sets(distinct)
+    if label_sets.height < len(distinct):  # one label set polars cannot read fails alone
+        unreadable = good.join(label_sets, on="_labels", how="anti")
         bad = pl.concat([bad, unreadable.select(
             "line_no", "line", pl.lit("malformed label set").alias("reason"))]).sort("line_no")
     good = good.join(label_sets, on="_labels", how="inner", maintain_order="left")
