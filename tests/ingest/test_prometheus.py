@@ -67,6 +67,23 @@ def test_parse_exposition_values_labels_and_timestamps():
     assert parsed.skipped == 3  # TYPE line, blank line, empty last line
 
 
+def test_lines_split_by_hand_and_by_the_regex_agree_and_keep_their_order():
+    parsed = parse_exposition(_lines(
+        'a{k="x} y",j="2"} 1 5\n'
+        "b\t2\t6\n"
+        'c{k="v"} 3\n'
+        "  d 4 7  \n"
+        "{__name__=\"e\"} 5\n"
+        "f 6 8 9\n"
+    ))
+    rows = parsed.samples
+    assert rows.select("line_no", "name", "value", "ts_ms").rows() == [
+        (1, "a", 1.0, 5), (2, "b", 2.0, 6), (3, "c", 3.0, None), (4, "d", 4.0, 7),
+        (5, "e", 5.0, None)]
+    assert rows["labels"].struct.field("k").to_list() == ["x} y", None, "v", None, None]
+    assert parsed.bad.select("line_no", "reason").rows() == [(6, "not a sample line")]
+
+
 def test_dcgm_exporter_sample_exact_rows(formats_dir):
     chunk = _read(PrometheusTextReader(), _source(formats_dir / "dcgm_exporter.prom"), {"ts": TS})
     gpu = chunk.tables["gpu_metrics"]

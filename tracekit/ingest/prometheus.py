@@ -48,6 +48,9 @@ _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _SAMPLE = rf"^\s*({_NAME})?\s*(?:\{{(.*)\}})?\s*(\S+)(?:\s+(-?\d+))?\s*$"
 _LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*\s*=\s*"(?:[^"\\]|\\[\\"n])*"'
 _LABEL_SET = rf"^\s*(?:{_LABEL}\s*(?:,\s*|$))*$"
+_SIMPLE_SAMPLE = rf"^(?:{_NAME}(?:\{{[^{{}}]*\}})?|\{{[^{{}}]*\}}) [^\s{{}}]+(?: -?[0-9]+)?$"
+"""A sample line as exporters print it: single spaces, no brace inside the label set or the
+value, so that it splits at its braces and spaces exactly where :data:`_SAMPLE` would."""
 _TYPE = rf"^#\s*TYPE\s+({_NAME})\s+(\w+)"
 
 
@@ -70,14 +73,11 @@ def parse_exposition(lines: pl.DataFrame) -> Exposition:
     (``promtool tsdb dump``) names samples that print none before them.
     """
     line = pl.col("line")
-    is_comment = line.str.strip_chars().str.starts_with("#") | (line.str.strip_chars() == "")
+    is_comment = line.str.contains(r"^\s*(?:#|$)")
     types = lines.filter(line.str.contains(_TYPE)).select(
         line.str.extract(_TYPE, 1).alias("name"), line.str.extract(_TYPE, 2).alias("type"),
     ).unique("name", keep="last")
-    candidates = lines.filter(~is_comment).with_columns(
-        line.str.extract_groups(_SAMPLE).struct.rename_fields(
-            ["_name", "_labels", "_value", "_ts"]).alias("m")
-    ).unnest("m")
+    candidates = _sample_parts(lines.filter(~is_comment))
     value = pl.col("_value").cast(pl.Float64, strict=False)
     reason = (
         pl.when(pl.col("_value").is_null()).then(pl.lit("not a sample line"))
@@ -89,29 +89,21 @@ def parse_exposition(lines: pl.DataFrame) -> Exposition:
     )
     good, rejected = split_on_reason(candidates, reason)
     bad = rejected.select("line_no", "line", "reason")
-    as_json = pl.concat_str(
-        pl.lit("{"),
-        pl.col("_labels").fill_null("").str.replace(r",\s*$", "")
-        .str.replace_all(r'(^|,)\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"', '${1}"${2}":"'),
-        pl.lit("}"),
-    )
-    texts = good.select(as_json.alias("labels")).to_series()
-    try:
-        labels = texts.str.json_decode(infer_schema_length=None) if len(texts) \
-            else pl.Series("labels", [], pl.Struct({}))
-    except pl.exceptions.ComputeError:  # one label set polars cannot read fails the batch
-        valid = pl.Series([_is_json(text) for text in texts])
-        bad = pl.concat([bad, good.filter(~valid).select(
+    good = good.with_columns(pl.col("_labels").fill_null(""))
+    distinct = good["_labels"].unique(maintain_order=True)
+    label_sets = _label_sets(distinct)
+    if label_sets.height < len(distinct):  # one label set polars cannot read fails alone
+        unreadable = good.join(label_sets, on="_labels", how="anti")
+        bad = pl.concat([bad, unreadable.select(
             "line_no", "line", pl.lit("malformed label set").alias("reason"))]).sort("line_no")
-        good, texts = good.filter(valid), texts.filter(valid)
-        labels = texts.str.json_decode(infer_schema_length=None) if len(texts) \
-            else pl.Series("labels", [], pl.Struct({}))
+    good = good.join(label_sets, on="_labels", how="inner", maintain_order="left")
     samples = good.select(
         "line_no",
         pl.col("_name").alias("name"),
         value.alias("value"),
         pl.col("_ts").cast(pl.Int64, strict=False).alias("ts_ms"),
-    ).with_columns(labels.alias("labels"))
+        "labels",
+    )
     if "__name__" in _fields(samples):
         samples = samples.with_columns(
             pl.coalesce("name", pl.col("labels").struct.field("__name__")).alias("name"))
@@ -123,6 +115,57 @@ def parse_exposition(lines: pl.DataFrame) -> Exposition:
         ).alias("type")
     )
     return Exposition(samples, bad, lines.height - candidates.height)
+
+
+def _sample_parts(lines: pl.DataFrame) -> pl.DataFrame:
+    """``lines`` with what :data:`_SAMPLE` captures (``_name``, ``_labels``, ``_value``,
+    ``_ts``). A line as exporters print it (:data:`_SIMPLE_SAMPLE`) splits with plain string
+    operations, several times cheaper than the regex's captures; only the others take them."""
+    line = pl.col("line")
+    simple = line.str.contains(_SIMPLE_SAMPLE)
+    split = _split_at(lines.filter(simple), "line", "}", ["_front", "_back"])
+    split = _split_at(split, "_front", "{", ["_head", "_labels"])
+    # name, value and timestamp once the label set is cut out: "name value ts"
+    words = pl.concat_str("_head", pl.col("_back").fill_null("")).alias("_words")
+    split = _split_at(split.with_columns(words), "_words", " ", ["_name", "_value", "_ts"])
+    split = split.select(*lines.columns, pl.col("_name").replace("", None), "_labels", "_value",
+                         "_ts")
+    captured = lines.filter(~simple).with_columns(
+        line.str.extract_groups(_SAMPLE).struct.rename_fields(
+            ["_name", "_labels", "_value", "_ts"]).alias("m")
+    ).unnest("m")
+    return pl.concat([split, captured]).sort("line_no") if captured.height else split
+
+
+def _split_at(frame: pl.DataFrame, column: str, by: str, parts: list[str]) -> pl.DataFrame:
+    """``frame`` with ``column`` split at its first ``len(parts) - 1`` ``by`` into ``parts``
+    (null where there are fewer)."""
+    return frame.with_columns(pl.col(column).str.split_exact(by, len(parts) - 1)
+                              .struct.rename_fields(parts).alias("_parts")).unnest("_parts")
+
+
+def _label_sets(texts: pl.Series) -> pl.DataFrame:
+    """Each distinct label text (``_labels``, ``a="1",b="2"``) read once into a struct
+    (``labels``, fields = the union of label names): a scrape repeats the same few label sets
+    on every series, so this reads a handful of texts, not every line. A text polars cannot
+    read is left out (the slow path, only when one fails the batch)."""
+    as_json = pl.concat_str(
+        pl.lit("{"),
+        pl.col("_labels").str.replace(r",\s*$", "")
+        .str.replace_all(r'(^|,)\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"', '${1}"${2}":"'),
+        pl.lit("}"),
+    )
+    frame = texts.to_frame("_labels").with_columns(as_json.alias("labels"))
+    try:
+        return _decoded(frame)
+    except pl.exceptions.ComputeError:
+        return _decoded(frame.filter(pl.Series([_is_json(text) for text in frame["labels"]])))
+
+
+def _decoded(frame: pl.DataFrame) -> pl.DataFrame:
+    texts = frame["labels"]
+    return frame.with_columns(texts.str.json_decode(infer_schema_length=None) if len(texts)
+                              else pl.Series("labels", [], pl.Struct({})))
 
 
 def _fields(samples: pl.DataFrame) -> list[str]:
@@ -183,16 +226,7 @@ def route_samples(samples: pl.DataFrame, identity: IdentityMap) -> Routed:
     Host is the ``Hostname`` / ``hostname`` label, else the scrape ``instance`` (through the
     aliases learned from rows carrying both, then ``identity``), else the file's host.
     """
-    learned = learn_hosts(samples.unnest("labels", separator="."), "labels.Hostname",
-                          "labels.instance") if "instance" in _fields(samples) else {}
-    mapping = IdentityMap({**learned, **identity.hosts}, identity.gpus)
-    host = pl.coalesce(
-        mapping.host(label(samples, "Hostname", "hostname", "exported_Hostname",
-                           "exported_hostname")),
-        mapping.host(label(samples, "instance")),
-        mapping.host(pl.col("snap_host")),
-    )
-    framed, bad = split_on_reason(samples.with_columns(host.alias("host")), value_problem(samples))
+    framed, bad = split_on_reason(_with_hosts(samples, identity), value_problem(samples))
     framed, glitches = _ib_glitches(framed.drop("reason"))
     framed = framed.drop("line")
     name = pl.col("name")
@@ -223,6 +257,28 @@ def route_samples(samples: pl.DataFrame, identity: IdentityMap) -> Routed:
         routed.notes.append("some samples name no host (no Hostname or instance label); pass "
                             "--option host=NAME")
     return routed
+
+
+def _with_hosts(samples: pl.DataFrame, identity: IdentityMap) -> pl.DataFrame:
+    """``samples`` with their ``host`` (see :func:`route_samples`), worked out once per distinct
+    (host label, instance, file host): a scrape names a handful of hosts on every sample, and
+    :func:`~tracekit.core.identity.short_host`'s regexes need not run on each."""
+    has_instance = "instance" in _fields(samples)
+    learned = learn_hosts(samples.select("labels").unique().unnest("labels", separator="."),
+                          "labels.Hostname", "labels.instance") if has_instance else {}
+    mapping = IdentityMap({**learned, **identity.hosts}, identity.gpus)
+    keys = ["_named", "_instance", "snap_host"]
+    keyed = samples.with_columns(
+        label(samples, "Hostname", "hostname", "exported_Hostname", "exported_hostname")
+        .alias("_named"),
+        label(samples, "instance").alias("_instance"),
+    )
+    hosts = keyed.select(keys).unique().with_columns(pl.coalesce(
+        mapping.host(pl.col("_named")), mapping.host(pl.col("_instance")),
+        mapping.host(pl.col("snap_host")),
+    ).alias("host"))
+    return keyed.join(hosts, on=keys, how="left", nulls_equal=True, maintain_order="left") \
+        .drop("_named", "_instance")
 
 
 def _ib_glitches(samples: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
