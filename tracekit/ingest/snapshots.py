@@ -25,6 +25,8 @@ TIMESTAMP_PATTERN = f"(?:{_ISO}|{_NUMERIC})"
 _MARKER_TS = rf"^\s*#.*\bts=({TIMESTAMP_PATTERN})"
 _MARKER_HOST = r"^\s*#.*\bhost=(\S+)"
 _BARE_TS = rf"^\s*(?:#\s*)?({TIMESTAMP_PATTERN})\s*$"
+_MAYBE_MARKER = r"^\s*[#\d]"
+"""What every line the three patterns above match starts with."""
 
 _FILE_NAME_TIMES = (
     (re.compile(r"(?<!\d)(\d{4})-?(\d\d)-?(\d\d)[T_ -]?(\d\d)[:\-]?(\d\d)[:\-]?(\d\d)(?!\d)"),
@@ -198,9 +200,18 @@ class SnapshotClock:
         with a ``line`` column."""
         line = pl.col("line")
         ts_text = pl.coalesce(line.str.extract(_MARKER_TS, 1), line.str.extract(_BARE_TS, 1))
+        # a marker starts with "#" or a time's digit: the extracts run on those lines only
+        # (three regexes on every line of a node_exporter file cost 0.13 CPU-s of 0.33)
+        found = (lines.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_at"), "line")
+                 .filter(line.str.contains(_MAYBE_MARKER))
+                 .select("_at", epoch_ns(ts_text).alias("_marker_ts"),
+                         line.str.extract(_MARKER_HOST, 1).alias("_marker_host")))
+        at = found["_at"]
         marked = lines.with_columns(
-            epoch_ns(ts_text).alias("_marker_ts"),
-            line.str.extract(_MARKER_HOST, 1).alias("_marker_host"),
+            pl.repeat(None, lines.height, dtype=pl.Int64, eager=True)
+            .scatter(at, found["_marker_ts"]).alias("_marker_ts"),
+            pl.repeat(None, lines.height, dtype=pl.String, eager=True)
+            .scatter(at, found["_marker_host"]).alias("_marker_host"),
         ).with_columns(pl.col("_marker_ts").is_not_null().alias("is_marker"))
         first_ts = self._ts_ns if self._ts_ns is not None else self.fallback_ts_ns
         first_host = self._host if self._host is not None else self.fallback_host
