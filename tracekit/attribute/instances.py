@@ -133,7 +133,8 @@ def _instances_on_grid(calls: pl.DataFrame, groups: pl.DataFrame
         arrivals = starts[cells]
         first = cells[np.arange(len(cells)), arrivals.argmin(axis=1)]
         kept = nranks[first] == width
-        parts.append(_order_statistics(cells[kept], arrivals[kept], ends, no_end))
+        cells, arrivals, first = cells[kept], arrivals[kept], first[kept]
+        parts.append((first, *_order_statistics(cells, arrivals, first, ends, no_end)))
     first, t_ns, last, lateness, transfer = (np.concatenate(p) for p in zip(*parts, strict=True))
     found = calls.select(_FIRST_ARRIVAL)[first].with_columns(
         t_ns=pl.Series(t_ns), last_rank=calls["rank"][last], lateness_s=pl.Series(lateness),
@@ -150,22 +151,21 @@ def _grid(call: np.ndarray, cell: np.ndarray, rows: int, width: int) -> np.ndarr
     return grid.reshape(rows, width)
 
 
-def _order_statistics(cells: np.ndarray, arrivals: np.ndarray, ends: np.ndarray,
-                      no_end: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Per grid row (an instance; its calls' issue times ``arrivals``): the call that arrived
-    first and the one that arrived last (ties: the lower rank first, as the sort by time then
-    rank orders them), start time, lateness and transfer (NaN without end times), in the
-    floating point arithmetic polars uses for them."""
+def _order_statistics(cells: np.ndarray, arrivals: np.ndarray, first: np.ndarray,
+                      ends: np.ndarray, no_end: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per grid row (an instance; its calls' issue times ``arrivals``, ``first`` the call that
+    arrived first): start time, the call that arrived last (ties: the lower rank first, as the
+    sort by time then rank orders them), lateness and transfer (NaN without end times), in
+    the floating point arithmetic polars uses for them."""
     index = np.arange(len(cells))
     width = cells.shape[1]
-    first = cells[index, arrivals.argmin(axis=1)]
     last = cells[index, width - 1 - arrivals[:, ::-1].argmax(axis=1)]
     ordered = np.sort(arrivals, axis=1)
     latest = ordered[:, -1].astype(np.float64)
     lateness = (latest - _median(ordered[:, :-1])) / 1e9
     transfer = np.maximum((_median(np.sort(ends[cells], axis=1)) - latest) / 1e9, 0.0)
     transfer[no_end[first]] = np.nan
-    return first, ordered[:, 0], last, lateness, transfer
+    return ordered[:, 0], last, lateness, transfer
 
 
 def _median(ordered: np.ndarray) -> np.ndarray:

@@ -40,8 +40,7 @@ def suspect_groups(now: pl.DataFrame, then: pl.DataFrame) -> pl.DataFrame:
         return now.with_columns(pl.lit(None, pl.Float64).alias("cluster_ratio"),
                                 pl.lit(None, pl.Float64).alias("self_ratio"),
                                 pl.lit(None, pl.Boolean).alias("suspect"))
-    then = then.select("group", "op", "bytes",
-                                      pl.col("transfer_s").alias("before_s"))
+    then = then.select("group", "op", "bytes", pl.col("transfer_s").alias("before_s"))
     cluster = pl.col("transfer_s").median().over("op", "bytes", "nranks")
     per_size = (now.join(then, on=["group", "op", "bytes"], how="left")
                 .with_columns((pl.col("transfer_s") / cluster).alias("cluster_ratio"),
