@@ -152,3 +152,24 @@ def test_editing_the_source_builds_a_new_library(tmp_path):
 
 def test_a_missing_source_is_no_kernel(tmp_path):
     assert compiled.load(tmp_path / "absent_kernel.c") is None
+
+
+def test_lazy_loads_once_for_threads_arriving_together(tmp_path, monkeypatch):
+    source = tmp_path / "spin_kernel.c"
+    source.write_text(SPIN_SOURCE)
+    loads, barrier, got = [], threading.Barrier(4), []
+    real_load = compiled.load
+    monkeypatch.setattr(compiled, "load", lambda path: loads.append(path) or real_load(path))
+    kernel = compiled.Lazy(source, lambda library: function(library, "spin"))
+
+    def first_use():
+        barrier.wait()
+        got.append(kernel()(1))
+
+    threads = [threading.Thread(target=first_use) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert (got, loads) == ([python_spin(1)] * 4, [source])
+    assert compiled.Lazy(tmp_path / "absent_kernel.c", lambda library: 1)() is None

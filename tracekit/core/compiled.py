@@ -27,8 +27,11 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
+from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
+from typing import Generic, TypeVar
 
 LOG = logging.getLogger(__name__)
 """Says when a kernel is built (once per machine and version)."""
@@ -39,6 +42,30 @@ serves a cluster of different CPUs), no ``-ffast-math`` and no fused multiply-ad
 emits by default where the CPU has it, e.g. on aarch64), so the arithmetic is IEEE's, as numpy's."""
 
 LIBRARY_SUFFIX = ".dll" if sys.platform == "win32" else ".so"
+
+Kernel = TypeVar("Kernel")
+
+
+class Lazy(Generic[Kernel]):
+    """A kernel loaded (or built) on the first call, once: ``Lazy(source, wrap)()`` is
+    ``wrap(load(source))``, or None where it cannot be built. Blocks are parsed on several
+    threads, and the first ones to arrive must not build it twice: a thread arriving while
+    another builds it waits (parsing its block without the kernel was measured slower)."""
+
+    def __init__(self, source: Path, wrap: Callable[[ctypes.CDLL], Kernel]):
+        self._source, self._wrap = source, wrap
+        self._kernel: Kernel | None = None
+        self._tried = False
+        self._loading = threading.Lock()
+
+    def __call__(self) -> Kernel | None:
+        if not self._tried:
+            with self._loading:
+                if not self._tried:
+                    library = load(self._source)
+                    self._kernel = None if library is None else self._wrap(library)
+                    self._tried = True
+        return self._kernel
 
 
 def load(source: Path) -> ctypes.CDLL | None:
