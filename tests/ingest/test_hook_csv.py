@@ -1,5 +1,5 @@
 """tracekit hook CSV reader: exact rows, nulls, bad rows quarantined, accounting, and the fast
-path agreeing with the line-by-line path."""
+path (with and without the compiled scan) agreeing with the line-by-line path."""
 
 from __future__ import annotations
 
@@ -14,6 +14,12 @@ from tracekit.ingest.hook_csv import HEADER, HookCsvReader
 
 ROW = ("7,1760434267000000000,180500,gpu-b03,88412,3,0,0x562f1f4d2e80,8,41,AllReduce,1024,9,"
        "0x7f,0x7f,-1")
+
+
+@pytest.fixture(autouse=True, params=[True, False], ids=["compiled-scan", "polars-only"])
+def parser(request, monkeypatch):
+    """Every test runs with the compiled scan as the fast path's first tier and without it."""
+    monkeypatch.setattr(hook_csv, "COMPILED_SCAN", request.param)
 
 
 def read(text: str):

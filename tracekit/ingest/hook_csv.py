@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 
 from tracekit.core import schema
-from tracekit.ingest import nccl_names
+from tracekit.ingest import hook_csv_scan, nccl_names
 from tracekit.ingest.base import (
     Chunk,
     LineBatch,
@@ -42,6 +42,9 @@ CSV_SCHEMA = {c: pl.Int64 if c in NUMERIC_COLUMNS else pl.String for c in COLUMN
 FAST_PATH_FIELDS = [i for i, c in enumerate(COLUMNS) if c not in ("sendbuff", "recvbuff")]
 """Fields the fast path converts: the buffer pointers are free text no table keeps, and
 skipping them saves a fifth of the CSV parse."""
+COMPILED_SCAN = True
+"""Whether a block is offered to the compiled scan (:mod:`~tracekit.ingest.hook_csv_scan`)
+before polars' CSV reader; the tests run the reader both ways."""
 
 
 class HookCsvReader(Reader):
@@ -81,17 +84,55 @@ def _parse_fast(block: bytes) -> tuple[bytes, Chunk | None]:
 
 
 def _parse_block(block: bytes) -> Chunk | None:
-    """The fast path: a block of well-formed rows (and at most a header line first) parsed by
-    polars' CSV reader in one call. None when the block holds anything else (comments, blank
-    lines, a bad row, undecodable bytes), so that :func:`_parse_lines` accounts for every line
-    with its number."""
+    """The fast path: a block of well-formed rows (and at most a header line first) parsed in
+    one piece, by the compiled scan when it takes the block, else by polars' CSV reader. None
+    when the block holds anything else (comments, blank lines, a bad row, undecodable bytes),
+    so that :func:`_parse_lines` accounts for every line with its number."""
     first_end = block.find(b"\n") + 1 or len(block)
     has_header = block[:first_end].rstrip(b"\r\n") == HEADER.encode()
     data = block[first_end:] if has_header else block
-    if b"#" in data or data.startswith(POLARS_DECOMPRESSES):  # polars would decompress it
+    if data.startswith(POLARS_DECOMPRESSES):  # polars would decompress it
         return None
     if not data:
         return Chunk(lines=int(has_header), skipped=int(has_header), bytes_read=len(block))
+    collectives = _scanned_collectives(data) if COMPILED_SCAN else None
+    if collectives is None:
+        collectives = _read_collectives(data)
+    if collectives is None:
+        return None
+    return Chunk(tables={"collectives": collectives}, lines=collectives.height + has_header,
+                 skipped=int(has_header), bytes_read=len(block))
+
+
+def _scanned_collectives(data: bytes) -> pl.DataFrame | None:
+    """The ``collectives`` rows of a block the compiled scan takes, the frame
+    :func:`_read_collectives` gives; None when it refuses the block. The texts are gathered
+    from the block's few distinct ones and the dtype names from a table by code."""
+    scanned = hook_csv_scan.scan(data)
+    if scanned is None:
+        return None
+    strings = pl.lit(scanned.strings)
+
+    def known(column: str) -> pl.Expr:  # the scan writes -1 for null
+        return pl.when(pl.col(column) >= 0).then(pl.col(column))
+
+    return schema.conform("collectives", scanned.rows.select(
+        pl.col("rank", "cuda_dev", "nranks").cast(pl.Int32),
+        strings.gather(pl.col("host_id")).alias("host"),
+        strings.gather(pl.col("comm_id")).alias("comm"),
+        pl.lit(scanned.op_names).gather(pl.col("op_id")).alias("op"),
+        pl.lit(hook_csv_scan.DTYPE_NAMES).gather(pl.col("datatype")).alias("dtype"),
+        pl.col("pid", "seq", "count", "bytes", "t_start_ns"),
+        known("peer").cast(pl.Int32),
+        known("t_end_ns"),
+    ))
+
+
+def _read_collectives(data: bytes) -> pl.DataFrame | None:
+    """The ``collectives`` rows of a block of well-formed rows read by one typed
+    ``polars.read_csv`` call; None when the block holds anything else."""
+    if b"#" in data:
+        return None
     try:
         rows = pl.read_csv(data, has_header=False, schema=CSV_SCHEMA, columns=FAST_PATH_FIELDS,
                            quote_char=None, empty_string_is_null=False)
@@ -102,8 +143,7 @@ def _parse_block(block: bytes) -> Chunk | None:
     collectives = _collectives(rows)
     if collectives["op"].null_count() or collectives["dtype"].null_count():
         return None
-    return Chunk(tables={"collectives": collectives}, lines=rows.height + has_header,
-                 skipped=int(has_header), bytes_read=len(block))
+    return collectives
 
 
 def _well_formed(data: bytes, rows: pl.DataFrame) -> bool:
