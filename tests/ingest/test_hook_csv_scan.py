@@ -46,7 +46,10 @@ def test_values_of_a_well_formed_block():
         (3, "gpu-b03", 88412, 0, "0x562f1f4d2e80", 8, "allreduce", 41, 3, 7, 12, -1,
          1760434267000000000, 1760434267000180500),
     ]
-    assert rows.dtypes == [pl.Int64] * 11 + [pl.String] * 3
+    assert dict(rows.schema) == {
+        **dict.fromkeys(hook_csv_scan.WIDE_FIELDS, pl.Int64),
+        **dict.fromkeys(("rank", "cuda_dev", "nranks", "peer"), pl.Int32), "datatype": pl.UInt32,
+        "host": pl.String, "comm": pl.String, "op": pl.String}
 
 
 @pytest.mark.parametrize(("end", "terminated"), [("\n", True), ("\r\n", True), ("\n", False),
@@ -63,6 +66,12 @@ def test_each_distinct_text_is_stored_once():
                                          "0x7f3a5c001200", "Broadcast"]
     assert result.op_names.to_list() == [None, None, "allreduce", None, "broadcast"]
     assert result.rows.select("host_id", "comm_id", "op_id").rows() == [(0, 1, 2), (0, 3, 4)] * 2
+
+
+def test_rows_much_shorter_than_the_first_are_scanned_again_with_more_room():
+    first = ROW.replace("gpu-b03", "gpu-" + "b" * 400)
+    rows = scanned(first, *[ROW] * 20)
+    assert rows["host"].to_list() == ["gpu-" + "b" * 400] + ["gpu-b03"] * 20
 
 
 def test_numbers_at_the_edges_of_their_range():

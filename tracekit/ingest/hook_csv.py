@@ -117,13 +117,13 @@ def _scanned_collectives(data: bytes) -> pl.DataFrame | None:
         return pl.when(pl.col(column) >= 0).then(pl.col(column))
 
     return schema.conform("collectives", scanned.rows.select(
-        pl.col("rank", "cuda_dev", "nranks").cast(pl.Int32),
+        pl.col("rank", "cuda_dev", "nranks"),
         strings.gather(pl.col("host_id")).alias("host"),
         strings.gather(pl.col("comm_id")).alias("comm"),
         pl.lit(scanned.op_names).gather(pl.col("op_id")).alias("op"),
         pl.lit(hook_csv_scan.DTYPE_NAMES).gather(pl.col("datatype")).alias("dtype"),
         pl.col("pid", "seq", "count", "bytes", "t_start_ns"),
-        known("peer").cast(pl.Int32),
+        known("peer"),
         known("t_end_ns"),
     ))
 

@@ -5,23 +5,24 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Rows of the fields array: the order of FIELDS in hook_csv_scan.py. */
-enum { RANK, HOST_ID, PID, CUDA_DEV, COMM_ID, NRANKS, OP_ID, SEQ, COUNT, DATATYPE, BYTES, PEER,
-       T_START_NS, T_END_NS };
+/* The output columns: WIDE_FIELDS (int64) and NARROW_FIELDS (32 bits) of hook_csv_scan.py. */
+enum { PID, SEQ, COUNT, BYTES, T_START_NS, T_END_NS };
+enum { RANK, CUDA_DEV, NRANKS, PEER, HOST_ID, COMM_ID, OP_ID, DATATYPE };
 /* KIND_HOST ... KIND_OP of hook_csv_scan.py: which fields a distinct string was read from. */
 enum { KIND_HOST = 1, KIND_COMM = 2, KIND_OP = 4 };
 /* What a null peer or end time is written as (both are non-negative when known). */
 #define UNKNOWN (-1)
 #define REFUSED (-1)
+#define FULL (-2)
 #define INT32_LIMIT INT64_C(2147483647)
 
-/* The block and the scan's outputs: the fields array (one column of `capacity` per field), the distinct
- * strings as rows of (offset, length, hash, kinds), their open-addressing table of -1 or ids. */
+/* The block and the scan's outputs: the columns (`capacity` values each), the distinct strings
+ * as rows of (offset, length, hash, kinds), their open-addressing table of -1 or ids. */
 typedef struct {
     const uint8_t *data;
     int64_t size;
-    int64_t *fields;
-    int64_t capacity;
+    int64_t **wide;
+    int32_t **narrow;
     int64_t *strings;
     int64_t max_strings;
     int64_t *table;
@@ -29,7 +30,8 @@ typedef struct {
     int64_t used;
 } Scan;
 
-#define FIELD(scan, field, row) ((scan)->fields[(int64_t)(field) * (scan)->capacity + (row)])
+#define WIDE(scan, field, row) ((scan)->wide[field][row])
+#define NARROW(scan, field, row) ((scan)->narrow[field][row])
 
 /* Where the compiler has the builtins and bytes are little-endian, numbers and texts are read
  * eight bytes at a time (SWAR: SIMD within a register), a third of the CPU of a byte at a time;
@@ -248,18 +250,19 @@ static inline int64_t line_end(const Scan *scan, int64_t pos)
 static int64_t row_at(Scan *scan, int64_t start, int64_t row, const int64_t *dtype_bytes,
                       int64_t dtype_codes)
 {
-    int64_t ignored, duration, t_call, count, datatype, peer;
+    int64_t ignored, duration, t_call, host, pid, rank, device, comm, nranks, seq, op, count,
+        datatype, peer;
     int64_t pos = count_field(scan, start, INT64_MAX, &ignored);              /* event_id */
     pos = count_field(scan, pos, INT64_MAX, &t_call);
     pos = comma(scan, optional_field(scan, pos, &duration));
-    pos = string_field(scan, pos, KIND_HOST, &FIELD(scan, HOST_ID, row));
-    pos = count_field(scan, pos, INT64_MAX, &FIELD(scan, PID, row));
-    pos = count_field(scan, pos, INT32_LIMIT, &FIELD(scan, RANK, row));
-    pos = count_field(scan, pos, INT32_LIMIT, &FIELD(scan, CUDA_DEV, row));
-    pos = string_field(scan, pos, KIND_COMM, &FIELD(scan, COMM_ID, row));
-    pos = count_field(scan, pos, INT32_LIMIT, &FIELD(scan, NRANKS, row));
-    pos = count_field(scan, pos, INT64_MAX, &FIELD(scan, SEQ, row));
-    pos = string_field(scan, pos, KIND_OP, &FIELD(scan, OP_ID, row));
+    pos = string_field(scan, pos, KIND_HOST, &host);
+    pos = count_field(scan, pos, INT64_MAX, &pid);
+    pos = count_field(scan, pos, INT32_LIMIT, &rank);
+    pos = count_field(scan, pos, INT32_LIMIT, &device);
+    pos = string_field(scan, pos, KIND_COMM, &comm);
+    pos = count_field(scan, pos, INT32_LIMIT, &nranks);
+    pos = count_field(scan, pos, INT64_MAX, &seq);
+    pos = string_field(scan, pos, KIND_OP, &op);
     pos = count_field(scan, pos, INT64_MAX, &count);
     pos = count_field(scan, pos, dtype_codes - 1, &datatype);
     pos = text_field(scan, pos);                                              /* sendbuff */
@@ -269,31 +272,39 @@ static int64_t row_at(Scan *scan, int64_t start, int64_t row, const int64_t *dty
         || peer < -INT32_LIMIT - 1 || peer > INT32_LIMIT
         || (duration >= 0 && t_call > INT64_MAX - duration))
         return REFUSED;
-    FIELD(scan, COUNT, row) = count;
-    FIELD(scan, DATATYPE, row) = datatype;
-    FIELD(scan, BYTES, row) = count * dtype_bytes[datatype];
-    FIELD(scan, PEER, row) = peer < 0 ? UNKNOWN : peer;
-    FIELD(scan, T_START_NS, row) = t_call;
-    FIELD(scan, T_END_NS, row) = duration < 0 ? UNKNOWN : t_call + duration;
+    WIDE(scan, PID, row) = pid;
+    WIDE(scan, SEQ, row) = seq;
+    WIDE(scan, COUNT, row) = count;
+    WIDE(scan, BYTES, row) = count * dtype_bytes[datatype];
+    WIDE(scan, T_START_NS, row) = t_call;
+    WIDE(scan, T_END_NS, row) = duration < 0 ? UNKNOWN : t_call + duration;
+    NARROW(scan, RANK, row) = (int32_t)rank;
+    NARROW(scan, CUDA_DEV, row) = (int32_t)device;
+    NARROW(scan, NRANKS, row) = (int32_t)nranks;
+    NARROW(scan, PEER, row) = peer < 0 ? UNKNOWN : (int32_t)peer;
+    NARROW(scan, HOST_ID, row) = (int32_t)host;
+    NARROW(scan, COMM_ID, row) = (int32_t)comm;
+    NARROW(scan, OP_ID, row) = (int32_t)op;
+    NARROW(scan, DATATYPE, row) = (int32_t)datatype;
     return pos;
 }
 
 /* Scan data[0:size], whole rows, the last one maybe without its line end. The caller
- * allocates: fields (14 x capacity), strings (max_strings x 4), table (2 * max_strings, a power
- * of two, all -1); dtype_bytes[code] is a datatype's element size, 0 when unknown. Returns the
- * number of rows, or -1 when any line is not a well-formed row (or there are more rows than
- * capacity, more strings than max_strings); *strings_used receives the number of distinct
- * strings. */
+ * allocates: the columns wide (6 of int64) and narrow (8 of 32 bits), capacity values each;
+ * strings (max_strings x 4); table (2 * max_strings, a power of two, all -1). dtype_bytes[code]
+ * is a datatype's element size, 0 when unknown. Returns the number of rows, -1 when any line is
+ * not a well-formed row (or there are more strings than max_strings), -2 when there are more
+ * rows than capacity; *strings_used receives the number of distinct strings. */
 int64_t hook_csv_scan(const uint8_t *data, int64_t size, const int64_t *dtype_bytes,
-                      int64_t dtype_codes, int64_t *fields, int64_t capacity, int64_t *strings,
-                      int64_t max_strings, int64_t *table, int64_t *strings_used)
+                      int64_t dtype_codes, int64_t **wide, int32_t **narrow, int64_t capacity,
+                      int64_t *strings, int64_t max_strings, int64_t *table,
+                      int64_t *strings_used)
 {
-    Scan scan = {data, size, fields, capacity, strings, max_strings, table, 2 * max_strings - 1,
-                 0};
+    Scan scan = {data, size, wide, narrow, strings, max_strings, table, 2 * max_strings - 1, 0};
     int64_t rows = 0, pos = 0;
     while (pos < size) {
         if (rows == capacity)
-            return REFUSED;
+            return FULL;
         pos = row_at(&scan, pos, rows, dtype_bytes, dtype_codes);
         if (pos < 0)
             return REFUSED;
