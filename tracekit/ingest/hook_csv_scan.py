@@ -108,7 +108,8 @@ def _kernel(function):
 compiled = compiled_kernels.Lazy(Path(__file__).with_suffix(".c"),
                                  lambda library: _kernel(library.hook_csv_scan))
 """The scan, ``compiled()(block array, room for rows) -> (rows, columns, strings)`` (rows -1
-for a refused block, :data:`FULL` for one with more rows), or None where it cannot be built; built once by the C compiler and cached."""
+for a refused block, :data:`FULL` for one with more rows), or None where it cannot be built;
+built once by the C compiler and cached."""
 
 
 def scan(data: bytes) -> ScannedRows | None:
