@@ -336,6 +336,14 @@ PART_ROWS = 1_000_000
 """A source's rows are written once this many are buffered (and at its end), not per reader
 chunk: with the hive layout by rank, per-chunk writes made one small file per rank per 16 MiB."""
 
+CODED_COLUMNS = ("job", "host", "comm", "op", "dtype")
+"""String columns of few distinct values (the job, host names, communicator handles, operation
+and element type names) that a source's rows hold as Categorical codes from the reader to the
+parts, which store them as String (:meth:`~tracekit.core.dataset.Dataset.write_file`): each
+value is hashed once, by the cast, where the Parquet writer hashed a String column twice (its
+distinct-count estimate and its dictionary), and the rank split gathers codes instead of
+strings."""
+
 PART_NAME = "{prefix}-{n:05d}.{token}"
 """File name (less ``.parquet``) of a source's part ``n``: ``prefix`` is 16 hex digits of its
 content hash, or a hidden ``.staged`` until the hash is known; ``token`` is this ingest's, so
@@ -361,8 +369,13 @@ class _PartWriter:
         """(table, file, statistics) of every part written under its staged name."""
         self.background: ThreadPoolExecutor | None = None
         self.writing: Future[None] | None = None
+        self.codes = pl.Categorical(pl.Categories.random())
+        """The codes of :data:`CODED_COLUMNS`: the source's own, freed with it (the global
+        categories would keep every communicator handle of every source of the process)."""
 
     def add(self, name: str, frame: pl.DataFrame) -> None:
+        coded = [column for column in CODED_COLUMNS if frame.schema.get(column) == pl.String]
+        frame = frame.with_columns(pl.col(coded).cast(self.codes))
         for folder, piece in _layout(name, frame):
             self.pending.setdefault((name, folder), []).append(piece)
         self.buffered_rows += frame.height
