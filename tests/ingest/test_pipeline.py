@@ -192,6 +192,12 @@ def test_a_chunk_of_interleaved_ranks_goes_to_one_folder_per_rank_in_row_order()
     one_rank = chunk.filter(pl.col("rank") == 2)
     assert [(folder, piece.equals(one_rank)) for folder, piece in
             pipeline._layout("collectives", one_rank)] == [("rank=2/", True)]
+    wide = pl.DataFrame({"rank": [70_000, 3, None, 3, -1, 70_000], "seq": range(6)},
+                        schema={"rank": pl.Int32, "seq": pl.Int64})  # ranks beyond 16-bit keys
+    assert {folder: piece["seq"].to_list() for folder, piece in
+            pipeline._layout("collectives", wide)} == {
+        f"rank={pipeline.HIVE_NULL}/": [2], "rank=-1/": [4], "rank=3/": [1, 3],
+        "rank=70000/": [0, 5]}
 
 
 def test_named_columns_travel_as_the_sources_codes_and_read_back_as_strings(tmp_path):
