@@ -438,9 +438,10 @@ class _PartWriter:
 def _layout(name: str, frame: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
     """Which folder of table ``name`` a chunk's rows go to: the table's own, or one per rank.
     A chunk of interleaved ranks is put in rank order (:func:`_rank_order`) and cut into
-    slices, 0.7x the CPU of ``partition_by``; splitting each chunk as it comes costs the same
-    as splitting the buffered rows at once, and a chunk already in rank order (one per-process
-    file) is not copied."""
+    slices: on chunks of 16 ranks with coded names, 0.75-0.85x the CPU of polars' stable sort
+    and about that of ``partition_by`` (0.8-1.0x). Splitting each chunk as it comes costs the
+    same as splitting the buffered rows at once, and a chunk already in rank order (one
+    per-process file) is not copied."""
     if name not in HIVE_BY_RANK:
         return [("", frame)]
     if not frame["rank"].is_sorted():
