@@ -200,7 +200,8 @@ def test_a_chunk_of_interleaved_ranks_goes_to_one_folder_per_rank_in_row_order()
         "rank=70000/": [0, 5]}
 
 
-def test_named_columns_travel_as_the_sources_codes_and_read_back_as_strings(tmp_path):
+def test_named_columns_travel_as_the_sources_codes_and_read_back_as_strings(tmp_path,
+                                                                             monkeypatch):
     import polars as pl
 
     from tracekit import create_dataset
@@ -211,12 +212,18 @@ def test_named_columns_travel_as_the_sources_codes_and_read_back_as_strings(tmp_
     calls = read_all(hook_csv.READERS[0], file_source(log)).tables["collectives"].with_columns(
         pl.lit("ds", pl.String).alias("job"))
     dataset = create_dataset(tmp_path / "ds", job="ds")
+    small = pipeline._PartWriter(dataset)
+    small.add("collectives", calls)  # 7 rows: not worth coding
+    assert small.codes == {"collectives": pl.String}
+    monkeypatch.setattr(pipeline, "CODED_MIN_ROWS", len(calls))
     writer, other = pipeline._PartWriter(dataset), pipeline._PartWriter(dataset)
-    assert writer.codes != other.codes  # each source's own, not the process' global ones
     writer.add("collectives", calls)
+    other.add("collectives", calls)
+    codes = writer.codes["collectives"]
+    assert codes != other.codes["collectives"]  # each source's own, not the process' global
     buffered = pl.concat([frame for frames in writer.pending.values() for frame in frames])
     assert [column for column, dtype in buffered.schema.items()
-            if dtype == writer.codes] == list(pipeline.CODED_COLUMNS)
+            if dtype == codes] == list(pipeline.CODED_COLUMNS)
     writer.close()
     dataset.list_files("source", writer.publish("0" * 16))
     table = dataset["collectives"].collect()

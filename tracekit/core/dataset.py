@@ -235,10 +235,11 @@ class Dataset:
         A Categorical column in place of a String one is stored as that String
         (:func:`_canonical_arrow_schema`). Raises SchemaError (naming table and column) on a
         mismatched frame."""
+        canonical = schema.table(name).schema
         strings = [column for column, dtype in frame.schema.items()
-                   if isinstance(dtype, pl.Categorical)
-                   and schema.table(name).schema.get(column) == pl.String]
-        schema.validate(name, frame.lazy().with_columns(pl.col(strings).cast(pl.String)))
+                   if isinstance(dtype, pl.Categorical) and canonical.get(column) == pl.String]
+        schema.validate(name, frame.lazy().with_columns(pl.col(strings).cast(pl.String))
+                        if strings else frame)
         file = f"{stem}.parquet"
         stats = _stats_from_rows(name, frame)
         write_parquet(frame, self.path / name / file, {

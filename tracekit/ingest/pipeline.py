@@ -345,6 +345,13 @@ value is hashed once, by the cast, where the Parquet writer hashed a String colu
 distinct-count estimate and its dictionary), and the rank split gathers codes instead of
 strings."""
 
+CODED_MIN_ROWS = 10_000
+"""A table's first frame from a source must have this many rows for its names to be coded:
+the codes cost a source's writer 0.2 ms more (the cast's and the categories' fixed costs) and
+save 20-60 ns a row (NCCL, hook CSV rows), so a table of fewer than 3,000-10,000 rows loses.
+Readers hand whole blocks (16 MiB, 80-130 k calls), so a small first frame is a small file
+(one per process, an archive's member), kept as String."""
+
 PART_NAME = "{prefix}-{n:05d}.{token}"
 """File name (less ``.parquet``) of a source's part ``n``: ``prefix`` is 16 hex digits of its
 content hash, or a hidden ``.staged`` until the hash is known; ``token`` is this ingest's, so
@@ -370,13 +377,19 @@ class _PartWriter:
         """(table, file, statistics) of every part written under its staged name."""
         self.background: ThreadPoolExecutor | None = None
         self.writing: Future[None] | None = None
-        self.codes = pl.Categorical(pl.Categories.random())
-        """The codes of :data:`CODED_COLUMNS`: the source's own, freed with it (the global
-        categories would keep every communicator handle of every source of the process)."""
+        self.codes: dict[str, pl.DataType] = {}
+        """Each table's dtype for :data:`CODED_COLUMNS` (:data:`CODED_MIN_ROWS`): Categorical
+        with the source's own categories, freed with it (the global ones would keep every
+        communicator handle of every source of the process), or String."""
 
     def add(self, name: str, frame: pl.DataFrame) -> None:
-        coded = [column for column in CODED_COLUMNS if frame.schema.get(column) == pl.String]
-        frame = frame.with_columns(pl.col(coded).cast(self.codes))
+        if name not in self.codes:
+            self.codes[name] = (pl.Categorical(pl.Categories.random())
+                                if frame.height >= CODED_MIN_ROWS else pl.String)
+        columns = frame.schema  # a new Schema object at each call
+        if self.codes[name] != pl.String and (coded := [
+                column for column in CODED_COLUMNS if columns.get(column) == pl.String]):
+            frame = frame.with_columns(pl.col(coded).cast(self.codes[name]))
         for folder, piece in _layout(name, frame):
             self.pending.setdefault((name, folder), []).append(piece)
         self.buffered_rows += frame.height
