@@ -422,8 +422,9 @@ def _canonical_arrow_schema(name: str) -> str:
     """The Arrow schema polars stores in a part of table ``name`` written with its canonical
     dtypes. Given as a part's own footer entry, it stores a Categorical column as the String it
     stands for: its pages are the dictionary pages a String column gets, written from the
-    codes as they are instead of hashing every value again (the ingest's constant ``job``
-    column cost more to encode than any integer column), and every reader gets String back."""
+    codes as they are instead of hashing every value again, and every reader (polars with or
+    without the canonical schema, pyarrow) gets String back; without it polars stores a
+    dictionary type, which ``scan_parquet`` with the canonical schema refuses."""
     buffer = io.BytesIO()
     schema.table(name).empty().write_parquet(buffer)
     return pl.read_parquet_metadata(buffer.getvalue())[ARROW_SCHEMA_KEY]

@@ -470,8 +470,8 @@ def _layout(name: str, frame: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
 def _rank_order(rank: pl.Series) -> np.ndarray:
     """The positions that put ``rank`` in order, stable, rows without a rank first. A chunk's
     ranks span far fewer than 2^16 values, and numpy's stable sort of 16-bit keys is a radix
-    sort: 0.2x the CPU of polars' stable sort of the Int32 column, which merge-sorts
-    (position, rank) pairs."""
+    sort: 0.2x the CPU of polars' arg sort of the Int32 column (its stable sort merge-sorts
+    (position, rank) pairs)."""
     below = (rank.min() or 0) - 1
     keys = (rank.fill_null(below) - below).to_numpy()
     if keys.max() < 2**16:
