@@ -119,6 +119,22 @@ def test_mismatched_frame_is_refused_and_nothing_written(tmp_path):
     assert not dataset.has_table("iterations")
 
 
+def test_a_categorical_column_is_stored_as_its_canonical_string(tmp_path):
+    import pyarrow.parquet as pq
+
+    dataset = create_dataset(tmp_path / "ds", job="job-a")
+    frame = iterations_frame(3).with_columns(pl.col("job", "source").cast(pl.Categorical))
+    part = dataset.write_part("iterations", frame, "data")
+    assert dataset["iterations"].collect().equals(iterations_frame(3))
+    assert pl.read_parquet(part).schema == schema.ITERATIONS.schema
+    assert pq.read_schema(part).field("job").type == pq.read_schema(part).field("quality").type
+    assert pl.read_parquet_metadata(part)["ARROW:schema"] == \
+        dataset_module._canonical_arrow_schema("iterations")
+    with pytest.raises(SchemaError, match="'iterations'.*'iteration' has dtype Categorical"):
+        dataset.write_part("iterations", frame.with_columns(
+            pl.col("iteration").cast(pl.String).cast(pl.Categorical)), "data")
+
+
 def test_interrupted_write_leaves_previous_table_intact(tmp_path, monkeypatch):
     dataset = create_dataset(tmp_path / "ds")
     dataset.write_table("iterations", iterations_frame(3))

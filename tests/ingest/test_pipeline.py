@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from tests.ingest.collective_helpers import file_source, read_all
 from tracekit import open_dataset
 from tracekit.core.errors import InputError
 from tracekit.ingest import base, hook_csv, pipeline, sources
@@ -191,6 +192,45 @@ def test_a_chunk_of_interleaved_ranks_goes_to_one_folder_per_rank_in_row_order()
     one_rank = chunk.filter(pl.col("rank") == 2)
     assert [(folder, piece.equals(one_rank)) for folder, piece in
             pipeline._layout("collectives", one_rank)] == [("rank=2/", True)]
+    wide = pl.DataFrame({"rank": [70_000, 3, None, 3, -1, 70_000], "seq": range(6)},
+                        schema={"rank": pl.Int32, "seq": pl.Int64})  # ranks beyond 16-bit keys
+    assert {folder: piece["seq"].to_list() for folder, piece in
+            pipeline._layout("collectives", wide)} == {
+        f"rank={pipeline.HIVE_NULL}/": [2], "rank=-1/": [4], "rank=3/": [1, 3],
+        "rank=70000/": [0, 5]}
+
+
+def test_named_columns_travel_as_the_sources_codes_and_read_back_as_strings(tmp_path,
+                                                                             monkeypatch):
+    import polars as pl
+
+    from tracekit import create_dataset
+    from tracekit.core import schema
+
+    log = tmp_path / "two-ranks.csv"
+    log.write_text(hook_log(0, 4) + "\n".join(hook_log(1, 3).splitlines()[1:]) + "\n")
+    calls = read_all(hook_csv.READERS[0], file_source(log)).tables["collectives"].with_columns(
+        pl.lit("ds", pl.String).alias("job"))
+    dataset = create_dataset(tmp_path / "ds", job="ds")
+    small = pipeline._PartWriter(dataset)
+    small.add("collectives", calls)  # 7 rows: not worth coding
+    assert small.codes == {"collectives": pl.String}
+    monkeypatch.setattr(pipeline, "CODED_MIN_ROWS", len(calls))
+    writer, other = pipeline._PartWriter(dataset), pipeline._PartWriter(dataset)
+    writer.add("collectives", calls)
+    other.add("collectives", calls)
+    codes = writer.codes["collectives"]
+    assert codes != other.codes["collectives"]  # each source's own, not the process' global
+    buffered = pl.concat([frame for frames in writer.pending.values() for frame in frames])
+    assert [column for column, dtype in buffered.schema.items()
+            if dtype == codes] == list(pipeline.CODED_COLUMNS)
+    writer.close()
+    dataset.list_files("source", writer.publish("0" * 16))
+    table = dataset["collectives"].collect()
+    assert table.schema == schema.COLLECTIVES.schema
+    assert table.sort("rank", "seq").equals(calls.sort("rank", "seq"))
+    assert [pl.read_parquet(part).schema for part in dataset.parts("collectives")] == \
+        [schema.COLLECTIVES.schema] * 2
 
 
 def test_a_source_failing_midway_leaves_no_parts_and_no_staged_files(tmp_path, monkeypatch):

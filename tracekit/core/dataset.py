@@ -21,6 +21,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import hashlib
+import io
 import json
 import os
 import time
@@ -29,6 +30,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -230,11 +232,18 @@ class Dataset:
     def write_file(self, name: str, frame: pl.DataFrame, stem: str) -> tuple[str, dict[str, Any]]:
         """Write ``frame`` as the file ``<stem>.parquet`` of table ``name``, not listed (so
         invisible) until :meth:`list_files`; its name in the table and its statistics.
-        Raises SchemaError (naming table and column) on a mismatched frame."""
-        schema.validate(name, frame)
+        A Categorical column in place of a String one is stored as that String
+        (:func:`_canonical_arrow_schema`). Raises SchemaError (naming table and column) on a
+        mismatched frame."""
+        canonical = schema.table(name).schema
+        strings = [column for column, dtype in frame.schema.items()
+                   if isinstance(dtype, pl.Categorical) and canonical.get(column) == pl.String]
+        schema.validate(name, frame.lazy().with_columns(pl.col(strings).cast(pl.String))
+                        if strings else frame)
         file = f"{stem}.parquet"
         stats = _stats_from_rows(name, frame)
-        write_parquet(frame, self.path / name / file, {PART_STATS_KEY: json.dumps(stats)})
+        write_parquet(frame, self.path / name / file, {
+            PART_STATS_KEY: json.dumps(stats), ARROW_SCHEMA_KEY: _canonical_arrow_schema(name)})
         self._stats[name, file] = stats
         return file, stats
 
@@ -402,6 +411,23 @@ class Dataset:
 PART_STATS_KEY = "tracekit.stats"
 """Parquet footer key of a part's statistics (JSON): rows, first and last time, and its
 distinct ranks and hosts (those columns the table has)."""
+
+
+ARROW_SCHEMA_KEY = "ARROW:schema"
+"""Parquet footer key of the Arrow schema that readers (polars, pyarrow) give a file's columns."""
+
+
+@cache
+def _canonical_arrow_schema(name: str) -> str:
+    """The Arrow schema polars stores in a part of table ``name`` written with its canonical
+    dtypes. Given as a part's own footer entry, it stores a Categorical column as the String it
+    stands for: its pages are the dictionary pages a String column gets, written from the
+    codes as they are instead of hashing every value again, and every reader (polars with or
+    without the canonical schema, pyarrow) gets String back; without it polars stores a
+    dictionary type, which ``scan_parquet`` with the canonical schema refuses."""
+    buffer = io.BytesIO()
+    schema.table(name).empty().write_parquet(buffer)
+    return pl.read_parquet_metadata(buffer.getvalue())[ARROW_SCHEMA_KEY]
 
 
 def _stats_from_rows(name: str, frame: pl.DataFrame | pl.LazyFrame) -> dict[str, Any]:
