@@ -97,7 +97,7 @@ def compiled():
 def _kernel(function):
     """The C function wrapped to take the block and return numpy arrays, which it allocates:
     ``fields`` has a column per possible accepted line, ``strings`` rows of (offset, length,
-    hash), ``runs`` rows of (first line index, line count)."""
+    hash, first two words), ``runs`` rows of (first line index, line count)."""
     int64s = np.ctypeslib.ndpointer(np.int64, flags="C_CONTIGUOUS")
     function.argtypes = [np.ctypeslib.ndpointer(np.uint8, flags="C_CONTIGUOUS"), ctypes.c_int64,
                          int64s, ctypes.c_int64, int64s, ctypes.c_int64, int64s, int64s,
@@ -108,7 +108,7 @@ def _kernel(function):
     def kernel(data: np.ndarray) -> tuple:
         capacity = data.size // MIN_LINE_BYTES + 1
         fields = np.empty((len(FIELDS), capacity), np.int64)
-        strings = np.empty((MAX_STRINGS, 3), np.int64)
+        strings = np.empty((MAX_STRINGS, 5), np.int64)
         table = np.full(2 * MAX_STRINGS, -1, np.int64)
         runs = np.empty((capacity + 1, 2), np.int64)
         rejected = np.empty(data.size, np.uint8)
