@@ -5,12 +5,14 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Rows of the fields array: the order of FIELDS in nccl_coll_scan.py. */
-enum { LINE_INDEX, HOST_ID, PID, CUDA_DEV, OP_ID, OP_COUNT, COUNT, DATATYPE, ROOT, COMM_ID,
-       NRANKS, GLOBAL_RANK, TS_KIND, TS_SECONDS, TS_OFFSET_S, TS_FRAC_NS };
+/* Rows of the wide (int64) and narrow (int32) fields arrays: the order of WIDE_FIELDS and
+ * NARROW_FIELDS in nccl_coll_scan.py. */
+enum { PID, OP_COUNT, COUNT, TS_SECONDS };
+enum { LINE_INDEX, HOST_ID, CUDA_DEV, OP_ID, DATATYPE, ROOT, COMM_ID, NRANKS, GLOBAL_RANK,
+       TS_KIND, TS_OFFSET_S, TS_FRAC_NS };
 /* TS_NONE ... TS_EPOCH and NO_GLOBAL_RANK of nccl_coll_scan.py. */
 enum { TS_NONE, TS_LOCAL, TS_ZONED, TS_EPOCH };
-#define NO_GLOBAL_RANK (-(INT64_C(1) << 62))
+#define NO_GLOBAL_RANK INT32_MIN
 /* Years the scan converts itself; polars' nanosecond datetimes span 1678-2262. */
 #define MIN_YEAR 1900
 #define MAX_YEAR 2200
@@ -18,13 +20,14 @@ enum { TS_NONE, TS_LOCAL, TS_ZONED, TS_EPOCH };
 #define STRING_COLUMNS 5
 #define LITERAL(text) (const uint8_t *)(text), (int64_t)(sizeof(text) - 1)
 
-/* What one scan writes: the fields array (one column of `capacity` per field), the distinct
+/* What one scan writes: the fields arrays (one column of `capacity` per field), the distinct
  * strings as rows of (offset, length, hash, first word, second word), their open-addressing
  * table of -1 or string ids. */
 typedef struct {
     const uint8_t *data;
     int64_t size;
-    int64_t *fields;
+    int64_t *wide;
+    int32_t *narrow;
     int64_t capacity;
     int64_t *strings;
     int64_t max_strings;
@@ -33,7 +36,8 @@ typedef struct {
     int64_t used;
 } Scan;
 
-#define FIELD(scan, field, row) ((scan)->fields[(int64_t)(field) * (scan)->capacity + (row)])
+#define WIDE(scan, field, row) ((scan)->wide[(int64_t)(field) * (scan)->capacity + (row)])
+#define NARROW(scan, field, row) ((scan)->narrow[(int64_t)(field) * (scan)->capacity + (row)])
 
 static int is_digit(uint8_t byte) { return byte >= '0' && byte <= '9'; }
 
@@ -232,10 +236,10 @@ static int is_at(const uint8_t *data, int64_t pos, int64_t stop, uint8_t byte, u
 static void set_time(Scan *scan, int64_t row, int64_t kind, int64_t seconds, int64_t offset,
                      int64_t frac)
 {
-    FIELD(scan, TS_KIND, row) = kind;
-    FIELD(scan, TS_SECONDS, row) = seconds;
-    FIELD(scan, TS_OFFSET_S, row) = offset;
-    FIELD(scan, TS_FRAC_NS, row) = frac;
+    NARROW(scan, TS_KIND, row) = (int32_t)kind;
+    WIDE(scan, TS_SECONDS, row) = seconds;
+    NARROW(scan, TS_OFFSET_S, row) = (int32_t)offset;
+    NARROW(scan, TS_FRAC_NS, row) = (int32_t)frac;
 }
 
 /* YYYY-MM-DD[T ]HH:MM:SS([.,]frac)?(Z|[+-]HH:?MM)? at pos, where a run of exactly four digits
@@ -328,7 +332,7 @@ static int timestamp(Scan *scan, int64_t start, int64_t stop, int64_t row)
 static int64_t envelope(Scan *scan, int64_t start, int64_t head_end, int64_t row)
 {
     const uint8_t *data = scan->data;
-    int64_t pos = head_end - 1, dev_end, tid_end, pid_end, host_end, host_start, host;
+    int64_t pos = head_end - 1, dev_end, tid_end, pid_end, host_end, host_start, host, dev;
     if (pos < start || data[pos] != ']')
         return -1;
     dev_end = pos--;
@@ -337,7 +341,8 @@ static int64_t envelope(Scan *scan, int64_t start, int64_t head_end, int64_t row
     if (dev_end - pos - 1 < 1 || dev_end - pos - 1 > 9 || pos < start + 1 || data[pos] != '['
         || data[pos - 1] != ' ')
         return -1;
-    unsigned_at(data, pos + 1, dev_end, 9, &FIELD(scan, CUDA_DEV, row));
+    unsigned_at(data, pos + 1, dev_end, 9, &dev);
+    NARROW(scan, CUDA_DEV, row) = (int32_t)dev;
     tid_end = pos - 1;
     pos = tid_end - 1;
     while (pos >= start && is_digit(data[pos]))
@@ -349,7 +354,7 @@ static int64_t envelope(Scan *scan, int64_t start, int64_t head_end, int64_t row
         pos--;
     if (pid_end - pos - 1 < 1 || pid_end - pos - 1 > 18 || pos < start || data[pos] != ':')
         return -1;
-    unsigned_at(data, pos + 1, pid_end, 18, &FIELD(scan, PID, row));
+    unsigned_at(data, pos + 1, pid_end, 18, &WIDE(scan, PID, row));
     host_end = pos--;
     while (pos >= start && is_host_char(data[pos]))
         pos--;
@@ -357,7 +362,7 @@ static int64_t envelope(Scan *scan, int64_t start, int64_t head_end, int64_t row
     if (host_start == host_end)
         return -1;
     host = intern(scan, host_start, host_end);
-    FIELD(scan, HOST_ID, row) = host;
+    NARROW(scan, HOST_ID, row) = (int32_t)host;
     return host >= 0 ? host_start : -1;
 }
 
@@ -366,7 +371,8 @@ static int64_t envelope(Scan *scan, int64_t start, int64_t head_end, int64_t row
 static int message(Scan *scan, int64_t pos, int64_t stop, int64_t row)
 {
     const uint8_t *data = scan->data;
-    int64_t op_start = pos, op_end, comm_start, comm_end;
+    int64_t op_start = pos, op_end, comm_start, comm_end, datatype, root, nranks, op, comm;
+    int64_t global_rank = NO_GLOBAL_RANK;
     while (pos < stop && ((data[pos] >= 'A' && data[pos] <= 'Z')
                           || (data[pos] >= 'a' && data[pos] <= 'z')) && data[pos] != 'N')
         pos++;  /* letters but N (no NCCL op name has one; it might start a second NCCL) */
@@ -374,32 +380,35 @@ static int message(Scan *scan, int64_t pos, int64_t stop, int64_t row)
         return 0;
     op_end = pos;
     pos = number_at(data, expect(data, pos, stop, LITERAL(": opCount ")), stop, 16, 15,
-                    &FIELD(scan, OP_COUNT, row));
+                    &WIDE(scan, OP_COUNT, row));
     pos = token(data, expect(data, pos, stop, LITERAL(" sendbuff ")), stop);
     pos = token(data, expect(data, pos, stop, LITERAL(" recvbuff ")), stop);
     pos = unsigned_at(data, expect(data, pos, stop, LITERAL(" count ")), stop, 18,
-                      &FIELD(scan, COUNT, row));
-    pos = unsigned_at(data, expect(data, pos, stop, LITERAL(" datatype ")), stop, 18,
-                      &FIELD(scan, DATATYPE, row));
+                      &WIDE(scan, COUNT, row));
+    pos = unsigned_at(data, expect(data, pos, stop, LITERAL(" datatype ")), stop, 9, &datatype);
     pos = token(data, expect(data, pos, stop, LITERAL(" op ")), stop);
-    pos = signed_at(data, expect(data, pos, stop, LITERAL(" root ")), stop, 9,
-                    &FIELD(scan, ROOT, row));
+    pos = signed_at(data, expect(data, pos, stop, LITERAL(" root ")), stop, 9, &root);
     comm_start = expect(data, pos, stop, LITERAL(" comm "));
     comm_end = token(data, comm_start, stop);
     pos = unsigned_at(data, expect(data, comm_end, stop, LITERAL(" [nranks=")), stop, 9,
-                      &FIELD(scan, NRANKS, row));
+                      &nranks);
     pos = token(data, expect(data, pos, stop, LITERAL("] stream ")), stop);
-    FIELD(scan, GLOBAL_RANK, row) = NO_GLOBAL_RANK;
     if (pos >= 0 && pos < stop) {
         pos = token(data, expect(data, pos, stop, LITERAL(" task ")), stop);
         pos = signed_at(data, expect(data, pos, stop, LITERAL(" globalrank ")), stop, 9,
-                        &FIELD(scan, GLOBAL_RANK, row));
+                        &global_rank);
     }
     if (pos != stop)
         return 0;
-    FIELD(scan, OP_ID, row) = intern(scan, op_start, op_end);
-    FIELD(scan, COMM_ID, row) = intern(scan, comm_start, comm_end);
-    return FIELD(scan, OP_ID, row) >= 0 && FIELD(scan, COMM_ID, row) >= 0;
+    op = intern(scan, op_start, op_end);
+    comm = intern(scan, comm_start, comm_end);
+    NARROW(scan, DATATYPE, row) = (int32_t)datatype;
+    NARROW(scan, ROOT, row) = (int32_t)root;
+    NARROW(scan, NRANKS, row) = (int32_t)nranks;
+    NARROW(scan, GLOBAL_RANK, row) = (int32_t)global_rank;
+    NARROW(scan, OP_ID, row) = (int32_t)op;
+    NARROW(scan, COMM_ID, row) = (int32_t)comm;
+    return op >= 0 && comm >= 0;
 }
 
 /* Read the line data[start:stop]: printable, its first NCCL starts " NCCL INFO " (and the
@@ -426,24 +435,26 @@ static int line(Scan *scan, int64_t start, int64_t stop, int64_t row)
     return message(scan, nccl_at + 10, stop, row);
 }
 
-/* Scan data[0:size], whole lines. The caller allocates: fields (16 x capacity, where capacity
- * is size / MIN_LINE_BYTES + 1), strings (max_strings x 5), table (2 * max_strings, a power of
+/* Scan data[0:size], whole lines. The caller allocates: wide (4 x capacity) and narrow (12 x
+ * capacity, where capacity is size / MIN_LINE_BYTES + 1), strings (max_strings x 5), table (2 * max_strings, a power of
  * two, all -1), runs ((capacity + 1) x 2: rejected runs as (first line index, line count)),
  * rejected (size bytes). counts receives (lines, accepted, string count, run count, rejected
  * size). */
-void nccl_coll_scan(const uint8_t *data, int64_t size, int64_t *fields, int64_t capacity,
+void nccl_coll_scan(const uint8_t *data, int64_t size, int64_t *wide, int32_t *narrow,
+                    int64_t capacity,
                     int64_t *strings, int64_t max_strings, int64_t *table, int64_t *runs,
                     uint8_t *rejected, int64_t *counts)
 {
-    Scan scan = {data, size, fields, capacity, strings, max_strings, table, 2 * max_strings - 1, 0};
+    Scan scan = {data, size, wide, narrow, capacity, strings, max_strings, table, 2 * max_strings - 1, 0};
     int64_t lines = 0, accepted = 0, run_count = 0, rejected_size = 0, start = 0;
     while (start < size) {
         const uint8_t *newline = memchr(data + start, '\n', (size_t)(size - start));
         int64_t pos = newline ? newline - data : size;
         int terminated = pos < size;
         int64_t stop = terminated && pos > start && data[pos - 1] == '\r' ? pos - 1 : pos;
-        if (terminated && accepted < capacity && line(&scan, start, stop, accepted)) {
-            FIELD(&scan, LINE_INDEX, accepted) = lines;
+        if (terminated && accepted < capacity && lines < INT32_MAX
+            && line(&scan, start, stop, accepted)) {
+            NARROW(&scan, LINE_INDEX, accepted) = (int32_t)lines;
             accepted++;
         } else {
             if (run_count > 0 && runs[2 * run_count - 2] + runs[2 * run_count - 1] == lines) {

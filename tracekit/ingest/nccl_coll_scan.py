@@ -32,18 +32,23 @@ import polars as pl
 
 from tracekit.core import compiled as compiled_kernels
 
-FIELDS = ("line_index", "host_id", "pid", "cuda_dev", "op_id", "op_count", "count", "datatype",
-          "root", "comm_id", "nranks", "global_rank", "ts_kind", "ts_seconds", "ts_offset_s",
-          "ts_frac_ns")
-"""Rows of the kernel's output array, one column per accepted line. ``*_id`` index the block's
-distinct strings; ``ts_*`` are the parts of the timestamp (see :data:`TS_NONE`...). The C
-scan names the rows in the same order."""
+WIDE_FIELDS = ("pid", "op_count", "count", "ts_seconds")
+"""Rows of the kernel's int64 output array, one column per accepted line."""
+NARROW_FIELDS = ("line_index", "host_id", "cuda_dev", "op_id", "datatype", "root", "comm_id",
+                 "nranks", "global_rank", "ts_kind", "ts_offset_s", "ts_frac_ns")
+"""Rows of its int32 output array: the numbers the scan takes with at most nine digits (the
+Int32 columns, the datatype code) and the line's index in the block (a block is far under 2^31
+lines). ``*_id`` index the block's distinct strings; ``ts_*`` are the parts of the timestamp
+(see :data:`TS_NONE`...). Half the bytes of one int64 array for all: the arrays are allocated per
+block, and their fresh pages are zeroed by the kernel as the scan first writes them. The C scan
+names the rows in the same order."""
+FIELDS = (*WIDE_FIELDS, *NARROW_FIELDS)
 
 TS_NONE, TS_LOCAL, TS_ZONED, TS_EPOCH = 0, 1, 2, 3
 """Timestamp kinds (also in the C scan): none; a wall-clock time without zone (``ts_seconds``
 counts its seconds as if it were UTC); the same with a zone offset; epoch seconds."""
 
-NO_GLOBAL_RANK = -(2**62)
+NO_GLOBAL_RANK = -(2**31)
 """``global_rank`` of a line without RCCL's ``globalrank`` suffix (also in the C scan)."""
 
 MIN_LINE_BYTES = 100
@@ -58,10 +63,10 @@ polars parser."""
 @dataclass
 class ScannedBlock:
     """What the scan made of a block: ``calls`` holds the accepted lines' values (the
-    :data:`FIELDS` numbers), whose ``host_id``, ``op_id`` and ``comm_id`` index ``strings``,
-    the block's distinct texts (a few dozen: the reader maps them to its own ids once per
-    block instead of hashing a text per call); ``rejected`` the other lines' bytes, whose
-    indices in the block are ``rejected_lines``."""
+    :data:`FIELDS` numbers, Int64 and Int32 as the kernel writes them), whose ``host_id``,
+    ``op_id`` and ``comm_id`` index ``strings``, the block's distinct texts (a few dozen: the
+    reader maps them to its own ids once per block instead of hashing a text per call);
+    ``rejected`` the other lines' bytes, whose indices in the block are ``rejected_lines``."""
 
     lines: int
     calls: pl.DataFrame
@@ -78,11 +83,11 @@ to arrive must not build it twice."""
 
 
 def compiled():
-    """The scan, ``kernel(block array) -> (lines, accepted, fields, strings, string count,
-    rejected runs, run count, rejected bytes, their length)``, or None where it cannot be
-    built. Built once by the C compiler and cached (:mod:`tracekit.core.compiled`). A thread
-    arriving while another builds it waits: parsing that block with polars instead was
-    measured slower (more CPU and more wall time)."""
+    """The scan, ``kernel(block array) -> (lines, accepted, wide fields, narrow fields,
+    strings, string count, rejected runs, run count, rejected bytes, their length)``, or None
+    where it cannot be built. Built once by the C compiler and cached
+    (:mod:`tracekit.core.compiled`). A thread arriving while another builds it waits: parsing
+    that block with polars instead was measured slower (more CPU and more wall time)."""
     global _compiled, _failed
     if _compiled is not None or _failed:
         return _compiled
@@ -96,27 +101,29 @@ def compiled():
 
 def _kernel(function):
     """The C function wrapped to take the block and return numpy arrays, which it allocates:
-    ``fields`` has a column per possible accepted line, ``strings`` rows of (offset, length,
-    hash, first two words), ``runs`` rows of (first line index, line count)."""
+    ``wide`` and ``narrow`` have a column per possible accepted line, ``strings`` rows of
+    (offset, length, hash, first two words), ``runs`` rows of (first line index, line count)."""
     int64s = np.ctypeslib.ndpointer(np.int64, flags="C_CONTIGUOUS")
+    int32s = np.ctypeslib.ndpointer(np.int32, flags="C_CONTIGUOUS")
     function.argtypes = [np.ctypeslib.ndpointer(np.uint8, flags="C_CONTIGUOUS"), ctypes.c_int64,
-                         int64s, ctypes.c_int64, int64s, ctypes.c_int64, int64s, int64s,
+                         int64s, int32s, ctypes.c_int64, int64s, ctypes.c_int64, int64s, int64s,
                          np.ctypeslib.ndpointer(np.uint8, flags="C_CONTIGUOUS,WRITEABLE"),
                          int64s]
     function.restype = None
 
     def kernel(data: np.ndarray) -> tuple:
         capacity = data.size // MIN_LINE_BYTES + 1
-        fields = np.empty((len(FIELDS), capacity), np.int64)
+        wide = np.empty((len(WIDE_FIELDS), capacity), np.int64)
+        narrow = np.empty((len(NARROW_FIELDS), capacity), np.int32)
         strings = np.empty((MAX_STRINGS, 5), np.int64)
         table = np.full(2 * MAX_STRINGS, -1, np.int64)
         runs = np.empty((capacity + 1, 2), np.int64)
         rejected = np.empty(data.size, np.uint8)
         counts = np.zeros(5, np.int64)
-        function(data, data.size, fields, capacity, strings, MAX_STRINGS, table, runs, rejected,
-                 counts)
+        function(data, data.size, wide, narrow, capacity, strings, MAX_STRINGS, table, runs,
+                 rejected, counts)
         lines, accepted, string_count, run_count, rejected_size = counts.tolist()
-        return (lines, accepted, fields, strings, string_count, runs, run_count, rejected,
+        return (lines, accepted, wide, narrow, strings, string_count, runs, run_count, rejected,
                 rejected_size)
 
     return kernel
@@ -128,12 +135,13 @@ def scan(block: bytes) -> ScannedBlock | None:
     kernel = compiled()
     if kernel is None:
         return None
-    (lines, accepted, fields, strings, string_count, runs, run_count, rejected,
+    (lines, accepted, wide, narrow, strings, string_count, runs, run_count, rejected,
      rejected_size) = kernel(np.frombuffer(block, dtype=np.uint8))
     texts = pl.Series([block[offset:offset + length].decode("ascii")
                        for offset, length in strings[:string_count, :2].tolist()],
                       dtype=pl.String)
-    calls = pl.DataFrame({name: fields[index, :accepted] for index, name in enumerate(FIELDS)})
+    columns = [*zip(WIDE_FIELDS, wide, strict=True), *zip(NARROW_FIELDS, narrow, strict=True)]
+    calls = pl.DataFrame({name: column[:accepted] for name, column in columns})
     first, count = runs[:run_count, 0], runs[:run_count, 1]
     rejected_lines = np.arange(count.sum()) + np.repeat(first - (np.cumsum(count) - count), count)
     return ScannedBlock(lines, calls, texts, rejected[:rejected_size].tobytes(), rejected_lines)

@@ -605,21 +605,23 @@ def _scanned_calls(scanned: pl.DataFrame | None, first_line_no: int,
     """The calls :func:`nccl_coll_scan.scan` read, in the columns and types of
     :func:`_parse_calls` (none when there was no scan)."""
     if scanned is None:
-        scanned = pl.DataFrame(schema=dict.fromkeys(nccl_coll_scan.FIELDS, pl.Int64))
+        scanned = pl.DataFrame(schema={
+            **dict.fromkeys(nccl_coll_scan.WIDE_FIELDS, pl.Int64),
+            **dict.fromkeys(nccl_coll_scan.NARROW_FIELDS, pl.Int32)})
     kind, seconds = pl.col("ts_kind"), pl.col("ts_seconds")
+    frac_ns = pl.col("ts_frac_ns").cast(pl.Int64)
     wall = pl.when(kind.is_in([nccl_coll_scan.TS_LOCAL, nccl_coll_scan.TS_ZONED])).then(
         seconds * 10**9).cast(pl.Datetime("ns"))
-    zone_offset_s = pl.when(kind == nccl_coll_scan.TS_ZONED).then(pl.col("ts_offset_s"))
-    epoch_ns = pl.when(kind == nccl_coll_scan.TS_EPOCH).then(
-        seconds * 10**9 + pl.col("ts_frac_ns"))
+    zone_offset_s = pl.when(kind == nccl_coll_scan.TS_ZONED).then(
+        pl.col("ts_offset_s").cast(pl.Int64))
+    epoch_ns = pl.when(kind == nccl_coll_scan.TS_EPOCH).then(seconds * 10**9 + frac_ns)
     return scanned.select(
-        (pl.col("line_index") + first_line_no).alias("line_no"), "host_id", "pid",
-        pl.col("cuda_dev").cast(pl.Int32), "comm_id", "op_id", "op_count", "count", "datatype",
-        pl.col("root").cast(pl.Int32), pl.col("nranks").cast(pl.Int32),
+        (pl.col("line_index").cast(pl.Int64) + first_line_no).alias("line_no"), "host_id",
+        "pid", "cuda_dev", "comm_id", "op_id", "op_count", "count", "datatype", "root",
+        "nranks",
         pl.when(pl.col("global_rank") != nccl_coll_scan.NO_GLOBAL_RANK)
-        .then(pl.col("global_rank")).cast(pl.Int32).alias("global_rank"),
-        _epoch_ns(wall, zone_offset_s, pl.col("ts_frac_ns"), epoch_ns, time_zone)
-        .alias("t_start_ns"),
+        .then(pl.col("global_rank")).alias("global_rank"),
+        _epoch_ns(wall, zone_offset_s, frac_ns, epoch_ns, time_zone).alias("t_start_ns"),
     )
 
 
