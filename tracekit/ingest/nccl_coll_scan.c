@@ -8,8 +8,10 @@
 /* Rows of the wide (int64) and narrow (int32) fields arrays: the order of WIDE_FIELDS and
  * NARROW_FIELDS in nccl_coll_scan.py. */
 enum { PID, OP_COUNT, COUNT, TS_SECONDS };
-enum { LINE_INDEX, HOST_ID, CUDA_DEV, OP_ID, DATATYPE, ROOT, COMM_ID, NRANKS, GLOBAL_RANK,
+enum { LINE_INDEX, KEY, CALL_INDEX, CUDA_DEV, OP_ID, DATATYPE, ROOT, NRANKS, GLOBAL_RANK,
        TS_KIND, TS_OFFSET_S, TS_FRAC_NS };
+/* Columns of a key's row (KEY_COLUMNS) and of a group's (the first three and the calls). */
+enum { KEY_HOST, KEY_PID, KEY_COMM, KEY_CUDA_DEV, KEY_CALLS, KEY_COLUMNS };
 /* TS_NONE ... TS_EPOCH and NO_GLOBAL_RANK of nccl_coll_scan.py. */
 enum { TS_NONE, TS_LOCAL, TS_ZONED, TS_EPOCH };
 #define NO_GLOBAL_RANK INT32_MIN
@@ -20,9 +22,21 @@ enum { TS_NONE, TS_LOCAL, TS_ZONED, TS_EPOCH };
 #define STRING_COLUMNS 5
 #define LITERAL(text) (const uint8_t *)(text), (int64_t)(sizeof(text) - 1)
 
+/* Distinct tuples of numbers: rows of `columns` int64 (the tuple, then a count of calls), and
+ * their open-addressing table of -1 or row indices. */
+typedef struct {
+    int64_t *rows;
+    int64_t columns;
+    int32_t *table;
+    int64_t table_mask;
+    int64_t used;
+    int64_t max_rows;
+} Index;
+
 /* What one scan writes: the fields arrays (one column of `capacity` per field), the distinct
  * strings as rows of (offset, length, hash, first word, second word), their open-addressing
- * table of -1 or string ids. */
+ * table of -1 or string ids, the distinct (host, pid, comm, cuda_dev) of the calls (keys) and
+ * (host, pid, comm) (groups), whose calls are numbered. */
 typedef struct {
     const uint8_t *data;
     int64_t size;
@@ -34,6 +48,8 @@ typedef struct {
     int64_t *table;
     int64_t table_mask;
     int64_t used;
+    Index keys;
+    Index groups;
 } Scan;
 
 #define WIDE(scan, field, row) ((scan)->wide[(int64_t)(field) * (scan)->capacity + (row)])
@@ -329,10 +345,11 @@ static int timestamp(Scan *scan, int64_t start, int64_t stop, int64_t row)
 
 /* Read host:pid:tid [dev] ending at head_end backwards, as the polars parser's end-anchored
  * regex does; returns where the host starts, or -1. */
-static int64_t envelope(Scan *scan, int64_t start, int64_t head_end, int64_t row)
+static int64_t envelope(Scan *scan, int64_t start, int64_t head_end, int64_t row,
+                        int64_t *host)
 {
     const uint8_t *data = scan->data;
-    int64_t pos = head_end - 1, dev_end, tid_end, pid_end, host_end, host_start, host, dev;
+    int64_t pos = head_end - 1, dev_end, tid_end, pid_end, host_end, host_start, dev;
     if (pos < start || data[pos] != ']')
         return -1;
     dev_end = pos--;
@@ -361,17 +378,16 @@ static int64_t envelope(Scan *scan, int64_t start, int64_t head_end, int64_t row
     host_start = pos + 1;
     if (host_start == host_end)
         return -1;
-    host = intern(scan, host_start, host_end);
-    NARROW(scan, HOST_ID, row) = (int32_t)host;
-    return host >= 0 ? host_start : -1;
+    *host = intern(scan, host_start, host_end);
+    return *host >= 0 ? host_start : -1;
 }
 
 /* Read the COLL message from pos to the line's end; 0 unless it is exactly the common shape
  * with every number in range. */
-static int message(Scan *scan, int64_t pos, int64_t stop, int64_t row)
+static int message(Scan *scan, int64_t pos, int64_t stop, int64_t row, int64_t *comm)
 {
     const uint8_t *data = scan->data;
-    int64_t op_start = pos, op_end, comm_start, comm_end, datatype, root, nranks, op, comm;
+    int64_t op_start = pos, op_end, comm_start, comm_end, datatype, root, nranks, op;
     int64_t global_rank = NO_GLOBAL_RANK;
     while (pos < stop && ((data[pos] >= 'A' && data[pos] <= 'Z')
                           || (data[pos] >= 'a' && data[pos] <= 'z')) && data[pos] != 'N')
@@ -401,14 +417,64 @@ static int message(Scan *scan, int64_t pos, int64_t stop, int64_t row)
     if (pos != stop)
         return 0;
     op = intern(scan, op_start, op_end);
-    comm = intern(scan, comm_start, comm_end);
+    *comm = intern(scan, comm_start, comm_end);
     NARROW(scan, DATATYPE, row) = (int32_t)datatype;
     NARROW(scan, ROOT, row) = (int32_t)root;
     NARROW(scan, NRANKS, row) = (int32_t)nranks;
     NARROW(scan, GLOBAL_RANK, row) = (int32_t)global_rank;
     NARROW(scan, OP_ID, row) = (int32_t)op;
-    NARROW(scan, COMM_ID, row) = (int32_t)comm;
-    return op >= 0 && comm >= 0;
+    return op >= 0 && *comm >= 0;
+}
+
+/* The slot of the first `compared` values in index's table: where their row's index is, or
+ * the empty slot (-1) where it goes. */
+static int64_t index_slot(const Index *index, const int64_t *values, int64_t compared)
+{
+    uint64_t hashed = 0;
+    for (int64_t k = 0; k < compared; k++)
+        hashed = (hashed ^ (uint64_t)values[k]) * HASH_MULTIPLIER;
+    int64_t slot = (int64_t)(hashed ^ (hashed >> 32)) & index->table_mask;
+    for (;; slot = (slot + 1) & index->table_mask) {
+        int32_t found = index->table[slot];
+        if (found < 0)
+            return slot;
+        const int64_t *row = index->rows + index->columns * found;
+        int64_t k = 0;
+        while (k < compared && row[k] == values[k])
+            k++;
+        if (k == compared)
+            return slot;
+    }
+}
+
+/* The row of the values at slot (added, with no calls yet, when the slot is empty). */
+static int64_t index_row(Index *index, int64_t slot, const int64_t *values, int64_t compared)
+{
+    if (index->table[slot] < 0) {
+        int64_t *row = index->rows + index->columns * index->used;
+        memcpy(row, values, (size_t)compared * sizeof(int64_t));
+        row[index->columns - 1] = 0;
+        index->table[slot] = (int32_t)index->used++;
+    }
+    return index->table[slot];
+}
+
+/* Give the call at row its key and its number among its group's calls in this block (the
+ * reader adds the calls of earlier blocks): 0 when a new key or group finds its index full. */
+static int number_call(Scan *scan, int64_t row, int64_t host, int64_t comm)
+{
+    int64_t values[4] = {host, WIDE(scan, PID, row), comm, NARROW(scan, CUDA_DEV, row)};
+    int64_t key_slot = index_slot(&scan->keys, values, 4);
+    int64_t group_slot = index_slot(&scan->groups, values, 3);
+    if ((scan->keys.table[key_slot] < 0 && scan->keys.used == scan->keys.max_rows)
+        || (scan->groups.table[group_slot] < 0 && scan->groups.used == scan->groups.max_rows))
+        return 0;
+    int64_t key = index_row(&scan->keys, key_slot, values, 4);
+    int64_t group = index_row(&scan->groups, group_slot, values, 3);
+    scan->keys.rows[KEY_COLUMNS * key + KEY_CALLS]++;
+    NARROW(scan, KEY, row) = (int32_t)key;
+    NARROW(scan, CALL_INDEX, row) = (int32_t)scan->groups.rows[4 * group + 3]++;
+    return 1;
 }
 
 /* Read the line data[start:stop]: printable, its first NCCL starts " NCCL INFO " (and the
@@ -416,7 +482,7 @@ static int message(Scan *scan, int64_t pos, int64_t stop, int64_t row)
 static int line(Scan *scan, int64_t start, int64_t stop, int64_t row)
 {
     const uint8_t *data = scan->data;
-    int64_t nccl_at = start, host_start;
+    int64_t nccl_at = start, host_start, host, comm;
     while (nccl_at + 3 < stop) {
         uint8_t byte = data[nccl_at];
         if (byte < ' ' || byte > 126)
@@ -429,23 +495,29 @@ static int line(Scan *scan, int64_t start, int64_t stop, int64_t row)
     if (nccl_at <= start || data[nccl_at - 1] != ' '
         || expect(data, nccl_at, stop, LITERAL("NCCL INFO ")) < 0)
         return 0;
-    host_start = envelope(scan, start, nccl_at - 1, row);
-    if (host_start < 0 || !timestamp(scan, start, host_start, row))
+    host_start = envelope(scan, start, nccl_at - 1, row, &host);
+    if (host_start < 0 || !timestamp(scan, start, host_start, row)
+        || !message(scan, nccl_at + 10, stop, row, &comm))
         return 0;
-    return message(scan, nccl_at + 10, stop, row);
+    return number_call(scan, row, host, comm);
 }
 
 /* Scan data[0:size], whole lines. The caller allocates: wide (4 x capacity) and narrow (12 x
- * capacity, where capacity is size / MIN_LINE_BYTES + 1), strings (max_strings x 5), table (2 * max_strings, a power of
- * two, all -1), runs ((capacity + 1) x 2: rejected runs as (first line index, line count)),
+ * capacity, where capacity is size / MIN_LINE_BYTES + 1), strings (max_strings x 5), table
+ * (2 * max_strings, a power of two, all -1), keys (max_keys x KEY_COLUMNS) and groups (max_keys
+ * x 4), key_tables (2 x 2 * max_keys, a power of two, all -1: the keys' table, then the
+ * groups'), runs ((capacity + 1) x 2: rejected runs as (first line index, line count)),
  * rejected (size bytes). counts receives (lines, accepted, string count, run count, rejected
- * size). */
+ * size, key count, group count). */
 void nccl_coll_scan(const uint8_t *data, int64_t size, int64_t *wide, int32_t *narrow,
-                    int64_t capacity,
-                    int64_t *strings, int64_t max_strings, int64_t *table, int64_t *runs,
-                    uint8_t *rejected, int64_t *counts)
+                    int64_t capacity, int64_t *strings, int64_t max_strings, int64_t *table,
+                    int64_t *keys, int64_t *groups, int64_t max_keys, int32_t *key_tables,
+                    int64_t *runs, uint8_t *rejected, int64_t *counts)
 {
-    Scan scan = {data, size, wide, narrow, capacity, strings, max_strings, table, 2 * max_strings - 1, 0};
+    Scan scan = {data, size, wide, narrow, capacity, strings, max_strings, table,
+                 2 * max_strings - 1, 0,
+                 {keys, KEY_COLUMNS, key_tables, 2 * max_keys - 1, 0, max_keys},
+                 {groups, 4, key_tables + 2 * max_keys, 2 * max_keys - 1, 0, max_keys}};
     int64_t lines = 0, accepted = 0, run_count = 0, rejected_size = 0, start = 0;
     while (start < size) {
         const uint8_t *newline = memchr(data + start, '\n', (size_t)(size - start));
@@ -476,4 +548,6 @@ void nccl_coll_scan(const uint8_t *data, int64_t size, int64_t *wide, int32_t *n
     counts[2] = scan.used;
     counts[3] = run_count;
     counts[4] = rejected_size;
+    counts[5] = scan.keys.used;
+    counts[6] = scan.groups.used;
 }

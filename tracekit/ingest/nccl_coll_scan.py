@@ -34,15 +34,22 @@ from tracekit.core import compiled as compiled_kernels
 
 WIDE_FIELDS = ("pid", "op_count", "count", "ts_seconds")
 """Rows of the kernel's int64 output array, one column per accepted line."""
-NARROW_FIELDS = ("line_index", "host_id", "cuda_dev", "op_id", "datatype", "root", "comm_id",
+NARROW_FIELDS = ("line_index", "key", "call_index", "cuda_dev", "op_id", "datatype", "root",
                  "nranks", "global_rank", "ts_kind", "ts_offset_s", "ts_frac_ns")
 """Rows of its int32 output array: the numbers the scan takes with at most nine digits (the
-Int32 columns, the datatype code) and the line's index in the block (a block is far under 2^31
-lines). ``*_id`` index the block's distinct strings; ``ts_*`` are the parts of the timestamp
-(see :data:`TS_NONE`...). Half the bytes of one int64 array for all: the arrays are allocated per
-block, and their fresh pages are zeroed by the kernel as the scan first writes them. The C scan
-names the rows in the same order."""
+Int32 columns, the datatype code), the line's index in the block (a block is far under 2^31
+lines), its row in :data:`KEY_FIELDS` (``key``) and its number among the block's calls of its
+(host, pid, comm) (``call_index``). ``op_id`` indexes the block's distinct strings; ``ts_*`` are
+the parts of the timestamp (see :data:`TS_NONE`...). Fewer bytes than one int64 array for all
+(80 a possible line against 128): the arrays are allocated per block, and their fresh pages are
+zeroed by the kernel as the scan first writes them. The C scan names the rows in the same
+order."""
 FIELDS = (*WIDE_FIELDS, *NARROW_FIELDS)
+
+KEY_FIELDS = ("host_id", "pid", "comm_id", "cuda_dev", "calls")
+"""Columns of the block's distinct (host, pid, comm, cuda_dev) of the calls, with the number of
+calls of each; ``host_id`` and ``comm_id`` index the block's distinct strings. The reader numbers
+and ranks the calls from these few dozen rows, without a group-by or join over the calls."""
 
 TS_NONE, TS_LOCAL, TS_ZONED, TS_EPOCH = 0, 1, 2, 3
 """Timestamp kinds (also in the C scan): none; a wall-clock time without zone (``ts_seconds``
@@ -59,17 +66,23 @@ MAX_STRINGS = 1 << 15
 """Distinct hosts, op names and comm pointers one block may hold; lines bringing more go to the
 polars parser."""
 
+MAX_KEYS = 1 << 14
+"""Distinct (host, pid, comm, cuda_dev) of the calls one block may hold (a 1,024-rank job with
+a dozen comms a rank); lines bringing more go to the polars parser."""
+
 
 @dataclass
 class ScannedBlock:
     """What the scan made of a block: ``calls`` holds the accepted lines' values (the
-    :data:`FIELDS` numbers, Int64 and Int32 as the kernel writes them), whose ``host_id``,
-    ``op_id`` and ``comm_id`` index ``strings``, the block's distinct texts (a few dozen: the
+    :data:`FIELDS` numbers, Int64 and Int32 as the kernel writes them), ``keys`` their distinct
+    (host, pid, comm, cuda_dev) (:data:`KEY_FIELDS`, Int64), whose ``host_id`` and ``comm_id``
+    and the calls' ``op_id`` index ``strings``, the block's distinct texts (a few dozen: the
     reader maps them to its own ids once per block instead of hashing a text per call);
     ``rejected`` the other lines' bytes, whose indices in the block are ``rejected_lines``."""
 
     lines: int
     calls: pl.DataFrame
+    keys: pl.DataFrame
     strings: pl.Series
     rejected: bytes
     rejected_lines: np.ndarray
@@ -83,9 +96,9 @@ to arrive must not build it twice."""
 
 
 def compiled():
-    """The scan, ``kernel(block array) -> (lines, accepted, wide fields, narrow fields,
-    strings, string count, rejected runs, run count, rejected bytes, their length)``, or None
-    where it cannot be built. Built once by the C compiler and cached
+    """The scan, ``kernel(block array) -> (counts, wide fields, narrow fields, strings, keys,
+    rejected runs, rejected bytes)`` (counts: lines, accepted lines, strings, runs, rejected
+    bytes, keys), or None where it cannot be built. Built once by the C compiler and cached
     (:mod:`tracekit.core.compiled`). A thread arriving while another builds it waits: parsing
     that block with polars instead was measured slower (more CPU and more wall time)."""
     global _compiled, _failed
@@ -102,11 +115,13 @@ def compiled():
 def _kernel(function):
     """The C function wrapped to take the block and return numpy arrays, which it allocates:
     ``wide`` and ``narrow`` have a column per possible accepted line, ``strings`` rows of
-    (offset, length, hash, first two words), ``runs`` rows of (first line index, line count)."""
+    (offset, length, hash, first two words), ``keys`` rows of :data:`KEY_FIELDS`, ``runs``
+    rows of (first line index, line count)."""
     int64s = np.ctypeslib.ndpointer(np.int64, flags="C_CONTIGUOUS")
     int32s = np.ctypeslib.ndpointer(np.int32, flags="C_CONTIGUOUS")
     function.argtypes = [np.ctypeslib.ndpointer(np.uint8, flags="C_CONTIGUOUS"), ctypes.c_int64,
                          int64s, int32s, ctypes.c_int64, int64s, ctypes.c_int64, int64s, int64s,
+                         int64s, ctypes.c_int64, int32s, int64s,
                          np.ctypeslib.ndpointer(np.uint8, flags="C_CONTIGUOUS,WRITEABLE"),
                          int64s]
     function.restype = None
@@ -117,14 +132,15 @@ def _kernel(function):
         narrow = np.empty((len(NARROW_FIELDS), capacity), np.int32)
         strings = np.empty((MAX_STRINGS, 5), np.int64)
         table = np.full(2 * MAX_STRINGS, -1, np.int64)
+        keys = np.empty((MAX_KEYS, len(KEY_FIELDS)), np.int64)
+        groups = np.empty((MAX_KEYS, 4), np.int64)
+        key_tables = np.full(4 * MAX_KEYS, -1, np.int32)
         runs = np.empty((capacity + 1, 2), np.int64)
         rejected = np.empty(data.size, np.uint8)
-        counts = np.zeros(5, np.int64)
-        function(data, data.size, wide, narrow, capacity, strings, MAX_STRINGS, table, runs,
-                 rejected, counts)
-        lines, accepted, string_count, run_count, rejected_size = counts.tolist()
-        return (lines, accepted, wide, narrow, strings, string_count, runs, run_count, rejected,
-                rejected_size)
+        counts = np.zeros(7, np.int64)
+        function(data, data.size, wide, narrow, capacity, strings, MAX_STRINGS, table, keys,
+                 groups, MAX_KEYS, key_tables, runs, rejected, counts)
+        return counts.tolist()[:6], wide, narrow, strings, keys, runs, rejected
 
     return kernel
 
@@ -135,13 +151,16 @@ def scan(block: bytes) -> ScannedBlock | None:
     kernel = compiled()
     if kernel is None:
         return None
-    (lines, accepted, wide, narrow, strings, string_count, runs, run_count, rejected,
-     rejected_size) = kernel(np.frombuffer(block, dtype=np.uint8))
+    counts, wide, narrow, strings, keys, runs, rejected = kernel(
+        np.frombuffer(block, dtype=np.uint8))
+    lines, accepted, string_count, run_count, rejected_size, key_count = counts
     texts = pl.Series([block[offset:offset + length].decode("ascii")
                        for offset, length in strings[:string_count, :2].tolist()],
                       dtype=pl.String)
     columns = [*zip(WIDE_FIELDS, wide, strict=True), *zip(NARROW_FIELDS, narrow, strict=True)]
     calls = pl.DataFrame({name: column[:accepted] for name, column in columns})
+    keys = pl.DataFrame(keys[:key_count], schema=list(KEY_FIELDS), orient="row")
     first, count = runs[:run_count, 0], runs[:run_count, 1]
     rejected_lines = np.arange(count.sum()) + np.repeat(first - (np.cumsum(count) - count), count)
-    return ScannedBlock(lines, calls, texts, rejected[:rejected_size].tobytes(), rejected_lines)
+    return ScannedBlock(lines, calls, keys, texts, rejected[:rejected_size].tobytes(),
+                        rejected_lines)
