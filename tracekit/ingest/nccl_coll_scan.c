@@ -5,13 +5,14 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Rows of the wide (int64) and narrow (int32) fields arrays: the order of WIDE_FIELDS and
- * NARROW_FIELDS in nccl_coll_scan.py. */
+/* The wide (int64) and narrow (int32) fields, one array of `capacity` each: the order of
+ * WIDE_FIELDS and NARROW_FIELDS in nccl_coll_scan.py. */
 enum { PID, OP_COUNT, COUNT, TS_SECONDS };
 enum { LINE_INDEX, KEY, CALL_INDEX, CUDA_DEV, OP_ID, DATATYPE, ROOT, NRANKS, GLOBAL_RANK,
        TS_KIND, TS_OFFSET_S, TS_FRAC_NS };
-/* Columns of a key's row (KEY_COLUMNS) and of a group's (the first three and the calls). */
-enum { KEY_HOST, KEY_PID, KEY_COMM, KEY_CUDA_DEV, KEY_CALLS, KEY_COLUMNS };
+/* Columns of a key's row (KEY_COLUMNS: KEY_FIELDS of nccl_coll_scan.py, then its group's row)
+ * and of a group's (the first three and the calls). */
+enum { KEY_HOST, KEY_PID, KEY_COMM, KEY_CUDA_DEV, KEY_CALLS, KEY_GROUP, KEY_COLUMNS };
 /* TS_NONE ... TS_EPOCH and NO_GLOBAL_RANK of nccl_coll_scan.py. */
 enum { TS_NONE, TS_LOCAL, TS_ZONED, TS_EPOCH };
 #define NO_GLOBAL_RANK INT32_MIN
@@ -40,8 +41,8 @@ typedef struct {
 typedef struct {
     const uint8_t *data;
     int64_t size;
-    int64_t *wide;
-    int32_t *narrow;
+    int64_t **wide;
+    int32_t **narrow;
     int64_t capacity;
     int64_t *strings;
     int64_t max_strings;
@@ -52,8 +53,8 @@ typedef struct {
     Index groups;
 } Scan;
 
-#define WIDE(scan, field, row) ((scan)->wide[(int64_t)(field) * (scan)->capacity + (row)])
-#define NARROW(scan, field, row) ((scan)->narrow[(int64_t)(field) * (scan)->capacity + (row)])
+#define WIDE(scan, field, row) ((scan)->wide[field][row])
+#define NARROW(scan, field, row) ((scan)->narrow[field][row])
 
 static int is_digit(uint8_t byte) { return byte >= '0' && byte <= '9'; }
 
@@ -453,24 +454,32 @@ static int64_t index_row(Index *index, int64_t slot, const int64_t *values, int6
     if (index->table[slot] < 0) {
         int64_t *row = index->rows + index->columns * index->used;
         memcpy(row, values, (size_t)compared * sizeof(int64_t));
-        row[index->columns - 1] = 0;
+        row[compared] = 0;
         index->table[slot] = (int32_t)index->used++;
     }
     return index->table[slot];
 }
 
 /* Give the call at row its key and its number among its group's calls in this block (the
- * reader adds the calls of earlier blocks): 0 when a new key or group finds its index full. */
+ * reader adds the calls of earlier blocks): 0 when a new key or group finds its index full. A
+ * key's row keeps its group's index, so only a new key looks its group up. */
 static int number_call(Scan *scan, int64_t row, int64_t host, int64_t comm)
 {
     int64_t values[4] = {host, WIDE(scan, PID, row), comm, NARROW(scan, CUDA_DEV, row)};
-    int64_t key_slot = index_slot(&scan->keys, values, 4);
-    int64_t group_slot = index_slot(&scan->groups, values, 3);
-    if ((scan->keys.table[key_slot] < 0 && scan->keys.used == scan->keys.max_rows)
-        || (scan->groups.table[group_slot] < 0 && scan->groups.used == scan->groups.max_rows))
-        return 0;
-    int64_t key = index_row(&scan->keys, key_slot, values, 4);
-    int64_t group = index_row(&scan->groups, group_slot, values, 3);
+    int64_t key_slot = index_slot(&scan->keys, values, 4), key, group;
+    if (scan->keys.table[key_slot] >= 0) {
+        key = scan->keys.table[key_slot];
+        group = scan->keys.rows[KEY_COLUMNS * key + KEY_GROUP];
+    } else {
+        int64_t group_slot = index_slot(&scan->groups, values, 3);
+        if (scan->keys.used == scan->keys.max_rows
+            || (scan->groups.table[group_slot] < 0
+                && scan->groups.used == scan->groups.max_rows))
+            return 0;
+        group = index_row(&scan->groups, group_slot, values, 3);
+        key = index_row(&scan->keys, key_slot, values, 4);
+        scan->keys.rows[KEY_COLUMNS * key + KEY_GROUP] = group;
+    }
     scan->keys.rows[KEY_COLUMNS * key + KEY_CALLS]++;
     NARROW(scan, KEY, row) = (int32_t)key;
     NARROW(scan, CALL_INDEX, row) = (int32_t)scan->groups.rows[4 * group + 3]++;
@@ -502,14 +511,14 @@ static int line(Scan *scan, int64_t start, int64_t stop, int64_t row)
     return number_call(scan, row, host, comm);
 }
 
-/* Scan data[0:size], whole lines. The caller allocates: wide (4 x capacity) and narrow (12 x
- * capacity, where capacity is size / MIN_LINE_BYTES + 1), strings (max_strings x 5), table
- * (2 * max_strings, a power of two, all -1), keys (max_keys x KEY_COLUMNS) and groups (max_keys
- * x 4), key_tables (2 x 2 * max_keys, a power of two, all -1: the keys' table, then the
- * groups'), runs ((capacity + 1) x 2: rejected runs as (first line index, line count)),
+/* Scan data[0:size], whole lines. The caller allocates: wide (4 arrays of capacity) and narrow
+ * (12 arrays of capacity, where capacity is size / MIN_LINE_BYTES + 1), strings (max_strings x 5), table
+ * (2 * max_strings, a power of two, all -1), keys (max_keys x KEY_COLUMNS) and groups
+ * (max_keys x 4), key_tables (2 x 2 * max_keys, a power of two, all -1: the keys' table, then
+ * the groups'), runs ((capacity + 1) x 2: rejected runs as (first line index, line count)),
  * rejected (size bytes). counts receives (lines, accepted, string count, run count, rejected
  * size, key count, group count). */
-void nccl_coll_scan(const uint8_t *data, int64_t size, int64_t *wide, int32_t *narrow,
+void nccl_coll_scan(const uint8_t *data, int64_t size, int64_t **wide, int32_t **narrow,
                     int64_t capacity, int64_t *strings, int64_t max_strings, int64_t *table,
                     int64_t *keys, int64_t *groups, int64_t max_keys, int32_t *key_tables,
                     int64_t *runs, uint8_t *rejected, int64_t *counts)

@@ -42,7 +42,7 @@ lines), its row in :data:`KEY_FIELDS` (``key``) and its number among the block's
 (host, pid, comm) (``call_index``). ``op_id`` indexes the block's distinct strings; ``ts_*`` are
 the parts of the timestamp (see :data:`TS_NONE`...). Fewer bytes than one int64 array for all
 (80 a possible line against 128): the arrays are allocated per block, and their fresh pages are
-zeroed by the kernel as the scan first writes them. The C scan names the rows in the same
+zeroed by the kernel as the scan first writes them. The C scan names the fields in the same
 order."""
 FIELDS = (*WIDE_FIELDS, *NARROW_FIELDS)
 
@@ -114,13 +114,17 @@ def compiled():
 
 def _kernel(function):
     """The C function wrapped to take the block and return numpy arrays, which it allocates:
-    ``wide`` and ``narrow`` have a column per possible accepted line, ``strings`` rows of
-    (offset, length, hash, first two words), ``keys`` rows of :data:`KEY_FIELDS`, ``runs``
+    ``wide`` and ``narrow`` are one array a field (:data:`WIDE_FIELDS`, :data:`NARROW_FIELDS`)
+    with a row per possible accepted line: arrays under numpy's 4 MiB threshold for huge pages,
+    so that the pages of rows no line fills are never touched (one 2-D array of them was
+    zeroed whole, 2 MiB page by 2 MiB page, though half its rows stay unused), ``strings``
+    rows of (offset, length, hash, first two words), ``keys`` rows of :data:`KEY_FIELDS`, ``runs``
     rows of (first line index, line count)."""
     int64s = np.ctypeslib.ndpointer(np.int64, flags="C_CONTIGUOUS")
     int32s = np.ctypeslib.ndpointer(np.int32, flags="C_CONTIGUOUS")
+    pointers = ctypes.POINTER(ctypes.c_void_p)
     function.argtypes = [np.ctypeslib.ndpointer(np.uint8, flags="C_CONTIGUOUS"), ctypes.c_int64,
-                         int64s, int32s, ctypes.c_int64, int64s, ctypes.c_int64, int64s, int64s,
+                         pointers, pointers, ctypes.c_int64, int64s, ctypes.c_int64, int64s, int64s,
                          int64s, ctypes.c_int64, int32s, int64s,
                          np.ctypeslib.ndpointer(np.uint8, flags="C_CONTIGUOUS,WRITEABLE"),
                          int64s]
@@ -128,21 +132,26 @@ def _kernel(function):
 
     def kernel(data: np.ndarray) -> tuple:
         capacity = data.size // MIN_LINE_BYTES + 1
-        wide = np.empty((len(WIDE_FIELDS), capacity), np.int64)
-        narrow = np.empty((len(NARROW_FIELDS), capacity), np.int32)
+        wide = [np.empty(capacity, np.int64) for _ in WIDE_FIELDS]
+        narrow = [np.empty(capacity, np.int32) for _ in NARROW_FIELDS]
         strings = np.empty((MAX_STRINGS, 5), np.int64)
         table = np.full(2 * MAX_STRINGS, -1, np.int64)
-        keys = np.empty((MAX_KEYS, len(KEY_FIELDS)), np.int64)
+        keys = np.empty((MAX_KEYS, len(KEY_FIELDS) + 1), np.int64)  # and each key's group
         groups = np.empty((MAX_KEYS, 4), np.int64)
         key_tables = np.full(4 * MAX_KEYS, -1, np.int32)
         runs = np.empty((capacity + 1, 2), np.int64)
         rejected = np.empty(data.size, np.uint8)
         counts = np.zeros(7, np.int64)
-        function(data, data.size, wide, narrow, capacity, strings, MAX_STRINGS, table, keys,
-                 groups, MAX_KEYS, key_tables, runs, rejected, counts)
+        function(data, data.size, _addresses(wide), _addresses(narrow), capacity, strings,
+                 MAX_STRINGS, table, keys, groups, MAX_KEYS, key_tables, runs, rejected, counts)
         return counts.tolist()[:6], wide, narrow, strings, keys, runs, rejected
 
     return kernel
+
+
+def _addresses(arrays: list[np.ndarray]) -> ctypes.Array:
+    """The C array of the arrays' data pointers."""
+    return (ctypes.c_void_p * len(arrays))(*(array.ctypes.data for array in arrays))
 
 
 def scan(block: bytes) -> ScannedBlock | None:
@@ -159,7 +168,8 @@ def scan(block: bytes) -> ScannedBlock | None:
                       dtype=pl.String)
     columns = [*zip(WIDE_FIELDS, wide, strict=True), *zip(NARROW_FIELDS, narrow, strict=True)]
     calls = pl.DataFrame({name: column[:accepted] for name, column in columns})
-    keys = pl.DataFrame(keys[:key_count], schema=list(KEY_FIELDS), orient="row")
+    keys = pl.DataFrame(keys[:key_count, :len(KEY_FIELDS)], schema=list(KEY_FIELDS),
+                        orient="row")
     first, count = runs[:run_count, 0], runs[:run_count, 1]
     rejected_lines = np.arange(count.sum()) + np.repeat(first - (np.cumsum(count) - count), count)
     return ScannedBlock(lines, calls, keys, texts, rejected[:rejected_size].tobytes(),
