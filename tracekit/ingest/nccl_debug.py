@@ -621,6 +621,20 @@ def _scanned_calls(scanned: pl.DataFrame | None, first_line_no: int,
         scanned = pl.DataFrame(schema={
             **dict.fromkeys(nccl_coll_scan.WIDE_FIELDS, pl.Int64),
             **dict.fromkeys(nccl_coll_scan.NARROW_FIELDS, pl.Int32)})
+    return scanned.select(
+        (pl.col("line_index").cast(pl.Int64) + first_line_no).alias("line_no"),
+        *SCANNED_IDENTITY, "op_id", "op_count", "count", "datatype", "root", "nranks",
+        pl.when(pl.col("global_rank") != nccl_coll_scan.NO_GLOBAL_RANK)
+        .then(pl.col("global_rank")).alias("global_rank"),
+        _scanned_time_ns(scanned, time_zone).alias("t_start_ns"),
+    )
+
+
+def _scanned_time_ns(scanned: pl.DataFrame, time_zone: str) -> pl.Expr:
+    """Nanoseconds since the epoch of the scanned calls' timestamps (null where none): a
+    block without any (``srun -l`` or no prefix) skips the conversion."""
+    if (scanned["ts_kind"].max() or nccl_coll_scan.TS_NONE) == nccl_coll_scan.TS_NONE:
+        return pl.lit(None, dtype=pl.Int64)
     kind, seconds = pl.col("ts_kind"), pl.col("ts_seconds")
     frac_ns = pl.col("ts_frac_ns").cast(pl.Int64)
     wall = pl.when(kind.is_in([nccl_coll_scan.TS_LOCAL, nccl_coll_scan.TS_ZONED])).then(
@@ -628,13 +642,7 @@ def _scanned_calls(scanned: pl.DataFrame | None, first_line_no: int,
     zone_offset_s = pl.when(kind == nccl_coll_scan.TS_ZONED).then(
         pl.col("ts_offset_s").cast(pl.Int64))
     epoch_ns = pl.when(kind == nccl_coll_scan.TS_EPOCH).then(seconds * 10**9 + frac_ns)
-    return scanned.select(
-        (pl.col("line_index").cast(pl.Int64) + first_line_no).alias("line_no"),
-        *SCANNED_IDENTITY, "op_id", "op_count", "count", "datatype", "root", "nranks",
-        pl.when(pl.col("global_rank") != nccl_coll_scan.NO_GLOBAL_RANK)
-        .then(pl.col("global_rank")).alias("global_rank"),
-        _epoch_ns(wall, zone_offset_s, frac_ns, epoch_ns, time_zone).alias("t_start_ns"),
-    )
+    return _epoch_ns(wall, zone_offset_s, frac_ns, epoch_ns, time_zone)
 
 
 def _call_rows(calls: pl.DataFrame, strings: pl.Series,
