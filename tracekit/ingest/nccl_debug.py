@@ -39,7 +39,7 @@ from tracekit.ingest.base import (
 )
 
 COMPILED_SCAN = True
-"""Read the common COLL line with the compiled scan when numba is available; False makes the
+"""Read the common COLL line with the compiled scan where it could be built; False makes the
 polars parser read every line (the tests compare both: the output must be the same)."""
 
 INFO_MARK = " NCCL INFO "
