@@ -520,8 +520,8 @@ static int line(Scan *scan, int64_t start, int64_t stop, int64_t row)
 }
 
 /* Scan data[0:size], whole lines. The caller allocates: wide (4 arrays of capacity) and narrow
- * (12 arrays of capacity, where capacity is size / MIN_LINE_BYTES + 1), strings (max_strings x 5), table
- * (2 * max_strings, a power of two, all -1), keys (max_keys x KEY_COLUMNS) and groups
+ * (12 arrays of capacity, where capacity is size / MIN_LINE_BYTES + 1), strings (max_strings x
+ * 5), table (2 * max_strings, a power of two, all -1), keys (max_keys x KEY_COLUMNS) and groups
  * (max_keys x 4), key_tables (2 x 2 * max_keys, a power of two, all -1: the keys' table, then
  * the groups'), runs ((capacity + 1) x 2: rejected runs as (first line index, line count)),
  * rejected (size bytes). counts receives (lines, accepted, string count, run count, rejected
