@@ -132,6 +132,25 @@ def test_calls_are_keyed_and_numbered_per_comm_in_the_block(monkeypatch):
     assert scanned.rejected_lines.tolist() == [0, 6]
 
 
+def test_calls_beyond_the_keys_read_by_polars_give_the_same_output(monkeypatch):
+    """Lines left to polars when the block's keys are full make a block of both parsers'
+    calls, numbered by the group-by path: the output is the polars parser's."""
+    monkeypatch.setattr(nccl_coll_scan, "MAX_KEYS", 2)
+    lines = [INIT.format(host="gpu-b04", pid=pid, comm="0x1", rank=pid, dev=0) for pid in (1, 2, 3)]
+    lines += [coll(pid=pid, comm="0x1") for _ in range(3) for pid in (1, 2, 3)]
+    assert scan(lines).calls["pid"].unique().sort().to_list() == [1, 2]  # pid 3: polars
+    source = Source.from_bytes("keys.log", ("\n".join(lines) + "\n").encode())
+    results = []
+    for compiled in (True, False):
+        monkeypatch.setattr(nccl_debug, "COMPILED_SCAN", compiled)
+        results.append(read_all(nccl_debug.NcclDebugReader(), source, {"tz": "UTC"}))
+    fast, slow = results
+    assert fast.tables["collectives"].select("pid", "seq", "rank").rows() == [
+        (pid, seq, pid) for seq in range(3) for pid in (1, 2, 3)]
+    for name in fast.tables:
+        assert_frame_equal(fast.tables[name], slow.tables[name])
+
+
 def test_unterminated_last_line_is_left_to_polars():
     block = (coll() + "\n" + coll() + "\n" + coll()).encode()
     scanned = nccl_coll_scan.scan(block)
