@@ -151,6 +151,14 @@ def test_calls_beyond_the_keys_read_by_polars_give_the_same_output(monkeypatch):
         assert_frame_equal(fast.tables[name], slow.tables[name])
 
 
+def test_a_block_without_times_or_global_ranks_leaves_their_fields_out():
+    """Their fields are written from the block's first call that has one (the rows before it
+    filled in: see test_accepted_shapes_and_their_values), else never touched."""
+    columns = scan([coll(), coll(prefix="12: ")]).calls.columns
+    assert [name for name in nccl_coll_scan.FIELDS if name not in columns] == [
+        "ts_seconds", "global_rank", "ts_kind", "ts_offset_s", "ts_frac_ns"]
+
+
 def test_unterminated_last_line_is_left_to_polars():
     block = (coll() + "\n" + coll() + "\n" + coll()).encode()
     scanned = nccl_coll_scan.scan(block)

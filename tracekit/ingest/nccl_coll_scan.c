@@ -59,6 +59,8 @@ typedef struct {
     int64_t used;
     Index keys;
     Index groups;
+    int timed;   /* whether the timestamp fields are written (see set_time) */
+    int ranked;  /* whether GLOBAL_RANK is (see message) */
 } Scan;
 
 #define WIDE(scan, field, row) ((scan)->wide[field][row])
@@ -258,9 +260,27 @@ static int is_at(const uint8_t *data, int64_t pos, int64_t stop, uint8_t byte, u
     return pos >= 0 && pos < stop && (data[pos] == byte || data[pos] == other);
 }
 
+static void set_untimed(Scan *scan, int64_t row)
+{
+    NARROW(scan, TS_KIND, row) = TS_NONE;
+    WIDE(scan, TS_SECONDS, row) = 0;
+    NARROW(scan, TS_OFFSET_S, row) = 0;
+    NARROW(scan, TS_FRAC_NS, row) = 0;
+}
+
+/* The timestamp fields of row. They are written from the block's first timed call on (the rows
+ * before it filled with TS_NONE then), so a block without timestamps never touches their pages
+ * (a fifth of the fields' bytes). */
 static void set_time(Scan *scan, int64_t row, int64_t kind, int64_t seconds, int64_t offset,
                      int64_t frac)
 {
+    if (!scan->timed) {
+        if (kind == TS_NONE)
+            return;
+        for (int64_t earlier = 0; earlier < row; earlier++)
+            set_untimed(scan, earlier);
+        scan->timed = 1;
+    }
     NARROW(scan, TS_KIND, row) = (int32_t)kind;
     WIDE(scan, TS_SECONDS, row) = seconds;
     NARROW(scan, TS_OFFSET_S, row) = (int32_t)offset;
@@ -430,7 +450,13 @@ static int message(Scan *scan, int64_t pos, int64_t stop, int64_t row, int64_t *
     NARROW(scan, DATATYPE, row) = (int32_t)datatype;
     NARROW(scan, ROOT, row) = (int32_t)root;
     NARROW(scan, NRANKS, row) = (int32_t)nranks;
-    NARROW(scan, GLOBAL_RANK, row) = (int32_t)global_rank;
+    if (!scan->ranked && global_rank != NO_GLOBAL_RANK) {
+        for (int64_t earlier = 0; earlier < row; earlier++)
+            NARROW(scan, GLOBAL_RANK, earlier) = NO_GLOBAL_RANK;
+        scan->ranked = 1;  /* written from the block's first RCCL call on, as the times are */
+    }
+    if (scan->ranked)
+        NARROW(scan, GLOBAL_RANK, row) = (int32_t)global_rank;
     NARROW(scan, OP_ID, row) = (int32_t)op;
     return op >= 0 && *comm >= 0;
 }
@@ -525,7 +551,7 @@ static int line(Scan *scan, int64_t start, int64_t stop, int64_t row)
  * (max_keys x 4), key_tables (2 x 2 * max_keys, a power of two, all -1: the keys' table, then
  * the groups'), runs ((capacity + 1) x 2: rejected runs as (first line index, line count)),
  * rejected (size bytes). counts receives (lines, accepted, string count, run count, rejected
- * size, key count, group count). */
+ * size, key count, group count, whether the timestamp fields and GLOBAL_RANK were written). */
 void nccl_coll_scan(const uint8_t *data, int64_t size, int64_t **wide, int32_t **narrow,
                     int64_t capacity, int64_t *strings, int64_t max_strings, int64_t *table,
                     int64_t *keys, int64_t *groups, int64_t max_keys, int32_t *key_tables,
@@ -534,7 +560,7 @@ void nccl_coll_scan(const uint8_t *data, int64_t size, int64_t **wide, int32_t *
     Scan scan = {data, size, wide, narrow, capacity, strings, max_strings, table,
                  2 * max_strings - 1, 0,
                  {keys, KEY_COLUMNS, key_tables, 2 * max_keys - 1, 0, max_keys},
-                 {groups, 4, key_tables + 2 * max_keys, 2 * max_keys - 1, 0, max_keys}};
+                 {groups, 4, key_tables + 2 * max_keys, 2 * max_keys - 1, 0, max_keys}, 0, 0};
     int64_t lines = 0, accepted = 0, run_count = 0, rejected_size = 0, start = 0;
     while (start < size) {
         const uint8_t *newline = memchr(data + start, '\n', (size_t)(size - start));
@@ -567,4 +593,6 @@ void nccl_coll_scan(const uint8_t *data, int64_t size, int64_t **wide, int32_t *
     counts[4] = rejected_size;
     counts[5] = scan.keys.used;
     counts[6] = scan.groups.used;
+    counts[7] = scan.timed;
+    counts[8] = scan.ranked;
 }

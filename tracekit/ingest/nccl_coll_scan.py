@@ -51,6 +51,11 @@ KEY_FIELDS = ("host_id", "pid", "comm_id", "cuda_dev", "calls")
 calls of each; ``host_id`` and ``comm_id`` index the block's distinct strings. The reader numbers
 and ranks the calls from these few dozen rows, without a group-by or join over the calls."""
 
+TIME_FIELDS = ("ts_kind", "ts_seconds", "ts_offset_s", "ts_frac_ns")
+"""The fields of the timestamp: written only in a block with a timestamp (else left out of
+:attr:`ScannedBlock.calls`, as ``global_rank`` is in a block without RCCL's suffix), so that
+their pages are never touched."""
+
 TS_NONE, TS_LOCAL, TS_ZONED, TS_EPOCH = 0, 1, 2, 3
 """Timestamp kinds (also in the C scan): none; a wall-clock time without zone (``ts_seconds``
 counts its seconds as if it were UTC); the same with a zone offset; epoch seconds."""
@@ -98,7 +103,8 @@ to arrive must not build it twice."""
 def compiled():
     """The scan, ``kernel(block array) -> (counts, wide fields, narrow fields, strings, keys,
     rejected runs, rejected bytes)`` (counts: lines, accepted lines, strings, runs, rejected
-    bytes, keys), or None where it cannot be built. Built once by the C compiler and cached
+    bytes, keys, groups, whether the times and the global ranks were written), or None where it
+    cannot be built. Built once by the C compiler and cached
     (:mod:`tracekit.core.compiled`). A thread arriving while another builds it waits: parsing
     that block with polars instead was measured slower (more CPU and more wall time)."""
     global _compiled, _failed
@@ -141,10 +147,10 @@ def _kernel(function):
         key_tables = np.full(4 * MAX_KEYS, -1, np.int32)
         runs = np.empty((capacity + 1, 2), np.int64)
         rejected = np.empty(data.size, np.uint8)
-        counts = np.zeros(7, np.int64)
+        counts = np.zeros(9, np.int64)
         function(data, data.size, _addresses(wide), _addresses(narrow), capacity, strings,
                  MAX_STRINGS, table, keys, groups, MAX_KEYS, key_tables, runs, rejected, counts)
-        return counts.tolist()[:6], wide, narrow, strings, keys, runs, rejected
+        return counts.tolist(), wide, narrow, strings, keys, runs, rejected
 
     return kernel
 
@@ -162,12 +168,15 @@ def scan(block: bytes) -> ScannedBlock | None:
         return None
     counts, wide, narrow, strings, keys, runs, rejected = kernel(
         np.frombuffer(block, dtype=np.uint8))
-    lines, accepted, string_count, run_count, rejected_size, key_count = counts
+    (lines, accepted, string_count, run_count, rejected_size, key_count, _group_count, timed,
+     ranked) = counts
     texts = pl.Series([block[offset:offset + length].decode("ascii")
                        for offset, length in strings[:string_count, :2].tolist()],
                       dtype=pl.String)
     columns = [*zip(WIDE_FIELDS, wide, strict=True), *zip(NARROW_FIELDS, narrow, strict=True)]
-    calls = pl.DataFrame({name: column[:accepted] for name, column in columns})
+    unwritten = {*(() if timed else TIME_FIELDS), *(() if ranked else ("global_rank",))}
+    calls = pl.DataFrame({name: column[:accepted] for name, column in columns
+                          if name not in unwritten})
     keys = pl.DataFrame(keys[:key_count, :len(KEY_FIELDS)], schema=list(KEY_FIELDS),
                         orient="row")
     first, count = runs[:run_count, 0], runs[:run_count, 1]

@@ -625,15 +625,17 @@ def _scanned_calls(scanned: pl.DataFrame | None, first_line_no: int,
         (pl.col("line_index").cast(pl.Int64) + first_line_no).alias("line_no"),
         *SCANNED_IDENTITY, "op_id", "op_count", "count", "datatype", "root", "nranks",
         pl.when(pl.col("global_rank") != nccl_coll_scan.NO_GLOBAL_RANK)
-        .then(pl.col("global_rank")).alias("global_rank"),
+        .then(pl.col("global_rank")).alias("global_rank") if "global_rank" in scanned.columns
+        else pl.lit(None, dtype=pl.Int32).alias("global_rank"),
         _scanned_time_ns(scanned, time_zone).alias("t_start_ns"),
     )
 
 
 def _scanned_time_ns(scanned: pl.DataFrame, time_zone: str) -> pl.Expr:
     """Nanoseconds since the epoch of the scanned calls' timestamps (null where none): a
-    block without any (``srun -l`` or no prefix) skips the conversion."""
-    if (scanned["ts_kind"].max() or nccl_coll_scan.TS_NONE) == nccl_coll_scan.TS_NONE:
+    block without any (``srun -l`` or no prefix; the scan leaves their fields out) skips the
+    conversion."""
+    if "ts_kind" not in scanned.columns:
         return pl.lit(None, dtype=pl.Int64)
     kind, seconds = pl.col("ts_kind"), pl.col("ts_seconds")
     frac_ns = pl.col("ts_frac_ns").cast(pl.Int64)
