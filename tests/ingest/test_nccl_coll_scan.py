@@ -41,11 +41,13 @@ def scan(lines: list[str], end: str = "\n") -> nccl_coll_scan.ScannedBlock:
 
 
 def with_texts(scanned: nccl_coll_scan.ScannedBlock) -> pl.DataFrame:
-    """The scanned calls with the texts their ``*_id`` columns index."""
+    """The scanned calls with the texts their ``op_id`` and their key's ids index."""
     strings = pl.lit(scanned.strings)
-    return scanned.calls.with_columns(strings.gather(pl.col("host_id")).alias("host"),
-                                      strings.gather(pl.col("op_id")).alias("op_name"),
-                                      strings.gather(pl.col("comm_id")).alias("comm"))
+    key = pl.col("key")
+    return scanned.calls.with_columns(
+        strings.gather(pl.lit(scanned.keys["host_id"]).gather(key)).alias("host"),
+        strings.gather(pl.col("op_id")).alias("op_name"),
+        strings.gather(pl.lit(scanned.keys["comm_id"]).gather(key)).alias("comm"))
 
 
 ACCEPTED_PREFIXES = {
@@ -114,6 +116,49 @@ def test_lines_left_to_polars(line):
     assert scanned.rejected_lines.tolist() == [0, 1]
 
 
+def test_calls_are_keyed_and_numbered_per_comm_in_the_block(monkeypatch):
+    """Each call gets its (host, pid, comm, cuda_dev) key and its number among the block's
+    calls of its (host, pid, comm); a line bringing a key beyond MAX_KEYS goes to polars."""
+    monkeypatch.setattr(nccl_coll_scan, "MAX_KEYS", 4)
+    lines = [coll(pid=1), coll(pid=2), coll(pid=1, dev=1), coll(pid=1, comm="0x2"), coll(pid=1),
+             coll(pid=3)]
+    scanned = scan(lines)
+    assert scanned.calls["key"].to_list() == [0, 1, 2, 3, 0]
+    assert scanned.calls["call_index"].to_list() == [0, 0, 1, 0, 2]
+    assert scanned.keys.select("pid", "cuda_dev", "calls").rows() == [
+        (1, 0, 2), (2, 0, 1), (1, 1, 1), (1, 0, 1)]
+    comm = "0x55b7e3a81c20"
+    assert with_texts(scanned)["comm"].to_list() == [comm, comm, comm, "0x2", comm]
+    assert scanned.rejected_lines.tolist() == [0, 6]
+
+
+def test_calls_beyond_the_keys_read_by_polars_give_the_same_output(monkeypatch):
+    """Lines left to polars when the block's keys are full make a block of both parsers'
+    calls, numbered by the group-by path: the output is the polars parser's."""
+    monkeypatch.setattr(nccl_coll_scan, "MAX_KEYS", 2)
+    lines = [INIT.format(host="gpu-b04", pid=pid, comm="0x1", rank=pid, dev=0) for pid in (1, 2, 3)]
+    lines += [coll(pid=pid, comm="0x1") for _ in range(3) for pid in (1, 2, 3)]
+    assert scan(lines).calls["pid"].unique().sort().to_list() == [1, 2]  # pid 3: polars
+    source = Source.from_bytes("keys.log", ("\n".join(lines) + "\n").encode())
+    results = []
+    for compiled in (True, False):
+        monkeypatch.setattr(nccl_debug, "COMPILED_SCAN", compiled)
+        results.append(read_all(nccl_debug.NcclDebugReader(), source, {"tz": "UTC"}))
+    fast, slow = results
+    assert fast.tables["collectives"].select("pid", "seq", "rank").rows() == [
+        (pid, seq, pid) for seq in range(3) for pid in (1, 2, 3)]
+    for name in fast.tables:
+        assert_frame_equal(fast.tables[name], slow.tables[name])
+
+
+def test_a_block_without_times_or_global_ranks_leaves_their_fields_out():
+    """Their fields are written from the block's first call that has one (the rows before it
+    filled in: see test_accepted_shapes_and_their_values), else never touched."""
+    columns = scan([coll(), coll(prefix="12: ")]).calls.columns
+    assert [name for name in nccl_coll_scan.FIELDS if name not in columns] == [
+        "ts_seconds", "global_rank", "ts_kind", "ts_offset_s", "ts_frac_ns"]
+
+
 def test_unterminated_last_line_is_left_to_polars():
     block = (coll() + "\n" + coll() + "\n" + coll()).encode()
     scanned = nccl_coll_scan.scan(block)
@@ -126,7 +171,7 @@ def test_byte_order_mark_inside_a_block_stays_on_its_line():
     """Only the block's first line loses a byte-order mark, as when polars splits it all."""
     block = (coll() + "\n\ufeff" + INIT.format(host="h", pid=1, comm="0x1", rank=0, dev=0)
              + "\n").encode()
-    lines = nccl_debug._split_block(block, 1, "UTC")[2]
+    lines = nccl_debug._split_block(block, 1, "UTC")[3]
     assert lines.rows() == [(2, block.decode().split("\n")[1])]
 
 

@@ -5,32 +5,66 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Rows of the fields array: the order of FIELDS in nccl_coll_scan.py. */
-enum { LINE_INDEX, HOST_ID, PID, CUDA_DEV, OP_ID, OP_COUNT, COUNT, DATATYPE, ROOT, COMM_ID,
-       NRANKS, GLOBAL_RANK, TS_KIND, TS_SECONDS, TS_OFFSET_S, TS_FRAC_NS };
+/* The small readers of numbers and tokens, inlined where the compiler allows it: GCC kept
+ * them as calls, six to nine a line. */
+#if defined(__GNUC__)
+#define HOT_INLINE static inline __attribute__((always_inline))
+#else
+#define HOT_INLINE static inline
+#endif
+
+/* The wide (int64) and narrow (int32) fields, one array of `capacity` each: the order of
+ * WIDE_FIELDS and NARROW_FIELDS in nccl_coll_scan.py. */
+enum { PID, OP_COUNT, COUNT, TS_SECONDS };
+enum { LINE_INDEX, KEY, CALL_INDEX, CUDA_DEV, OP_ID, DATATYPE, ROOT, NRANKS, GLOBAL_RANK,
+       TS_KIND, TS_OFFSET_S, TS_FRAC_NS };
+/* Columns of a key's row (KEY_COLUMNS: KEY_FIELDS of nccl_coll_scan.py, then its group's row)
+ * and of a group's (the first three and the calls). */
+enum { KEY_HOST, KEY_PID, KEY_COMM, KEY_CUDA_DEV, KEY_CALLS, KEY_GROUP, KEY_COLUMNS };
 /* TS_NONE ... TS_EPOCH and NO_GLOBAL_RANK of nccl_coll_scan.py. */
 enum { TS_NONE, TS_LOCAL, TS_ZONED, TS_EPOCH };
-#define NO_GLOBAL_RANK (-(INT64_C(1) << 62))
+#define NO_GLOBAL_RANK INT32_MIN
 /* Years the scan converts itself; polars' nanosecond datetimes span 1678-2262. */
 #define MIN_YEAR 1900
 #define MAX_YEAR 2200
 
+#define STRING_COLUMNS 5
 #define LITERAL(text) (const uint8_t *)(text), (int64_t)(sizeof(text) - 1)
 
-/* What one scan writes: the fields array (one column of `capacity` per field), the distinct
- * strings as rows of (offset, length, hash), their open-addressing table of -1 or string ids. */
+/* Distinct tuples of numbers: rows of `columns` int64 (the tuple, then a count of calls), and
+ * their open-addressing table of -1 or row indices. */
+typedef struct {
+    int64_t *rows;
+    int64_t columns;
+    int32_t *table;
+    int64_t table_mask;
+    int64_t used;
+    int64_t max_rows;
+} Index;
+
+/* What one scan writes: the fields arrays (one column of `capacity` per field), the distinct
+ * strings as rows of (offset, length, hash, first word, second word), their open-addressing
+ * table of -1 or string ids, the distinct (host, pid, comm, cuda_dev) of the calls (keys) and
+ * (host, pid, comm) (groups), whose calls are numbered. */
 typedef struct {
     const uint8_t *data;
-    int64_t *fields;
+    int64_t size;
+    int64_t **wide;
+    int32_t **narrow;
     int64_t capacity;
     int64_t *strings;
     int64_t max_strings;
     int64_t *table;
     int64_t table_mask;
     int64_t used;
+    Index keys;
+    Index groups;
+    int timed;   /* whether the timestamp fields are written (see set_time) */
+    int ranked;  /* whether GLOBAL_RANK is (see message) */
 } Scan;
 
-#define FIELD(scan, field, row) ((scan)->fields[(int64_t)(field) * (scan)->capacity + (row)])
+#define WIDE(scan, field, row) ((scan)->wide[field][row])
+#define NARROW(scan, field, row) ((scan)->narrow[field][row])
 
 static int is_digit(uint8_t byte) { return byte >= '0' && byte <= '9'; }
 
@@ -42,8 +76,8 @@ static int is_host_char(uint8_t byte)
 }
 
 /* The position after the literal when the text at pos starts with it, else -1. */
-static int64_t expect(const uint8_t *data, int64_t pos, int64_t stop, const uint8_t *literal,
-                      int64_t length)
+HOT_INLINE int64_t expect(const uint8_t *data, int64_t pos, int64_t stop,
+                          const uint8_t *literal, int64_t length)
 {
     if (pos < 0 || pos + length > stop || memcmp(data + pos, literal, (size_t)length) != 0)
         return -1;
@@ -51,7 +85,7 @@ static int64_t expect(const uint8_t *data, int64_t pos, int64_t stop, const uint
 }
 
 /* The value of a decimal digit, or with base 16 of a hex digit of either case; -1 for others. */
-static int64_t digit_value(uint8_t byte, int64_t base)
+HOT_INLINE int64_t digit_value(uint8_t byte, int64_t base)
 {
     if (is_digit(byte))
         return byte - '0';
@@ -64,8 +98,8 @@ static int64_t digit_value(uint8_t byte, int64_t base)
 
 /* The position after 1 to max_digits digits of base at pos (their value in *value, 0 on
  * failure); -1 when there are none or more. */
-static int64_t number_at(const uint8_t *data, int64_t pos, int64_t stop, int64_t base,
-                         int64_t max_digits, int64_t *value)
+HOT_INLINE int64_t number_at(const uint8_t *data, int64_t pos, int64_t stop, int64_t base,
+                             int64_t max_digits, int64_t *value)
 {
     int64_t start = pos, digit, number = 0;
     *value = 0;
@@ -82,14 +116,14 @@ static int64_t number_at(const uint8_t *data, int64_t pos, int64_t stop, int64_t
     return pos;
 }
 
-static int64_t unsigned_at(const uint8_t *data, int64_t pos, int64_t stop, int64_t max_digits,
-                           int64_t *value)
+HOT_INLINE int64_t unsigned_at(const uint8_t *data, int64_t pos, int64_t stop,
+                               int64_t max_digits, int64_t *value)
 {
     return number_at(data, pos, stop, 10, max_digits, value);
 }
 
-static int64_t signed_at(const uint8_t *data, int64_t pos, int64_t stop, int64_t max_digits,
-                         int64_t *value)
+HOT_INLINE int64_t signed_at(const uint8_t *data, int64_t pos, int64_t stop,
+                             int64_t max_digits, int64_t *value)
 {
     if (pos >= 0 && pos < stop && data[pos] == '-') {
         pos = unsigned_at(data, pos + 1, stop, max_digits, value);
@@ -101,7 +135,7 @@ static int64_t signed_at(const uint8_t *data, int64_t pos, int64_t stop, int64_t
 
 /* The end of the non-empty run of printable non-space characters at pos, else -1 (also for
  * an N: it might start a second NCCL). */
-static int64_t token(const uint8_t *data, int64_t pos, int64_t stop)
+HOT_INLINE int64_t token(const uint8_t *data, int64_t pos, int64_t stop)
 {
     int64_t start = pos;
     if (pos < 0)
@@ -114,29 +148,65 @@ static int64_t token(const uint8_t *data, int64_t pos, int64_t stop)
     return pos > start ? pos : -1;
 }
 
+/* The bytes data[pos:stop] (at most 8, none when pos >= stop) as one word, the bytes after
+ * them zero; read as one load where the block has 8 bytes from pos. */
+static inline uint64_t word_at(const Scan *scan, int64_t pos, int64_t stop)
+{
+    uint64_t word = 0;
+    int64_t length = stop - pos < 8 ? stop - pos : 8;
+    if (length <= 0)
+        return 0;
+    if (pos + 8 > scan->size) {
+        memcpy(&word, scan->data + pos, (size_t)length);
+        return word;
+    }
+    memcpy(&word, scan->data + pos, 8);
+    if (length < 8) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        word &= ~UINT64_C(0) << (8 * (8 - length));
+#else
+        word &= ~UINT64_C(0) >> (8 * (8 - length));
+#endif
+    }
+    return word;
+}
+
+#define HASH_MULTIPLIER UINT64_C(0x9E3779B97F4A7C15)
+
 /* The id of data[start:stop] among the block's distinct strings (adding it when new), or -1
- * when the table is full. */
+ * when the table is full. Hashed a word (8 bytes) at a time, and a string's first two words
+ * are kept in its row, so the hosts, op names and comm pointers (7-18 bytes) are compared
+ * without reading their first copy again: a byte-at-a-time hash and a memcmp call per string
+ * were two fifths of the scan. */
 static int64_t intern(Scan *scan, int64_t start, int64_t stop)
 {
-    const uint8_t *data = scan->data;
-    int64_t hashed = 0, slot, found, length = stop - start;
-    for (int64_t k = start; k < stop; k++)
-        hashed = (hashed * 131 + data[k]) & INT64_C(0xFFFFFFFFFFFF);
-    slot = hashed & scan->table_mask;
+    int64_t slot, found, length = stop - start;
+    uint64_t first = word_at(scan, start, stop), second = word_at(scan, start + 8, stop);
+    uint64_t hashed = (((uint64_t)length ^ first) * HASH_MULTIPLIER ^ second) * HASH_MULTIPLIER;
+    for (int64_t pos = start + 16; pos < stop; pos += 8)
+        hashed = (hashed ^ word_at(scan, pos, stop)) * HASH_MULTIPLIER;
+    hashed = (hashed ^ (hashed >> 32)) & UINT64_C(0x7FFFFFFFFFFFFFFF);
+    slot = (int64_t)hashed & scan->table_mask;
     for (;;) {
         found = scan->table[slot];
         if (found < 0) {
             if (scan->used == scan->max_strings)
                 return -1;
             found = scan->used++;
-            scan->strings[3 * found] = start;
-            scan->strings[3 * found + 1] = length;
-            scan->strings[3 * found + 2] = hashed;
+            int64_t *row = scan->strings + STRING_COLUMNS * found;
+            row[0] = start;
+            row[1] = length;
+            row[2] = (int64_t)hashed;
+            row[3] = (int64_t)first;
+            row[4] = (int64_t)second;
             scan->table[slot] = found;
             return found;
         }
-        if (scan->strings[3 * found + 2] == hashed && scan->strings[3 * found + 1] == length
-            && memcmp(data + scan->strings[3 * found], data + start, (size_t)length) == 0)
+        const int64_t *row = scan->strings + STRING_COLUMNS * found;
+        if (row[2] == (int64_t)hashed && row[1] == length && row[3] == (int64_t)first
+            && row[4] == (int64_t)second
+            && (length <= 16 || memcmp(scan->data + row[0] + 16, scan->data + start + 16,
+                                       (size_t)(length - 16)) == 0))
             return found;
         slot = (slot + 1) & scan->table_mask;
     }
@@ -177,7 +247,7 @@ static int64_t fraction_ns(const uint8_t *data, int64_t pos, int64_t stop, int64
 }
 
 /* The number of the two digits at pos (whatever follows them), else -1. */
-static int64_t two_digits(const uint8_t *data, int64_t pos, int64_t stop)
+HOT_INLINE int64_t two_digits(const uint8_t *data, int64_t pos, int64_t stop)
 {
     if (pos >= 0 && pos + 2 <= stop && is_digit(data[pos]) && is_digit(data[pos + 1]))
         return (data[pos] - '0') * 10 + (data[pos + 1] - '0');
@@ -190,13 +260,31 @@ static int is_at(const uint8_t *data, int64_t pos, int64_t stop, uint8_t byte, u
     return pos >= 0 && pos < stop && (data[pos] == byte || data[pos] == other);
 }
 
+static void set_untimed(Scan *scan, int64_t row)
+{
+    NARROW(scan, TS_KIND, row) = TS_NONE;
+    WIDE(scan, TS_SECONDS, row) = 0;
+    NARROW(scan, TS_OFFSET_S, row) = 0;
+    NARROW(scan, TS_FRAC_NS, row) = 0;
+}
+
+/* The timestamp fields of row. They are written from the block's first timed call on (the rows
+ * before it filled with TS_NONE then), so a block without timestamps never touches their pages
+ * (a fifth of the fields' bytes). */
 static void set_time(Scan *scan, int64_t row, int64_t kind, int64_t seconds, int64_t offset,
                      int64_t frac)
 {
-    FIELD(scan, TS_KIND, row) = kind;
-    FIELD(scan, TS_SECONDS, row) = seconds;
-    FIELD(scan, TS_OFFSET_S, row) = offset;
-    FIELD(scan, TS_FRAC_NS, row) = frac;
+    if (!scan->timed) {
+        if (kind == TS_NONE)
+            return;
+        for (int64_t earlier = 0; earlier < row; earlier++)
+            set_untimed(scan, earlier);
+        scan->timed = 1;
+    }
+    NARROW(scan, TS_KIND, row) = (int32_t)kind;
+    WIDE(scan, TS_SECONDS, row) = seconds;
+    NARROW(scan, TS_OFFSET_S, row) = (int32_t)offset;
+    NARROW(scan, TS_FRAC_NS, row) = (int32_t)frac;
 }
 
 /* YYYY-MM-DD[T ]HH:MM:SS([.,]frac)?(Z|[+-]HH:?MM)? at pos, where a run of exactly four digits
@@ -286,10 +374,11 @@ static int timestamp(Scan *scan, int64_t start, int64_t stop, int64_t row)
 
 /* Read host:pid:tid [dev] ending at head_end backwards, as the polars parser's end-anchored
  * regex does; returns where the host starts, or -1. */
-static int64_t envelope(Scan *scan, int64_t start, int64_t head_end, int64_t row)
+static int64_t envelope(Scan *scan, int64_t start, int64_t head_end, int64_t row,
+                        int64_t *host)
 {
     const uint8_t *data = scan->data;
-    int64_t pos = head_end - 1, dev_end, tid_end, pid_end, host_end, host_start, host;
+    int64_t pos = head_end - 1, dev_end, tid_end, pid_end, host_end, host_start, dev;
     if (pos < start || data[pos] != ']')
         return -1;
     dev_end = pos--;
@@ -298,7 +387,8 @@ static int64_t envelope(Scan *scan, int64_t start, int64_t head_end, int64_t row
     if (dev_end - pos - 1 < 1 || dev_end - pos - 1 > 9 || pos < start + 1 || data[pos] != '['
         || data[pos - 1] != ' ')
         return -1;
-    unsigned_at(data, pos + 1, dev_end, 9, &FIELD(scan, CUDA_DEV, row));
+    unsigned_at(data, pos + 1, dev_end, 9, &dev);
+    NARROW(scan, CUDA_DEV, row) = (int32_t)dev;
     tid_end = pos - 1;
     pos = tid_end - 1;
     while (pos >= start && is_digit(data[pos]))
@@ -310,24 +400,24 @@ static int64_t envelope(Scan *scan, int64_t start, int64_t head_end, int64_t row
         pos--;
     if (pid_end - pos - 1 < 1 || pid_end - pos - 1 > 18 || pos < start || data[pos] != ':')
         return -1;
-    unsigned_at(data, pos + 1, pid_end, 18, &FIELD(scan, PID, row));
+    unsigned_at(data, pos + 1, pid_end, 18, &WIDE(scan, PID, row));
     host_end = pos--;
     while (pos >= start && is_host_char(data[pos]))
         pos--;
     host_start = pos + 1;
     if (host_start == host_end)
         return -1;
-    host = intern(scan, host_start, host_end);
-    FIELD(scan, HOST_ID, row) = host;
-    return host >= 0 ? host_start : -1;
+    *host = intern(scan, host_start, host_end);
+    return *host >= 0 ? host_start : -1;
 }
 
 /* Read the COLL message from pos to the line's end; 0 unless it is exactly the common shape
  * with every number in range. */
-static int message(Scan *scan, int64_t pos, int64_t stop, int64_t row)
+static int message(Scan *scan, int64_t pos, int64_t stop, int64_t row, int64_t *comm)
 {
     const uint8_t *data = scan->data;
-    int64_t op_start = pos, op_end, comm_start, comm_end;
+    int64_t op_start = pos, op_end, comm_start, comm_end, datatype, root, nranks, op;
+    int64_t global_rank = NO_GLOBAL_RANK;
     while (pos < stop && ((data[pos] >= 'A' && data[pos] <= 'Z')
                           || (data[pos] >= 'a' && data[pos] <= 'z')) && data[pos] != 'N')
         pos++;  /* letters but N (no NCCL op name has one; it might start a second NCCL) */
@@ -335,32 +425,99 @@ static int message(Scan *scan, int64_t pos, int64_t stop, int64_t row)
         return 0;
     op_end = pos;
     pos = number_at(data, expect(data, pos, stop, LITERAL(": opCount ")), stop, 16, 15,
-                    &FIELD(scan, OP_COUNT, row));
+                    &WIDE(scan, OP_COUNT, row));
     pos = token(data, expect(data, pos, stop, LITERAL(" sendbuff ")), stop);
     pos = token(data, expect(data, pos, stop, LITERAL(" recvbuff ")), stop);
     pos = unsigned_at(data, expect(data, pos, stop, LITERAL(" count ")), stop, 18,
-                      &FIELD(scan, COUNT, row));
-    pos = unsigned_at(data, expect(data, pos, stop, LITERAL(" datatype ")), stop, 18,
-                      &FIELD(scan, DATATYPE, row));
+                      &WIDE(scan, COUNT, row));
+    pos = unsigned_at(data, expect(data, pos, stop, LITERAL(" datatype ")), stop, 9, &datatype);
     pos = token(data, expect(data, pos, stop, LITERAL(" op ")), stop);
-    pos = signed_at(data, expect(data, pos, stop, LITERAL(" root ")), stop, 9,
-                    &FIELD(scan, ROOT, row));
+    pos = signed_at(data, expect(data, pos, stop, LITERAL(" root ")), stop, 9, &root);
     comm_start = expect(data, pos, stop, LITERAL(" comm "));
     comm_end = token(data, comm_start, stop);
     pos = unsigned_at(data, expect(data, comm_end, stop, LITERAL(" [nranks=")), stop, 9,
-                      &FIELD(scan, NRANKS, row));
+                      &nranks);
     pos = token(data, expect(data, pos, stop, LITERAL("] stream ")), stop);
-    FIELD(scan, GLOBAL_RANK, row) = NO_GLOBAL_RANK;
     if (pos >= 0 && pos < stop) {
         pos = token(data, expect(data, pos, stop, LITERAL(" task ")), stop);
         pos = signed_at(data, expect(data, pos, stop, LITERAL(" globalrank ")), stop, 9,
-                        &FIELD(scan, GLOBAL_RANK, row));
+                        &global_rank);
     }
     if (pos != stop)
         return 0;
-    FIELD(scan, OP_ID, row) = intern(scan, op_start, op_end);
-    FIELD(scan, COMM_ID, row) = intern(scan, comm_start, comm_end);
-    return FIELD(scan, OP_ID, row) >= 0 && FIELD(scan, COMM_ID, row) >= 0;
+    op = intern(scan, op_start, op_end);
+    *comm = intern(scan, comm_start, comm_end);
+    NARROW(scan, DATATYPE, row) = (int32_t)datatype;
+    NARROW(scan, ROOT, row) = (int32_t)root;
+    NARROW(scan, NRANKS, row) = (int32_t)nranks;
+    if (!scan->ranked && global_rank != NO_GLOBAL_RANK) {
+        for (int64_t earlier = 0; earlier < row; earlier++)
+            NARROW(scan, GLOBAL_RANK, earlier) = NO_GLOBAL_RANK;
+        scan->ranked = 1;  /* written from the block's first RCCL call on, as the times are */
+    }
+    if (scan->ranked)
+        NARROW(scan, GLOBAL_RANK, row) = (int32_t)global_rank;
+    NARROW(scan, OP_ID, row) = (int32_t)op;
+    return op >= 0 && *comm >= 0;
+}
+
+/* The slot of the first `compared` values in index's table: where their row's index is, or
+ * the empty slot (-1) where it goes. */
+static int64_t index_slot(const Index *index, const int64_t *values, int64_t compared)
+{
+    uint64_t hashed = 0;
+    for (int64_t k = 0; k < compared; k++)
+        hashed = (hashed ^ (uint64_t)values[k]) * HASH_MULTIPLIER;
+    int64_t slot = (int64_t)(hashed ^ (hashed >> 32)) & index->table_mask;
+    for (;; slot = (slot + 1) & index->table_mask) {
+        int32_t found = index->table[slot];
+        if (found < 0)
+            return slot;
+        const int64_t *row = index->rows + index->columns * found;
+        int64_t k = 0;
+        while (k < compared && row[k] == values[k])
+            k++;
+        if (k == compared)
+            return slot;
+    }
+}
+
+/* The row of the values at slot (added, with no calls yet, when the slot is empty). */
+static int64_t index_row(Index *index, int64_t slot, const int64_t *values, int64_t compared)
+{
+    if (index->table[slot] < 0) {
+        int64_t *row = index->rows + index->columns * index->used;
+        memcpy(row, values, (size_t)compared * sizeof(int64_t));
+        row[compared] = 0;
+        index->table[slot] = (int32_t)index->used++;
+    }
+    return index->table[slot];
+}
+
+/* Give the call at row its key and its number among its group's calls in this block (the
+ * reader adds the calls of earlier blocks): 0 when a new key or group finds its index full. A
+ * key's row keeps its group's index, so only a new key looks its group up. */
+static int number_call(Scan *scan, int64_t row, int64_t host, int64_t comm)
+{
+    int64_t values[4] = {host, WIDE(scan, PID, row), comm, NARROW(scan, CUDA_DEV, row)};
+    int64_t key_slot = index_slot(&scan->keys, values, 4), key, group;
+    if (scan->keys.table[key_slot] >= 0) {
+        key = scan->keys.table[key_slot];
+        group = scan->keys.rows[KEY_COLUMNS * key + KEY_GROUP];
+    } else {
+        int64_t group_slot = index_slot(&scan->groups, values, 3);
+        if (scan->keys.used == scan->keys.max_rows
+            || (scan->groups.table[group_slot] < 0
+                && scan->groups.used == scan->groups.max_rows))
+            return 0;
+        group = index_row(&scan->groups, group_slot, values, 3);
+        key = index_row(&scan->keys, key_slot, values, 4);
+        scan->keys.rows[KEY_COLUMNS * key + KEY_GROUP] = group;
+    }
+    scan->keys.rows[KEY_COLUMNS * key + KEY_CALLS]++;
+    NARROW(scan, KEY, row) = (int32_t)key;
+    NARROW(scan, CALL_INDEX, row) = (int32_t)scan->groups.rows[4 * group + 3]++;
+    return 1;
 }
 
 /* Read the line data[start:stop]: printable, its first NCCL starts " NCCL INFO " (and the
@@ -368,7 +525,7 @@ static int message(Scan *scan, int64_t pos, int64_t stop, int64_t row)
 static int line(Scan *scan, int64_t start, int64_t stop, int64_t row)
 {
     const uint8_t *data = scan->data;
-    int64_t nccl_at = start, host_start;
+    int64_t nccl_at = start, host_start, host, comm;
     while (nccl_at + 3 < stop) {
         uint8_t byte = data[nccl_at];
         if (byte < ' ' || byte > 126)
@@ -381,30 +538,38 @@ static int line(Scan *scan, int64_t start, int64_t stop, int64_t row)
     if (nccl_at <= start || data[nccl_at - 1] != ' '
         || expect(data, nccl_at, stop, LITERAL("NCCL INFO ")) < 0)
         return 0;
-    host_start = envelope(scan, start, nccl_at - 1, row);
-    if (host_start < 0 || !timestamp(scan, start, host_start, row))
+    host_start = envelope(scan, start, nccl_at - 1, row, &host);
+    if (host_start < 0 || !timestamp(scan, start, host_start, row)
+        || !message(scan, nccl_at + 10, stop, row, &comm))
         return 0;
-    return message(scan, nccl_at + 10, stop, row);
+    return number_call(scan, row, host, comm);
 }
 
-/* Scan data[0:size], whole lines. The caller allocates: fields (16 x capacity, where capacity
- * is size / MIN_LINE_BYTES + 1), strings (max_strings x 3), table (2 * max_strings, a power of
- * two, all -1), runs ((capacity + 1) x 2: rejected runs as (first line index, line count)),
+/* Scan data[0:size], whole lines. The caller allocates: wide (4 arrays of capacity) and narrow
+ * (12 arrays of capacity, where capacity is size / MIN_LINE_BYTES + 1), strings (max_strings x
+ * 5), table (2 * max_strings, a power of two, all -1), keys (max_keys x KEY_COLUMNS) and groups
+ * (max_keys x 4), key_tables (2 x 2 * max_keys, a power of two, all -1: the keys' table, then
+ * the groups'), runs ((capacity + 1) x 2: rejected runs as (first line index, line count)),
  * rejected (size bytes). counts receives (lines, accepted, string count, run count, rejected
- * size). */
-void nccl_coll_scan(const uint8_t *data, int64_t size, int64_t *fields, int64_t capacity,
-                    int64_t *strings, int64_t max_strings, int64_t *table, int64_t *runs,
-                    uint8_t *rejected, int64_t *counts)
+ * size, key count, group count, whether the timestamp fields and GLOBAL_RANK were written). */
+void nccl_coll_scan(const uint8_t *data, int64_t size, int64_t **wide, int32_t **narrow,
+                    int64_t capacity, int64_t *strings, int64_t max_strings, int64_t *table,
+                    int64_t *keys, int64_t *groups, int64_t max_keys, int32_t *key_tables,
+                    int64_t *runs, uint8_t *rejected, int64_t *counts)
 {
-    Scan scan = {data, fields, capacity, strings, max_strings, table, 2 * max_strings - 1, 0};
+    Scan scan = {data, size, wide, narrow, capacity, strings, max_strings, table,
+                 2 * max_strings - 1, 0,
+                 {keys, KEY_COLUMNS, key_tables, 2 * max_keys - 1, 0, max_keys},
+                 {groups, 4, key_tables + 2 * max_keys, 2 * max_keys - 1, 0, max_keys}, 0, 0};
     int64_t lines = 0, accepted = 0, run_count = 0, rejected_size = 0, start = 0;
     while (start < size) {
         const uint8_t *newline = memchr(data + start, '\n', (size_t)(size - start));
         int64_t pos = newline ? newline - data : size;
         int terminated = pos < size;
         int64_t stop = terminated && pos > start && data[pos - 1] == '\r' ? pos - 1 : pos;
-        if (terminated && accepted < capacity && line(&scan, start, stop, accepted)) {
-            FIELD(&scan, LINE_INDEX, accepted) = lines;
+        if (terminated && accepted < capacity && lines < INT32_MAX
+            && line(&scan, start, stop, accepted)) {
+            NARROW(&scan, LINE_INDEX, accepted) = (int32_t)lines;
             accepted++;
         } else {
             if (run_count > 0 && runs[2 * run_count - 2] + runs[2 * run_count - 1] == lines) {
@@ -426,4 +591,8 @@ void nccl_coll_scan(const uint8_t *data, int64_t size, int64_t *fields, int64_t 
     counts[2] = scan.used;
     counts[3] = run_count;
     counts[4] = rejected_size;
+    counts[5] = scan.keys.used;
+    counts[6] = scan.groups.used;
+    counts[7] = scan.timed;
+    counts[8] = scan.ranked;
 }

@@ -39,7 +39,7 @@ from tracekit.ingest.base import (
 )
 
 COMPILED_SCAN = True
-"""Read the common COLL line with the compiled scan when numba is available; False makes the
+"""Read the common COLL line with the compiled scan where it could be built; False makes the
 polars parser read every line (the tests compare both: the output must be the same)."""
 
 INFO_MARK = " NCCL INFO "
@@ -186,12 +186,12 @@ def _chunks(source: Source, time_zone: str) -> Iterator[Chunk]:
     block, line_no = next(blocks, None), 1
     while block is not None:
         following = next(blocks, None)
-        scanned, strings, lines, line_count, bytes_read = block
+        scanned, keys, strings, lines, line_count, bytes_read = block
         last_line_no = line_no + line_count - 1
         unterminated = last_line_no if cut_at_end and following is None else None
-        yield _parse_batch(source, _renumber(lines, line_no),
-                           _with_ids(_renumber(scanned, line_no), strings, state), bytes_read,
-                           state, time_zone, unterminated)
+        yield _parse_batch(source, _renumber(lines, line_no), _renumber(scanned, line_no),
+                           _with_ids(keys, strings, state), bytes_read, state, time_zone,
+                           unterminated)
         block, line_no = following, last_line_no + 1
     yield Chunk(notes=_notes(state, time_zone))
 
@@ -201,26 +201,35 @@ def _renumber(frame: pl.DataFrame, first_line_no: int) -> pl.DataFrame:
     return frame.with_columns(pl.col("line_no") + first_line_no)
 
 
-_SplitBlock = tuple[pl.DataFrame, pl.Series, pl.DataFrame, int, int]
-"""What :func:`_split_block` makes of a block: the scanned calls, the distinct texts their
-``host_id`` and ``comm_id`` index, the lines left, the number of lines and the block's size in
-bytes."""
+_SplitBlock = tuple[pl.DataFrame, pl.DataFrame, pl.Series, pl.DataFrame, int, int]
+"""What :func:`_split_block` makes of a block: the scanned calls, their keys (``key`` indexes
+them), the distinct texts the keys' ``host_id`` and ``comm_id`` index, the lines left, the
+number of lines and the block's size in bytes."""
+
+SCANNED_IDENTITY = ("key", "call_index", "pid", "cuda_dev")
+"""What identifies a scanned call's process and comm: its row in the block's keys
+(:data:`nccl_coll_scan.KEY_FIELDS`) and its number among their calls in the block."""
+PARSED_IDENTITY = ("host_id", "pid", "cuda_dev", "comm_id")
+"""What identifies a parsed call's process and comm (and a scanned one's, by its key, in a
+block with parsed calls): the file's ids of its host and comm texts (:meth:`_JoinState.ids`)."""
 
 
 def _split_block(block: bytes, first_line_no: int, time_zone: str) -> _SplitBlock:
     """The calls the compiled scan read from a block of whole lines (as :func:`_call_rows`
-    gives them) with the texts their ids index, the lines left to the polars parser
-    (``line_no``, ``line``), the number of lines in the block and its size."""
+    gives them) with their keys and the texts the keys index, the lines left to the polars
+    parser (``line_no``, ``line``), the number of lines in the block and its size."""
     scanned = nccl_coll_scan.scan(block) if COMPILED_SCAN else None
     if scanned is None:
         lines = LineBatch.from_block(block, first_line_no).frame()
         strings = pl.Series(dtype=pl.String)
-        return (_call_rows(_scanned_calls(None, first_line_no, time_zone), strings), strings,
-                lines, lines.height, len(block))
+        keys = pl.DataFrame(schema=dict.fromkeys(nccl_coll_scan.KEY_FIELDS, pl.Int64))
+        return (_call_rows(_scanned_calls(None, first_line_no, time_zone), strings,
+                           SCANNED_IDENTITY), keys, strings, lines, lines.height, len(block))
     lines = pl.DataFrame({"line_no": first_line_no + scanned.rejected_lines,
                           "line": _lines_left(scanned)})
     return (_call_rows(_scanned_calls(scanned.calls, first_line_no, time_zone),
-                       scanned.strings), scanned.strings, lines, scanned.lines, len(block))
+                       scanned.strings, SCANNED_IDENTITY), scanned.keys, scanned.strings, lines,
+            scanned.lines, len(block))
 
 
 def _lines_left(scanned: nccl_coll_scan.ScannedBlock) -> pl.Series:
@@ -267,10 +276,11 @@ def _notes(state: _JoinState, time_zone: str) -> list[str]:
 # -- one batch ------------------------------------------------------------------------------
 
 
-def _parse_batch(source: Source, lines: pl.DataFrame, scanned: pl.DataFrame, bytes_read: int,
-                 state: _JoinState, time_zone: str, unterminated: int | None) -> Chunk:
+def _parse_batch(source: Source, lines: pl.DataFrame, scanned: pl.DataFrame,
+                 keys: pl.DataFrame, bytes_read: int, state: _JoinState, time_zone: str,
+                 unterminated: int | None) -> Chunk:
     """Parse one batch of whole lines, ``scanned`` the calls already read from some of them
-    (named by :func:`_call_rows`);
+    (named by :func:`_call_rows`) and ``keys`` their keys (with the file's ids);
     ``unterminated`` is the number of the file's last line when it has no line end (so COLL /
     Init text on it may be cut short)."""
     records = _split_spliced(lines)
@@ -278,7 +288,7 @@ def _parse_batch(source: Source, lines: pl.DataFrame, scanned: pl.DataFrame, byt
     candidates = _candidates(records)
     if candidates.height == 0:  # the scan read every call; the rest is other subsystems' lines
         return Chunk(
-            tables={"collectives": _number_and_rank(scanned, state),
+            tables={"collectives": _number_keyed(scanned, keys, state),
                     "comms": schema.table("comms").empty()},
             quarantine=schema.table("quarantine").empty(),
             lines=scanned.height + records.height,
@@ -289,7 +299,7 @@ def _parse_batch(source: Source, lines: pl.DataFrame, scanned: pl.DataFrame, byt
         pl.col("line").str.splitn(INFO_MARK, 2).struct.rename_fields(["head", "msg"])
         .alias("_p")).unnest("_p")
     parts = parts.with_columns(_envelope(pl.col("head")).alias("_env")).unnest("_env")
-    parts = _repair_spliced_hosts(parts, scanned, state)
+    parts = _repair_spliced_hosts(parts, keys, state)
     has_marker = pl.col("_marker")
     is_coll = pl.col("msg").str.contains(": opCount ", literal=True)
     is_init = (pl.col("msg").str.contains("- Init ", literal=True)
@@ -315,9 +325,12 @@ def _parse_batch(source: Source, lines: pl.DataFrame, scanned: pl.DataFrame, byt
     inits, bad_inits = _parse_inits(parts.filter(pl.col("kind") == "init"), time_zone)
     _update_process_ranks(state, inits)
     parsed, bad_calls = _parse_calls(parts.filter(pl.col("kind") == "coll"), time_zone)
-    calls = scanned if parsed.height == 0 else pl.concat(
-        [scanned, _parsed_call_rows(parsed, state)]).sort("line_no", maintain_order=True)
-    collectives = _number_and_rank(calls, state)
+    if parsed.height == 0:
+        collectives = _number_keyed(scanned, keys, state)
+    else:
+        collectives = _number_and_rank(pl.concat(
+            [_unkeyed(scanned, keys), _parsed_call_rows(parsed, state)]).sort(
+            "line_no", maintain_order=True), state)
     comms, repeated_inits = _new_comms(inits, state)
 
     bad = pl.concat([f.select("line_no", "line", "reason") for f in (torn, bad_inits, bad_calls)])
@@ -374,11 +387,11 @@ def _split_spliced(lines: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([kept, records]).sort("line_no", maintain_order=True)
 
 
-def _repair_spliced_hosts(parts: pl.DataFrame, scanned: pl.DataFrame,
+def _repair_spliced_hosts(parts: pl.DataFrame, keys: pl.DataFrame,
                           state: _JoinState) -> pl.DataFrame:
     """The record spliced into another line may start right after a torn character, so its
     host can carry a stray prefix (``2agpu-a17``). Use the host known for the same pid (on
-    this batch's other lines, ``scanned`` calls included, or earlier) whose name ends the
+    this batch's other lines, the scanned calls' ``keys`` included, or earlier) whose name ends the
     captured one."""
     suspects = parts.filter(pl.col("spliced") & pl.col("pid").is_not_null())
     if suspects.height == 0:
@@ -386,7 +399,7 @@ def _repair_spliced_hosts(parts: pl.DataFrame, scanned: pl.DataFrame,
     known = pl.concat([
         parts.filter(~pl.col("spliced") & pl.col("pid").is_not_null()).select("host", "pid"),
         *(frame.select(state.text(pl.col("host_id")).alias("host"), "pid")
-          for frame in (scanned, state.process_ranks, state.calls)),
+          for frame in (keys, state.process_ranks, state.calls)),
     ]).unique().rename({"host": "known_host"})
     repaired = (
         suspects.select("line_no", "host", "pid").join(known, on="pid")
@@ -605,35 +618,48 @@ def _scanned_calls(scanned: pl.DataFrame | None, first_line_no: int,
     """The calls :func:`nccl_coll_scan.scan` read, in the columns and types of
     :func:`_parse_calls` (none when there was no scan)."""
     if scanned is None:
-        scanned = pl.DataFrame(schema=dict.fromkeys(nccl_coll_scan.FIELDS, pl.Int64))
-    kind, seconds = pl.col("ts_kind"), pl.col("ts_seconds")
-    wall = pl.when(kind.is_in([nccl_coll_scan.TS_LOCAL, nccl_coll_scan.TS_ZONED])).then(
-        seconds * 10**9).cast(pl.Datetime("ns"))
-    zone_offset_s = pl.when(kind == nccl_coll_scan.TS_ZONED).then(pl.col("ts_offset_s"))
-    epoch_ns = pl.when(kind == nccl_coll_scan.TS_EPOCH).then(
-        seconds * 10**9 + pl.col("ts_frac_ns"))
+        scanned = pl.DataFrame(schema={
+            **dict.fromkeys(nccl_coll_scan.WIDE_FIELDS, pl.Int64),
+            **dict.fromkeys(nccl_coll_scan.NARROW_FIELDS, pl.Int32)})
     return scanned.select(
-        (pl.col("line_index") + first_line_no).alias("line_no"), "host_id", "pid",
-        pl.col("cuda_dev").cast(pl.Int32), "comm_id", "op_id", "op_count", "count", "datatype",
-        pl.col("root").cast(pl.Int32), pl.col("nranks").cast(pl.Int32),
+        (pl.col("line_index").cast(pl.Int64) + first_line_no).alias("line_no"),
+        *SCANNED_IDENTITY, "op_id", "op_count", "count", "datatype", "root", "nranks",
         pl.when(pl.col("global_rank") != nccl_coll_scan.NO_GLOBAL_RANK)
-        .then(pl.col("global_rank")).cast(pl.Int32).alias("global_rank"),
-        _epoch_ns(wall, zone_offset_s, pl.col("ts_frac_ns"), epoch_ns, time_zone)
-        .alias("t_start_ns"),
+        .then(pl.col("global_rank")).alias("global_rank") if "global_rank" in scanned.columns
+        else pl.lit(None, dtype=pl.Int32).alias("global_rank"),
+        _scanned_time_ns(scanned, time_zone).alias("t_start_ns"),
     )
 
 
-def _call_rows(calls: pl.DataFrame, strings: pl.Series) -> pl.DataFrame:
-    """Calls as both parsers hand them over, with NCCL's op name (``op_id``, an index into
-    ``strings``) and datatype code turned into tracekit's op and dtype, bytes, and the root kept
-    as peer where it is one. Ops are named once per distinct text and gathered per call."""
+def _scanned_time_ns(scanned: pl.DataFrame, time_zone: str) -> pl.Expr:
+    """Nanoseconds since the epoch of the scanned calls' timestamps (null where none): a
+    block without any (``srun -l`` or no prefix; the scan leaves their fields out) skips the
+    conversion."""
+    if "ts_kind" not in scanned.columns:
+        return pl.lit(None, dtype=pl.Int64)
+    kind, seconds = pl.col("ts_kind"), pl.col("ts_seconds")
+    frac_ns = pl.col("ts_frac_ns").cast(pl.Int64)
+    wall = pl.when(kind.is_in([nccl_coll_scan.TS_LOCAL, nccl_coll_scan.TS_ZONED])).then(
+        seconds * 10**9).cast(pl.Datetime("ns"))
+    zone_offset_s = pl.when(kind == nccl_coll_scan.TS_ZONED).then(
+        pl.col("ts_offset_s").cast(pl.Int64))
+    epoch_ns = pl.when(kind == nccl_coll_scan.TS_EPOCH).then(seconds * 10**9 + frac_ns)
+    return _epoch_ns(wall, zone_offset_s, frac_ns, epoch_ns, time_zone)
+
+
+def _call_rows(calls: pl.DataFrame, strings: pl.Series,
+               identity: tuple[str, ...]) -> pl.DataFrame:
+    """Calls as both parsers hand them over (``line_no``, the ``identity`` columns, then the
+    call's values), with NCCL's op name (``op_id``, an index into ``strings``) and datatype code
+    turned into tracekit's op and dtype, bytes, and the root kept as peer where it is one. Ops
+    are named once per distinct text and gathered per call."""
     names = strings.to_frame("name").select(
         nccl_names.op_name(pl.col("name")).fill_null(pl.col("name").str.to_lowercase()))
     op = names.to_series()
     has_peer = op.is_in((*nccl_names.P2P_OPS, *nccl_names.ROOTED_OPS))
     op_id = pl.col("op_id")
     return calls.select(
-        "line_no", "host_id", "pid", "cuda_dev", "comm_id", "nranks",
+        "line_no", *identity, "nranks",
         pl.lit(op).gather(op_id).alias("op"), "op_count", "count",
         nccl_names.dtype_name(pl.col("datatype")).alias("dtype"),
         (pl.col("count") * nccl_names.dtype_bytes(pl.col("datatype"))).alias("bytes"),
@@ -642,20 +668,47 @@ def _call_rows(calls: pl.DataFrame, strings: pl.Series) -> pl.DataFrame:
     )
 
 
-def _with_ids(calls: pl.DataFrame, strings: pl.Series, state: _JoinState) -> pl.DataFrame:
-    """Scanned calls with their block's string indices turned into the file's ids."""
+def _with_ids(keys: pl.DataFrame, strings: pl.Series, state: _JoinState) -> pl.DataFrame:
+    """The scanned calls' keys with their block's string indices turned into the file's ids
+    and the types of the calls' columns."""
     ids = pl.lit(state.ids(strings))
-    return calls.with_columns(ids.gather(pl.col("host_id")).alias("host_id"),
-                              ids.gather(pl.col("comm_id")).alias("comm_id"))
+    return keys.with_columns(ids.gather(pl.col("host_id")).alias("host_id"),
+                             ids.gather(pl.col("comm_id")).alias("comm_id"),
+                             pl.col("cuda_dev").cast(pl.Int32))
+
+
+def _unkeyed(calls: pl.DataFrame, keys: pl.DataFrame) -> pl.DataFrame:
+    """Scanned calls identified as parsed ones are (:data:`PARSED_IDENTITY`), for a block
+    that has both."""
+    key = pl.col("key")
+    return calls.select(
+        "line_no", pl.lit(keys["host_id"]).gather(key).alias("host_id"), "pid", "cuda_dev",
+        pl.lit(keys["comm_id"]).gather(key).alias("comm_id"),
+        pl.exclude("line_no", *SCANNED_IDENTITY))
 
 
 def _parsed_call_rows(calls: pl.DataFrame, state: _JoinState) -> pl.DataFrame:
-    """Calls of :func:`_parse_calls` (texts) as :func:`_with_ids` hands the scanned ones over."""
+    """Calls of :func:`_parse_calls` (texts) as :func:`_unkeyed` hands the scanned ones over."""
     strings = calls["op_name"].unique(maintain_order=True)
     keyed = calls.with_columns(
         state.ids(calls["host"]).alias("host_id"), state.ids(calls["comm"]).alias("comm_id"),
         pl.col("op_name").replace_strict(strings, range(strings.len())).alias("op_id"))
-    return _call_rows(keyed, strings)
+    return _call_rows(keyed, strings, PARSED_IDENTITY)
+
+
+COMM_KEY = ["host_id", "pid", "comm_id"]
+"""What calls are numbered by: a process's calls on one comm."""
+
+
+def _calls_before(groups: pl.DataFrame, state: _JoinState) -> pl.DataFrame:
+    """``groups`` (distinct :data:`COMM_KEY` and more, with their ``calls`` in this batch) with
+    ``calls_before``, the calls of earlier batches, and ``rank`` (:func:`_global_rank`); the
+    state counts this batch's calls."""
+    state_calls = state.calls
+    state.calls = (pl.concat([state_calls, groups.select(*COMM_KEY, "calls")])
+                   .group_by(COMM_KEY, maintain_order=True).agg(pl.col("calls").sum()))
+    return _global_rank(groups.drop("calls").join(
+        state_calls.rename({"calls": "calls_before"}), on=COMM_KEY, how="left"), state)
 
 
 def _number_and_rank(calls: pl.DataFrame, state: _JoinState) -> pl.DataFrame:
@@ -663,23 +716,39 @@ def _number_and_rank(calls: pl.DataFrame, state: _JoinState) -> pl.DataFrame:
     rank, continuing the counts of earlier batches. Counts and ranks are worked out once per
     distinct (host, pid, comm, cuda_dev), a few dozen rows, and joined to the calls once: three
     passes over the calls instead of five (one join per lookup), 17 -> 13 ms CPU per 16 MiB."""
-    key = ["host_id", "pid", "comm_id"]
-    identity = [*key, "cuda_dev"]
+    identity = [*COMM_KEY, "cuda_dev"]
     groups = calls.group_by(identity, maintain_order=True).len("calls").with_columns(
         pl.col("calls").cast(pl.Int64))
-    state_calls = state.calls
-    state.calls = (pl.concat([state_calls, groups.select(*key, "calls")])
-                   .group_by(key, maintain_order=True).agg(pl.col("calls").sum()))
-    looked_up = _global_rank(groups.drop("calls").join(
-        state_calls.rename({"calls": "calls_before"}), on=key, how="left"), state)
-    ranked = calls.join(looked_up, on=identity, how="left", nulls_equal=True,
+    ranked = calls.join(_calls_before(groups, state), on=identity, how="left", nulls_equal=True,
                         maintain_order="left").with_columns(
-        (pl.col("calls_before").fill_null(0) + pl.int_range(pl.len()).over(key)).alias("seq"))
+        (pl.col("calls_before").fill_null(0) + pl.int_range(pl.len()).over(COMM_KEY))
+        .alias("seq"))
+    return _collectives(ranked.with_columns(state.text(pl.col("host_id")).alias("host"),
+                                            state.text(pl.col("comm_id")).alias("comm")), state)
+
+
+def _number_keyed(calls: pl.DataFrame, keys: pl.DataFrame, state: _JoinState) -> pl.DataFrame:
+    """What :func:`_number_and_rank` gives, for scanned calls only: the scan numbered each
+    call among its (host, pid, comm)'s in the block (``call_index``) and counted each key's
+    calls, so counts, ranks and texts are worked out on the keys and gathered per call by its
+    ``key``, without a group-by, join or window over the calls (3.5 of 5.7 ms a 16 MiB block)."""
+    looked_up = _calls_before(keys.with_row_index("key"), state).sort("key").select(
+        pl.col("calls_before").fill_null(0), "rank",
+        state.text(pl.col("host_id")).alias("host"), state.text(pl.col("comm_id")).alias("comm"))
+    key = pl.col("key")
+    return _collectives(calls.with_columns(
+        (pl.lit(looked_up["calls_before"]).gather(key) + pl.col("call_index")).alias("seq"),
+        *(pl.lit(looked_up[name]).gather(key).alias(name) for name in ("rank", "host", "comm"))),
+        state)
+
+
+def _collectives(ranked: pl.DataFrame, state: _JoinState) -> pl.DataFrame:
+    """The ``collectives`` rows of numbered calls (with their ``seq``, their process's
+    ``rank`` and their ``host`` and ``comm`` texts), counted in the state for the notes."""
     collectives = ranked.select(
         pl.lit(None, dtype=pl.String).alias("job"),
         pl.col("global_rank").fill_null(pl.col("rank")).alias("rank"),
-        state.text(pl.col("host_id")).alias("host"), "pid", "cuda_dev",
-        state.text(pl.col("comm_id")).alias("comm"), "nranks", "op", "seq", "op_count", "count",
+        "host", "pid", "cuda_dev", "comm", "nranks", "op", "seq", "op_count", "count",
         "dtype", "bytes", "peer", "t_start_ns",
     )
     state.coll_rows += collectives.height
