@@ -205,7 +205,7 @@ def test_workers_are_warmed_up_as_the_executor_opens(dask_executor):
 
     warmed = dask_executor.client.run(_warmed_up)
     assert list(warmed.values()) == [[t.partition(":")[0] for t in WARM_UP]] * 2
-    loaded = dask_executor.client.run(lambda: bocd_kernel._compiled is not None)
+    loaded = dask_executor.client.run(lambda: bocd_kernel.compiled.loaded)
     assert list(loaded.values()) == [True, True]
 
 

@@ -67,6 +67,11 @@ class Lazy(Generic[Kernel]):
                     self._tried = True
         return self._kernel
 
+    @property
+    def loaded(self) -> bool:
+        """Whether the kernel is loaded (a worker's warm-up loads it before its first task)."""
+        return self._kernel is not None
+
 
 def load(source: Path) -> ctypes.CDLL | None:
     """The shared library built from the C file ``source``, from the cache, built first when

@@ -69,7 +69,8 @@ every numpy array over 128 KiB is mapped and faulted in afresh: reconstructing 6
 peak 5 % lower."""
 
 WARM_UP = ("tracekit.ingest.pipeline", "tracekit.iterations", "tracekit.attribute",
-           "tracekit.detect.episodes:load_kernels", "tracekit.ingest.nccl_coll_scan:compiled")
+           "tracekit.detect.episodes:load_kernels", "tracekit.ingest.nccl_coll_scan:compiled",
+           "tracekit.ingest.hook_csv_scan:compiled")
 """What every Dask worker imports (``module``) and loads (``module:function``) as soon as the
 executor opens, in a thread beside its task thread, so that the first partition of each stage
 starts warm. Measured per worker process (one thread): the detectors' imports (scipy.special)

@@ -23,25 +23,18 @@ import numpy as np
 
 from tracekit.core import compiled as compiled_kernels
 
-_compiled = None
-_failed = False
+
+def _bind(library: ctypes.CDLL) -> partial:
+    function = library.bocd_steps
+    function.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                         *[ctypes.c_void_p] * 4, ctypes.c_int64, *[ctypes.c_void_p] * 7]
+    function.restype = ctypes.c_int
+    return partial(BoundSteps, function)
 
 
-def compiled():
-    """``bind(log_prob, mu, beta, n, last_start, prior, rates, limits)``, which makes a
-    :class:`BoundSteps` for one run's arrays; None where the C kernel cannot be built."""
-    global _compiled, _failed
-    if _compiled is None and not _failed:
-        library = compiled_kernels.load(Path(__file__).with_suffix(".c"))
-        if library is not None:
-            function = library.bocd_steps
-            function.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
-                                 *[ctypes.c_void_p] * 4, ctypes.c_int64,
-                                 *[ctypes.c_void_p] * 7]
-            function.restype = ctypes.c_int
-            _compiled = partial(BoundSteps, function)
-        _failed = _compiled is None
-    return _compiled
+compiled = compiled_kernels.Lazy(Path(__file__).with_suffix(".c"), _bind)
+"""``compiled()`` is ``bind(log_prob, mu, beta, n, last_start, prior, rates, limits)``, which
+makes a :class:`BoundSteps` for one run's arrays; None where the C kernel cannot be built."""
 
 
 class BoundSteps:

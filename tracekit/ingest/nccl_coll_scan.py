@@ -23,7 +23,6 @@ the polars parser reads every line, with the same output.
 from __future__ import annotations
 
 import ctypes
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,31 +92,6 @@ class ScannedBlock:
     rejected_lines: np.ndarray
 
 
-_compiled = None
-_failed = False
-_compiling = threading.Lock()
-"""Held while loading or building: blocks are scanned on several threads, and the first ones
-to arrive must not build it twice."""
-
-
-def compiled():
-    """The scan, ``kernel(block array) -> (counts, wide fields, narrow fields, strings, keys,
-    rejected runs, rejected bytes)`` (counts: lines, accepted lines, strings, runs, rejected
-    bytes, keys, groups, whether the times and the global ranks were written), or None where it
-    cannot be built. Built once by the C compiler and cached
-    (:mod:`tracekit.core.compiled`). A thread arriving while another builds it waits: parsing
-    that block with polars instead was measured slower (more CPU and more wall time)."""
-    global _compiled, _failed
-    if _compiled is not None or _failed:
-        return _compiled
-    with _compiling:
-        if _compiled is None and not _failed:
-            library = compiled_kernels.load(Path(__file__).with_suffix(".c"))
-            _compiled = None if library is None else _kernel(library.nccl_coll_scan)
-            _failed = _compiled is None
-        return _compiled
-
-
 def _kernel(function):
     """The C function wrapped to take the block and return numpy arrays, which it allocates:
     ``wide`` and ``narrow`` are one array a field (:data:`WIDE_FIELDS`, :data:`NARROW_FIELDS`)
@@ -158,6 +132,14 @@ def _kernel(function):
 def _addresses(arrays: list[np.ndarray]) -> ctypes.Array:
     """The C array of the arrays' data pointers."""
     return (ctypes.c_void_p * len(arrays))(*(array.ctypes.data for array in arrays))
+
+
+compiled = compiled_kernels.Lazy(Path(__file__).with_suffix(".c"),
+                                 lambda library: _kernel(library.nccl_coll_scan))
+"""The scan, ``kernel(block array) -> (counts, wide fields, narrow fields, strings, keys,
+rejected runs, rejected bytes)`` (counts: lines, accepted lines, strings, runs, rejected
+bytes, keys, groups, whether the times and the global ranks were written), or None where it
+cannot be built; built once by the C compiler and cached (:mod:`tracekit.core.compiled`)."""
 
 
 def scan(block: bytes) -> ScannedBlock | None:
