@@ -174,13 +174,21 @@ def test_output_equals_the_polars_path(edits, end, header, terminated, block_byt
     assert_same_output(fast, slow)
 
 
+NAME_COLUMNS = ["host", "comm", "op", "dtype"]
+
+
 def test_well_formed_blocks_are_scanned():
     """The equivalence test above is not vacuous: a block of good rows takes the scan, and
     the chunk it makes is the polars path's."""
     text = "\n".join([HEADER, *(ROW.replace(",41,", f",{i},") for i in range(50))]) + "\n"
     data = text.encode()[len(HEADER) + 1:]
     assert hook_csv_scan.scan(data).rows.height == 50
-    assert_frame_equal(hook_csv._scanned_collectives(data), hook_csv._read_collectives(data))
+    read = hook_csv._read_collectives(data)
+    assert_frame_equal(hook_csv._scanned_collectives(data, pl.String()), read)
+    names = pl.Categorical(pl.Categories.random())  # a source's codes (Source.names)
+    coded = hook_csv._scanned_collectives(data, names)
+    assert [c for c, dtype in coded.schema.items() if dtype == names] == NAME_COLUMNS
+    assert_frame_equal(coded.with_columns(pl.col(NAME_COLUMNS).cast(pl.String)), read)
     assert_same_output(*read_both_ways(text, 1000))
 
 

@@ -298,3 +298,27 @@ def test_without_a_compiler_the_polars_parser_reads_the_same(monkeypatch):
     for name in fast.tables:
         assert_frame_equal(fast.tables[name], slow.tables[name])
     assert_frame_equal(fast.quarantine, slow.quarantine)
+
+
+NAME_COLUMNS = ["host", "comm", "op", "dtype"]
+
+
+@pytest.mark.parametrize("mixed", [False, True], ids=["scanned-only", "mixed"])
+def test_names_come_as_the_sources_codes_with_the_same_values(mixed, monkeypatch):
+    """With :attr:`Source.names` Categorical (as the ingest pipeline sets it) the reader gives
+    the names it gathers from a block's few texts as those codes: the same values."""
+    if mixed:  # pid 3's calls go to the polars parser: a block of both parsers' calls
+        monkeypatch.setattr(nccl_coll_scan, "MAX_KEYS", 2)
+    lines = [coll(prefix, host=host, pid=pid) for prefix in ACCEPTED_PREFIXES for host in HOSTS
+             for pid in (1, 2, 3)]
+    text = ("\n".join(lines) + "\n").encode()
+    plain = read_all(nccl_debug.NcclDebugReader(), Source.from_bytes("a.log", text), {"tz": "UTC"})
+    source = Source.from_bytes("a.log", text)
+    source.names = pl.Categorical(pl.Categories.random())
+    coded = pl.concat([chunk.tables["collectives"] for chunk in
+                       nccl_debug.NcclDebugReader().read(source, {"tz": "UTC"})
+                       if "collectives" in chunk.tables])
+    assert [column for column, dtype in coded.schema.items() if dtype == source.names] == (
+        ["op", "dtype"] if mixed else NAME_COLUMNS)
+    assert_frame_equal(coded.with_columns(pl.col(NAME_COLUMNS).cast(pl.String)),
+                       plain.tables["collectives"])

@@ -200,37 +200,58 @@ def test_a_chunk_of_interleaved_ranks_goes_to_one_folder_per_rank_in_row_order()
         "rank=70000/": [0, 5]}
 
 
-def test_named_columns_travel_as_the_sources_codes_and_read_back_as_strings(tmp_path,
-                                                                             monkeypatch):
+def test_named_columns_travel_as_the_sources_codes_and_read_back_as_strings(tmp_path):
     import polars as pl
 
     from tracekit import create_dataset
     from tracekit.core import schema
+    from tracekit.ingest import hook_csv_scan
 
     log = tmp_path / "two-ranks.csv"
     log.write_text(hook_log(0, 4) + "\n".join(hook_log(1, 3).splitlines()[1:]) + "\n")
-    calls = read_all(hook_csv.READERS[0], file_source(log)).tables["collectives"].with_columns(
-        pl.lit("ds", pl.String).alias("job"))
+    job = pl.lit("ds", pl.String).alias("job")
+    calls = read_all(hook_csv.READERS[0], file_source(log)).tables["collectives"]
+    source = file_source(log)
+    source.names = pl.Categorical(pl.Categories.random())
+    given = pl.concat([chunk.tables["collectives"]
+                       for chunk in hook_csv.READERS[0].read(source, {})])
+    if hook_csv_scan.compiled() is not None:  # the scan gives its names as the source's codes
+        assert [column for column, dtype in given.schema.items() if dtype == source.names] == \
+            ["host", "comm", "op", "dtype"]
     dataset = create_dataset(tmp_path / "ds", job="ds")
-    small = pipeline._PartWriter(dataset)
-    small.add("collectives", calls)  # 7 rows: not worth coding
-    assert small.codes == {"collectives": pl.String}
-    monkeypatch.setattr(pipeline, "CODED_MIN_ROWS", len(calls))
-    writer, other = pipeline._PartWriter(dataset), pipeline._PartWriter(dataset)
-    writer.add("collectives", calls)
-    other.add("collectives", calls)
-    codes = writer.codes["collectives"]
-    assert codes != other.codes["collectives"]  # each source's own, not the process' global
+    writer = pipeline._PartWriter(dataset, source.names)
+    writer.add("collectives", calls.with_columns(job))  # names as String: coded by the writer
+    writer.add("collectives", given.with_columns(job))
     buffered = pl.concat([frame for frames in writer.pending.values() for frame in frames])
     assert [column for column, dtype in buffered.schema.items()
-            if dtype == codes] == list(pipeline.CODED_COLUMNS)
+            if dtype == source.names] == list(pipeline.CODED_COLUMNS)
     writer.close()
     dataset.list_files("source", writer.publish("0" * 16))
     table = dataset["collectives"].collect()
     assert table.schema == schema.COLLECTIVES.schema
-    assert table.sort("rank", "seq").equals(calls.sort("rank", "seq"))
+    assert table.sort("rank", "seq", maintain_order=True).equals(
+        pl.concat([calls, calls]).with_columns(job).sort("rank", "seq", maintain_order=True))
     assert [pl.read_parquet(part).schema for part in dataset.parts("collectives")] == \
         [schema.COLLECTIVES.schema] * 2
+
+
+def test_a_small_source_keeps_its_names_as_strings_and_a_large_one_codes_them(tmp_path,
+                                                                               monkeypatch):
+    import polars as pl
+
+    log = tmp_path / "rank0.csv"
+    log.write_text(hook_log(0, 5))
+    seen = []
+    real = pipeline._PartWriter
+    monkeypatch.setattr(pipeline, "_PartWriter",
+                        lambda dataset, names: seen.append(names) or real(dataset, names))
+    ingest([log], tmp_path / "small", job="j")
+    monkeypatch.setattr(pipeline, "CODED_MIN_BYTES", log.stat().st_size)
+    ingest([log], tmp_path / "large", job="j")
+    assert seen[0] == pl.String and isinstance(seen[1], pl.Categorical)
+    small, large = (open_dataset(tmp_path / name)["collectives"].collect()
+                    for name in ("small", "large"))
+    assert large.equals(small)
 
 
 def test_a_source_failing_midway_leaves_no_parts_and_no_staged_files(tmp_path, monkeypatch):
@@ -239,11 +260,11 @@ def test_a_source_failing_midway_leaves_no_parts_and_no_staged_files(tmp_path, m
     parse = hook_csv._parse_block
     calls = []
 
-    def fail_on_the_third_block(block):
+    def fail_on_the_third_block(block, names):
         calls.append(1)
         if len(calls) == 3:
             raise OSError("disk went away")
-        return parse(block)
+        return parse(block, names)
 
     monkeypatch.setattr(hook_csv, "_parse_block", fail_on_the_third_block)
     (tmp_path / "in").mkdir()

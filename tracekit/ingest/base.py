@@ -63,6 +63,12 @@ class Source:
     hash_while_reading: bool = False
     """Set by the ingest pipeline: :func:`iter_line_blocks` then computes :attr:`sha256` from
     the bytes it reads anyway, so a new file is read once, not once to hash and once to parse."""
+    names: pl.DataType = field(default_factory=pl.String)
+    """The dtype of the name columns (host, comm, op, dtype) a reader gives where it holds their
+    few distinct texts as ids anyway (a compiled scan's): set by the ingest pipeline to
+    Categorical with the source's own categories, which its part writer codes every frame's
+    names with (``pipeline.CODED_COLUMNS``), so those rows are not hashed again; String
+    elsewhere, as any reader may give them."""
     overlong: deque[tuple[int, bytes, int]] = field(default_factory=deque)
     """Lines set aside for their length by :func:`iter_line_blocks` (line number, first bytes,
     length), which :func:`quarantine_overlong` quarantines: the reader saw an empty line in

@@ -8,6 +8,7 @@ event id) with a header line and nanosecond epoch timestamps. docs/hook-csv.md i
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 
 import numpy as np
 import polars as pl
@@ -72,18 +73,18 @@ def _chunks(source: Source) -> Iterator[Chunk]:
     the blocks before); a block it refuses is read line by line here, where its first line
     number is known."""
     line_no = 1
-    for block, fast in map_line_blocks(_parse_fast, source):
+    for block, fast in map_line_blocks(partial(_parse_fast, names=source.names), source):
         chunk = fast or _parse_lines(
             source, LineBatch.from_block(block, line_no).frame(), len(block))
         line_no += chunk.lines
         yield chunk
 
 
-def _parse_fast(block: bytes) -> tuple[bytes, Chunk | None]:
-    return block, _parse_block(block)
+def _parse_fast(block: bytes, names: pl.DataType) -> tuple[bytes, Chunk | None]:
+    return block, _parse_block(block, names)
 
 
-def _parse_block(block: bytes) -> Chunk | None:
+def _parse_block(block: bytes, names: pl.DataType = pl.String) -> Chunk | None:
     """The fast path: a block of well-formed rows (and at most a header line first) parsed in
     one piece, by the compiled scan when it takes the block, else by polars' CSV reader. None
     when the block holds anything else (comments, blank lines, a bad row, undecodable bytes),
@@ -95,7 +96,7 @@ def _parse_block(block: bytes) -> Chunk | None:
         return None
     if not data:
         return Chunk(lines=int(has_header), skipped=int(has_header), bytes_read=len(block))
-    collectives = _scanned_collectives(data) if COMPILED_SCAN else None
+    collectives = _scanned_collectives(data, names) if COMPILED_SCAN else None
     if collectives is None:
         collectives = _read_collectives(data)
     if collectives is None:
@@ -104,14 +105,15 @@ def _parse_block(block: bytes) -> Chunk | None:
                  skipped=int(has_header), bytes_read=len(block))
 
 
-def _scanned_collectives(data: bytes) -> pl.DataFrame | None:
+def _scanned_collectives(data: bytes, names: pl.DataType) -> pl.DataFrame | None:
     """The ``collectives`` rows of a block the compiled scan takes, the frame
-    :func:`_read_collectives` gives; None when it refuses the block. The texts are gathered
-    from the block's few distinct ones and the dtype names from a table by code."""
+    :func:`_read_collectives` gives, with its names as ``names`` (:attr:`Source.names`); None
+    when it refuses the block. The texts are gathered from the block's few distinct ones and
+    the dtype names from a table by code."""
     scanned = hook_csv_scan.scan(data)
     if scanned is None:
         return None
-    strings = pl.lit(scanned.strings)
+    strings = pl.lit(scanned.strings.cast(names))
 
     def known(column: str) -> pl.Expr:  # the scan writes -1 for null
         return pl.when(pl.col(column) >= 0).then(pl.col(column))
@@ -120,8 +122,8 @@ def _scanned_collectives(data: bytes) -> pl.DataFrame | None:
         pl.col("rank", "cuda_dev", "nranks"),
         strings.gather(pl.col("host_id")).alias("host"),
         strings.gather(pl.col("comm_id")).alias("comm"),
-        pl.lit(scanned.op_names).gather(pl.col("op_id")).alias("op"),
-        pl.lit(hook_csv_scan.DTYPE_NAMES).gather(pl.col("datatype")).alias("dtype"),
+        pl.lit(scanned.op_names.cast(names)).gather(pl.col("op_id")).alias("op"),
+        pl.lit(hook_csv_scan.DTYPE_NAMES.cast(names)).gather(pl.col("datatype")).alias("dtype"),
         pl.col("pid", "seq", "count", "bytes", "t_start_ns"),
         known("peer"),
         known("t_end_ns"),

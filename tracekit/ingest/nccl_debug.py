@@ -181,7 +181,7 @@ def _chunks(source: Source, time_zone: str) -> Iterator[Chunk]:
     here, in order."""
     state = _JoinState()
     cut_at_end = not _ends_with_line_end(source)
-    split = partial(_split_block, first_line_no=0, time_zone=time_zone)
+    split = partial(_split_block, first_line_no=0, time_zone=time_zone, names=source.names)
     blocks = map_line_blocks(split, source)
     block, line_no = next(blocks, None), 1
     while block is not None:
@@ -214,22 +214,25 @@ PARSED_IDENTITY = ("host_id", "pid", "cuda_dev", "comm_id")
 block with parsed calls): the file's ids of its host and comm texts (:meth:`_JoinState.ids`)."""
 
 
-def _split_block(block: bytes, first_line_no: int, time_zone: str) -> _SplitBlock:
+def _split_block(block: bytes, first_line_no: int, time_zone: str,
+                 names: pl.DataType = pl.String) -> _SplitBlock:
     """The calls the compiled scan read from a block of whole lines (as :func:`_call_rows`
-    gives them) with their keys and the texts the keys index, the lines left to the polars
-    parser (``line_no``, ``line``), the number of lines in the block and its size."""
+    gives them, op and dtype names as ``names``: :attr:`Source.names`) with their keys and the
+    texts the keys index, the lines left to the polars parser (``line_no``, ``line``), the
+    number of lines in the block and its size."""
     scanned = nccl_coll_scan.scan(block) if COMPILED_SCAN else None
     if scanned is None:
         lines = LineBatch.from_block(block, first_line_no).frame()
         strings = pl.Series(dtype=pl.String)
         keys = pl.DataFrame(schema=dict.fromkeys(nccl_coll_scan.KEY_FIELDS, pl.Int64))
         return (_call_rows(_scanned_calls(None, first_line_no, time_zone), strings,
-                           SCANNED_IDENTITY), keys, strings, lines, lines.height, len(block))
+                           SCANNED_IDENTITY, names), keys, strings, lines, lines.height,
+                len(block))
     lines = pl.DataFrame({"line_no": first_line_no + scanned.rejected_lines,
                           "line": _lines_left(scanned)})
     return (_call_rows(_scanned_calls(scanned.calls, first_line_no, time_zone),
-                       scanned.strings, SCANNED_IDENTITY), scanned.keys, scanned.strings, lines,
-            scanned.lines, len(block))
+                       scanned.strings, SCANNED_IDENTITY, names), scanned.keys, scanned.strings,
+            lines, scanned.lines, len(block))
 
 
 def _lines_left(scanned: nccl_coll_scan.ScannedBlock) -> pl.Series:
@@ -288,7 +291,7 @@ def _parse_batch(source: Source, lines: pl.DataFrame, scanned: pl.DataFrame,
     candidates = _candidates(records)
     if candidates.height == 0:  # the scan read every call; the rest is other subsystems' lines
         return Chunk(
-            tables={"collectives": _number_keyed(scanned, keys, state),
+            tables={"collectives": _number_keyed(scanned, keys, state, source.names),
                     "comms": schema.table("comms").empty()},
             quarantine=schema.table("quarantine").empty(),
             lines=scanned.height + records.height,
@@ -326,10 +329,10 @@ def _parse_batch(source: Source, lines: pl.DataFrame, scanned: pl.DataFrame,
     _update_process_ranks(state, inits)
     parsed, bad_calls = _parse_calls(parts.filter(pl.col("kind") == "coll"), time_zone)
     if parsed.height == 0:
-        collectives = _number_keyed(scanned, keys, state)
+        collectives = _number_keyed(scanned, keys, state, source.names)
     else:
         collectives = _number_and_rank(pl.concat(
-            [_unkeyed(scanned, keys), _parsed_call_rows(parsed, state)]).sort(
+            [_unkeyed(scanned, keys), _parsed_call_rows(parsed, state, source.names)]).sort(
             "line_no", maintain_order=True), state)
     comms, repeated_inits = _new_comms(inits, state)
 
@@ -647,21 +650,21 @@ def _scanned_time_ns(scanned: pl.DataFrame, time_zone: str) -> pl.Expr:
     return _epoch_ns(wall, zone_offset_s, frac_ns, epoch_ns, time_zone)
 
 
-def _call_rows(calls: pl.DataFrame, strings: pl.Series,
-               identity: tuple[str, ...]) -> pl.DataFrame:
+def _call_rows(calls: pl.DataFrame, strings: pl.Series, identity: tuple[str, ...],
+               names: pl.DataType) -> pl.DataFrame:
     """Calls as both parsers hand them over (``line_no``, the ``identity`` columns, then the
     call's values), with NCCL's op name (``op_id``, an index into ``strings``) and datatype code
-    turned into tracekit's op and dtype, bytes, and the root kept as peer where it is one. Ops
-    are named once per distinct text and gathered per call."""
-    names = strings.to_frame("name").select(
-        nccl_names.op_name(pl.col("name")).fill_null(pl.col("name").str.to_lowercase()))
-    op = names.to_series()
+    turned into tracekit's op and dtype (as ``names``), bytes, and the root kept as peer where
+    it is one. Ops are named once per distinct text and gathered per call."""
+    op = strings.to_frame("name").select(
+        nccl_names.op_name(pl.col("name")).fill_null(pl.col("name").str.to_lowercase())
+    ).to_series()
     has_peer = op.is_in((*nccl_names.P2P_OPS, *nccl_names.ROOTED_OPS))
     op_id = pl.col("op_id")
     return calls.select(
         "line_no", *identity, "nranks",
-        pl.lit(op).gather(op_id).alias("op"), "op_count", "count",
-        nccl_names.dtype_name(pl.col("datatype")).alias("dtype"),
+        pl.lit(op.cast(names)).gather(op_id).alias("op"), "op_count", "count",
+        nccl_names.dtype_name(pl.col("datatype"), names).alias("dtype"),
         (pl.col("count") * nccl_names.dtype_bytes(pl.col("datatype"))).alias("bytes"),
         pl.when(pl.lit(has_peer).gather(op_id)).then(pl.col("root")).alias("peer"),
         "t_start_ns", "global_rank",
@@ -687,13 +690,14 @@ def _unkeyed(calls: pl.DataFrame, keys: pl.DataFrame) -> pl.DataFrame:
         pl.exclude("line_no", *SCANNED_IDENTITY))
 
 
-def _parsed_call_rows(calls: pl.DataFrame, state: _JoinState) -> pl.DataFrame:
+def _parsed_call_rows(calls: pl.DataFrame, state: _JoinState,
+                      names: pl.DataType) -> pl.DataFrame:
     """Calls of :func:`_parse_calls` (texts) as :func:`_unkeyed` hands the scanned ones over."""
     strings = calls["op_name"].unique(maintain_order=True)
     keyed = calls.with_columns(
         state.ids(calls["host"]).alias("host_id"), state.ids(calls["comm"]).alias("comm_id"),
         pl.col("op_name").replace_strict(strings, range(strings.len())).alias("op_id"))
-    return _call_rows(keyed, strings, PARSED_IDENTITY)
+    return _call_rows(keyed, strings, PARSED_IDENTITY, names)
 
 
 COMM_KEY = ["host_id", "pid", "comm_id"]
@@ -727,14 +731,16 @@ def _number_and_rank(calls: pl.DataFrame, state: _JoinState) -> pl.DataFrame:
                                             state.text(pl.col("comm_id")).alias("comm")), state)
 
 
-def _number_keyed(calls: pl.DataFrame, keys: pl.DataFrame, state: _JoinState) -> pl.DataFrame:
+def _number_keyed(calls: pl.DataFrame, keys: pl.DataFrame, state: _JoinState,
+                  names: pl.DataType) -> pl.DataFrame:
     """What :func:`_number_and_rank` gives, for scanned calls only: the scan numbered each
     call among its (host, pid, comm)'s in the block (``call_index``) and counted each key's
-    calls, so counts, ranks and texts are worked out on the keys and gathered per call by its
-    ``key``, without a group-by, join or window over the calls (3.5 of 5.7 ms a 16 MiB block)."""
+    calls, so counts, ranks and texts (as ``names``) are worked out on the keys and gathered
+    per call by its ``key``, without a group-by, join or window over the calls (3.5 of 5.7 ms
+    a 16 MiB block)."""
     looked_up = _calls_before(keys.with_row_index("key"), state).sort("key").select(
         pl.col("calls_before").fill_null(0), "rank",
-        state.text(pl.col("host_id")).alias("host"), state.text(pl.col("comm_id")).alias("comm"))
+        *(state.text(pl.col(f"{name}_id")).cast(names).alias(name) for name in ("host", "comm")))
     key = pl.col("key")
     return _collectives(calls.with_columns(
         (pl.lit(looked_up["calls_before"]).gather(key) + pl.col("call_index")).alias("seq"),

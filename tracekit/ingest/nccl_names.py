@@ -61,10 +61,10 @@ def _by_code(code: pl.Expr, table: pl.Series) -> pl.Expr:
         pl.lit(table).gather(code.clip(0, _DTYPE_CODES - 1)))
 
 
-def dtype_name(code: pl.Expr) -> pl.Expr:
+def dtype_name(code: pl.Expr, names: pl.DataType = pl.String) -> pl.Expr:
     """Map an integer ``ncclDataType_t`` expression to the tracekit dtype name (null when
-    unknown)."""
-    return _by_code(code, _DTYPE_NAMES)
+    unknown), as ``names`` (String, or a source's Categorical codes)."""
+    return _by_code(code, _DTYPE_NAMES.cast(names))
 
 
 def dtype_bytes(code: pl.Expr) -> pl.Expr:

@@ -308,7 +308,9 @@ def _read_into(
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """Read all chunks, writing them as parts; the parts (table -> file -> statistics) for the
     source's record, which lists them in place of its earlier ones."""
-    writer = _PartWriter(dataset)
+    source.names = (pl.Categorical(pl.Categories.random()) if source.size >= CODED_MIN_BYTES
+                    else pl.String())
+    writer = _PartWriter(dataset, source.names)
     try:
         for chunk in quarantine_overlong(reader.read(source, options), source):
             rows = 0
@@ -345,12 +347,11 @@ value is hashed once, by the cast, where the Parquet writer hashed a String colu
 distinct-count estimate and its dictionary), and the rank split gathers codes instead of
 strings."""
 
-CODED_MIN_ROWS = 10_000
-"""A table's first frame from a source must have this many rows for its names to be coded:
-the codes cost a source's writer 0.2 ms more (the cast's and the categories' fixed costs) and
-save 20-60 ns a row (NCCL, hook CSV rows), so a table of fewer than 3,000-10,000 rows loses.
-Readers hand whole blocks (16 MiB, 80-130 k calls), so a small first frame is a small file
-(one per process, an archive's member), kept as String."""
+CODED_MIN_BYTES = 1 << 20
+"""A source must have this many bytes for its names to be coded: the codes cost a source's
+writer 0.2 ms more (the cast's and the categories' fixed costs) and save 20-60 ns a row (NCCL,
+hook CSV rows), so a source of fewer than 3,000-10,000 rows loses; a MiB holds 5,000-8,000 of
+them. A smaller source (one per process, an archive's member) keeps its names as String."""
 
 PART_NAME = "{prefix}-{n:05d}.{token}"
 """File name (less ``.parquet``) of a source's part ``n``: ``prefix`` is 16 hex digits of its
@@ -366,8 +367,12 @@ class _PartWriter:
     small source) is written in the caller's thread, which has nothing else left to do.
     :meth:`publish` gives the parts their final names ``<prefix>-<n>`` once all are on disk."""
 
-    def __init__(self, dataset: Dataset):
+    def __init__(self, dataset: Dataset, names: pl.DataType):
         self.dataset = dataset
+        self.names = names
+        """The dtype of the source's :data:`CODED_COLUMNS` (:attr:`Source.names`): Categorical
+        with the source's own categories, freed with it (the global ones would keep every
+        communicator handle of every source of the process), or String."""
         self.token = uuid.uuid4().hex[:12]
         self.pending: dict[tuple[str, str], list[pl.DataFrame]] = {}
         """Frames not yet written, by (table, folder inside the table: ``rank=3/`` or empty)."""
@@ -377,19 +382,11 @@ class _PartWriter:
         """(table, file, statistics) of every part written under its staged name."""
         self.background: ThreadPoolExecutor | None = None
         self.writing: Future[None] | None = None
-        self.codes: dict[str, pl.DataType] = {}
-        """Each table's dtype for :data:`CODED_COLUMNS` (:data:`CODED_MIN_ROWS`): Categorical
-        with the source's own categories, freed with it (the global ones would keep every
-        communicator handle of every source of the process), or String."""
-
     def add(self, name: str, frame: pl.DataFrame) -> None:
-        if name not in self.codes:
-            self.codes[name] = (pl.Categorical(pl.Categories.random())
-                                if frame.height >= CODED_MIN_ROWS else pl.String)
         columns = frame.schema  # a new Schema object at each call
-        if self.codes[name] != pl.String and (coded := [
-                column for column in CODED_COLUMNS if columns.get(column) == pl.String]):
-            frame = frame.with_columns(pl.col(coded).cast(self.codes[name]))
+        if coded := [column for column in CODED_COLUMNS
+                     if column in columns and columns[column] != self.names]:
+            frame = frame.with_columns(pl.col(coded).cast(self.names))
         for folder, piece in _layout(name, frame):
             self.pending.setdefault((name, folder), []).append(piece)
         self.buffered_rows += frame.height
