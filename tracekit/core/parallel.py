@@ -132,6 +132,10 @@ class Executor(Protocol):
     description: dict[str, Any]
     """How work is run, as recorded in the dataset manifest's ``build`` section."""
 
+    in_process: bool
+    """Whether partitions run in this process, sharing its cores (``at_once`` then splits
+    them), rather than on workers of their own."""
+
     def map_partitions(
         self,
         function: Callable[..., Any],
@@ -192,6 +196,7 @@ class LocalExecutor:
     """The partitions one after another in this process: the default, with no dependency."""
 
     description: dict[str, Any]
+    in_process = True
 
     def __init__(self, retries: int = RETRIES) -> None:
         self.retries = retries
@@ -293,6 +298,7 @@ class DaskExecutor:
     raised a :data:`WORKER_LOSS`, and results come back to this process."""
 
     description: dict[str, Any]
+    in_process = False
 
     def __init__(self, client, address: str, retries: int = RETRIES) -> None:
         self.client = client

@@ -135,8 +135,7 @@ def _ingest_files(dataset: Dataset, files: list[Path], format: str | None,
     """Run the files on ``executor``, recording each source in the manifest (held by the
     caller's writer lock) as its file completes."""
     known = _records_by_file(dataset)
-    at_once = min(FILES_AT_ONCE, cores(), len(files)) if isinstance(executor, LocalExecutor) \
-        else 1
+    at_once = min(FILES_AT_ONCE, cores(), len(files)) if executor.in_process else 1
     tasks = [_FileTask(str(file), str(dataset.path), dataset.job, format, options, limits,
                        known.get(str(file), {}), at_once) for file in files]
     last_save = time.monotonic()
