@@ -1,8 +1,8 @@
 """The C kernels (``tracekit/core/compiled.py``): CPU seconds to build both into an empty
 cache, from a process's start to its first call of each (beside a process that only imports
 numpy and polars, which every ingest and detection pays anyway), of scanning one 16 MiB block
-of the bench NCCL log, and BOCD points per CPU-second in C against the numpy recursion. Each
-in fresh processes, three rounds: min / median / max."""
+of the bench NCCL log and of the bench hook CSV, and BOCD points per CPU-second in C against
+the numpy recursion. Each in fresh processes, three rounds: min / median / max."""
 
 from __future__ import annotations
 
@@ -22,13 +22,13 @@ import resource, shutil, sys, tempfile
 from pathlib import Path
 from tracekit.core import compiled
 from tracekit.detect import bocd_kernel
-from tracekit.ingest import nccl_coll_scan
+from tracekit.ingest import hook_csv_scan, nccl_coll_scan
 def cpu():
     return sum(getattr(resource.getrusage(who), field) for field in ("ru_utime", "ru_stime")
                for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
 with tempfile.TemporaryDirectory() as folder:
     sources = [Path(shutil.copy(Path(m.__file__).with_suffix(".c"), folder))
-               for m in (nccl_coll_scan, bocd_kernel)]
+               for m in (nccl_coll_scan, hook_csv_scan, bocd_kernel)]
     before = cpu()
     assert all(compiled.load(source) is not None for source in sources)
     print(cpu() - before)
@@ -67,6 +67,21 @@ warm = []
 for _ in range(3):
     started = time.process_time()
     kernel(data)
+    warm.append(time.process_time() - started)
+print(first, min(warm))
+""",
+    "hook_scan": """
+import sys, time
+from pathlib import Path
+from tracekit.ingest import hook_csv_scan
+data = Path(sys.argv[1]).read_bytes()
+started = time.process_time()
+assert hook_csv_scan.scan(data) is not None
+first = time.process_time() - started
+warm = []
+for _ in range(3):
+    started = time.process_time()
+    hook_csv_scan.scan(data)
     warm.append(time.process_time() - started)
 print(first, min(warm))
 """,
@@ -114,31 +129,35 @@ def _spread(values: list[float], scale: float = 1.0, digits: int = 3) -> str:
 
 
 def main() -> None:
-    from benchmarks.bench_ingest import write_nccl_log
+    from benchmarks.bench_ingest import write_hook_csv, write_nccl_log
 
     with tempfile.TemporaryDirectory() as folder:
-        log, block = Path(folder) / "nccl.log", Path(folder) / "block.log"
-        write_nccl_log(log, BLOCK_BYTES + 2**20)
-        text = log.read_bytes()
-        block.write_bytes(text[: text.rindex(b"\n", 0, BLOCK_BYTES) + 1])
-        megabytes = block.stat().st_size / 1e6
-        rounds = [{name: _probe(name, *([str(block)] if name == "scan" else []))
+        blocks = {}
+        for probe, writer in (("scan", write_nccl_log), ("hook_scan", write_hook_csv)):
+            log, blocks[probe] = Path(folder) / f"{probe}.log", Path(folder) / f"{probe}.block"
+            writer(log, BLOCK_BYTES + 2**20)
+            text = log.read_bytes()
+            start = text.index(b"\n") + 1 if probe == "hook_scan" else 0  # the header line
+            blocks[probe].write_bytes(text[start: text.rindex(b"\n", 0, BLOCK_BYTES) + 1])
+        megabytes = {probe: block.stat().st_size / 1e6 for probe, block in blocks.items()}
+        rounds = [{name: _probe(name, *([str(blocks[name])] if name in blocks else []))
                    for name in PROBES} for _ in range(ROUNDS)]
 
     def column(name: str, index: int = 0) -> list[float]:
         return [measured[name][index] for measured in rounds]
 
     print(f"kernels (min / median / max of {ROUNDS} fresh processes, CPU-s)")
-    print(f"  build both into an empty cache, compiler included: {_spread(column('build'))} s")
+    print(f"  build the three into an empty cache, compiler included: {_spread(column('build'))} s")
     floor = column("floor")
     print(f"  start to importing numpy and polars:     {_spread(floor)} s")
     for name, what in (("scan_start", "the first NCCL scan call"),
                        ("bocd_start", "the first BOCD detection")):
         print(f"  start to {what}: {_spread(column(name))} s")
-    for index, what in ((0, "first in its process"), (1, "warm")):
-        seconds = column("scan", index)
-        print(f"  scan one 16 MiB block, {what}: {_spread(seconds)} s "
-              f"({_spread([megabytes / s for s in seconds], digits=0)} MB per CPU-s)")
+    for probe, log in (("scan", "NCCL log"), ("hook_scan", "hook CSV")):
+        for index, what in ((0, "first in its process"), (1, "warm")):
+            seconds = column(probe, index)
+            print(f"  scan one 16 MiB block of the {log}, {what}: {_spread(seconds)} s "
+                  f"({_spread([megabytes[probe] / s for s in seconds], digits=0)} MB per CPU-s)")
     for index, what in ((0, "one series of 10^6 points"), (1, "256 ranks x 4,000 together"),
                         (2, "20,000 points one by one (online)")):
         print(f"  bocd {what}: {_spread(column('bocd', index), 1e-3, 0)} k points/s")
