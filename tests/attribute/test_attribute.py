@@ -246,7 +246,7 @@ def test_detected_episode_end_to_end(tmp_path):
 
 
 def test_the_local_loop_spills_its_parts_to_a_hidden_folder_it_removes(tmp_path, monkeypatch):
-    """Without a cluster the instances and own times go to Parquet parts in a hidden folder
+    """Without a cluster the instances and own times go to Arrow IPC parts in a hidden folder
     of the dataset, as a worker's do, not frames kept in memory; the folder is gone after."""
     dataset, _ = _synth(tmp_path, "thermal-b")
     reconstruct_dataset(open_dataset(dataset))

@@ -45,7 +45,7 @@ def _one_pass(ds) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 def _executor(workers: int, engine: str = "local") -> LocalExecutor:
     """The local loop, saying it has ``workers`` workers (partitioning follows the count) and
-    is ``engine`` (anything but ``local`` leaves rows in Parquet parts, as on a cluster)."""
+    is ``engine`` (anything but ``local`` leaves rows in Arrow IPC parts, as on a cluster)."""
     executor = LocalExecutor()
     executor.description.update(workers=workers, engine=engine)
     return executor

