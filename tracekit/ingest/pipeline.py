@@ -381,6 +381,7 @@ class _PartWriter:
         """(table, file, statistics) of every part written under its staged name."""
         self.background: ThreadPoolExecutor | None = None
         self.writing: Future[None] | None = None
+
     def add(self, name: str, frame: pl.DataFrame) -> None:
         columns = frame.schema  # a new Schema object at each call
         if coded := [column for column in CODED_COLUMNS
