@@ -86,30 +86,43 @@ def test_a_later_process_loads_it_without_building_or_numba(spin, spin_source):
     assert len(built(spin_source.parent, "spin_kernel")) == 1
 
 
-def test_the_gil_is_released_while_the_kernel_runs(spin):
-    """Another Python thread keeps counting during the call (with the GIL held it would get
-    one switch interval, 5 ms of the 0.2 s, at the start: 0.025 of its sleeping rate; released,
-    it gets the core it shares with the kernel on a loaded machine, 0.24 of it seen at load 10)."""
+def counted_during(kernel) -> int:
+    """How many times another Python thread counts while ``kernel`` runs (about 0.2 s): 0
+    exactly when the call holds the GIL, more when it releases it, however loaded the machine.
+    The counter hands the GIL back after every count (``sleep(0)``), so this thread gets it
+    back at once; under a switch interval of 10 s it cannot take the GIL from a call that
+    holds it."""
     counted, running = [0], threading.Event()
 
     def count():
         running.set()
         while running.is_set():
             counted[0] += 1
+            time.sleep(0)
 
-    def counts_per_s(wait) -> float:
-        before, start = counted[0], time.perf_counter()
-        wait()
-        return (counted[0] - before) / (time.perf_counter() - start)
-
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(10.0)
     counter = threading.Thread(target=count)
-    counter.start()
-    running.wait()
-    sleeping = counts_per_s(lambda: time.sleep(0.2))
-    during_kernel = counts_per_s(lambda: spin(40))  # about 0.2 s of arithmetic
-    running.clear()
-    counter.join()
-    assert during_kernel > 0.1 * sleeping
+    try:
+        counter.start()
+        running.wait()
+        before = counted[0]
+        kernel()
+        return counted[0] - before
+    finally:
+        running.clear()
+        counter.join()
+        sys.setswitchinterval(interval)
+
+
+def test_the_gil_is_released_while_the_kernel_runs(spin):
+    assert counted_during(lambda: spin(40)) > 0
+
+
+def test_a_kernel_holding_the_gil_would_be_seen(spin, spin_source):
+    """The control: the same function called through ``ctypes.PyDLL``, which keeps the GIL."""
+    library = ctypes.PyDLL(str(built(spin_source.parent, "spin_kernel")[0]))
+    assert counted_during(lambda: function(library, "spin")(40)) == 0
 
 
 def test_a_missing_compiler_is_recorded_and_not_tried_again(tmp_path, monkeypatch, caplog):
