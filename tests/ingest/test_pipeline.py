@@ -180,6 +180,46 @@ def test_parts_per_part_rows_by_rank_named_by_content(tmp_path, monkeypatch):
     assert table["rank"].to_list() == [i % 2 for i in range(10)]
 
 
+def test_the_last_batch_is_written_beside_the_one_before_and_listed_after_it(tmp_path,
+                                                                            monkeypatch):
+    """The writer thread's batch is held until the caller has written the last one: the
+    record still lists the parts in batch order."""
+    import threading
+
+    import polars as pl
+
+    from tracekit import create_dataset
+
+    dataset = create_dataset(tmp_path / "ds", job="ds")
+    last_written, order = threading.Event(), []
+    write_file = dataset.write_file
+
+    def held_in_the_writer_thread(name, frame, stem):
+        if threading.current_thread() is not threading.main_thread():
+            assert last_written.wait(10)  # the caller writes the last batch meanwhile
+        written = write_file(name, frame, stem)
+        order.append(frame["seq"][0])
+        if threading.current_thread() is threading.main_thread():
+            last_written.set()
+        return written
+
+    monkeypatch.setattr(dataset, "write_file", held_in_the_writer_thread)
+    monkeypatch.setattr(pipeline, "PART_ROWS", 2)
+    monkeypatch.setattr(pipeline, "cores", lambda: 2)
+    log = tmp_path / "rank0.csv"
+    log.write_text(hook_log(0, 3))
+    calls = read_all(hook_csv.READERS[0], file_source(log))
+    frame = calls.tables["collectives"].with_columns(pl.lit("ds").alias("job"))
+    writer = pipeline._PartWriter(dataset, pl.String())
+    writer.add("collectives", frame.head(2))  # a full batch: to the writer thread
+    writer.add("collectives", frame.tail(1))
+    writer.close()
+    assert order == [2, 0]  # the last batch was on disk first
+    parts = writer.publish("0" * 16)["collectives"]
+    assert [file.split(".")[0] for file in parts] == ["rank=0/" + "0" * 16 + "-00000",
+                                                      "rank=0/" + "0" * 16 + "-00001"]
+
+
 def test_a_chunk_of_interleaved_ranks_goes_to_one_folder_per_rank_in_row_order():
     import polars as pl
 
