@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tracekit.core.errors import InputError
+from tracekit.ingest import base
 from tracekit.ingest.base import (
     LINE_SPLIT_SEPARATORS,
     LONE_CR,
@@ -84,8 +85,9 @@ def test_numbers_and_bytes_across_blocks_and_a_line_longer_than_a_block():
 
 
 @pytest.mark.parametrize("present", [LINE_SPLIT_SEPARATORS, LINE_SPLIT_SEPARATORS[:-1]])
-def test_blocks_holding_the_separators(present):
-    """All five present: split the slow way; the last one free: it is the separator."""
+def test_blocks_holding_the_separators(present, monkeypatch):
+    """All five present: split by Python; the last one free: it is the separator."""
+    monkeypatch.setattr(base, "PYTHON_SPLIT_BYTES", 0)
     data = b"".join(present) + b" x\r\ny\n"
     assert all_lines(data) == [b"".join(present).decode() + " x", "y"]
 
@@ -99,10 +101,14 @@ line_bytes = st.binary(max_size=40).map(
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.lists(line_bytes, min_size=1, max_size=20), st.booleans(), st.integers(4, 200))
-def test_lines_match_a_plain_python_reader(lines, terminated, batch_bytes):
+@given(st.lists(line_bytes, min_size=1, max_size=20), st.booleans(), st.integers(4, 200),
+       st.sampled_from([0, base.PYTHON_SPLIT_BYTES]))
+def test_lines_match_a_plain_python_reader(lines, terminated, batch_bytes, python_split_bytes):
+    """Split by polars' CSV reader or by Python (small blocks), the same lines."""
     data = b"\n".join(lines) + (b"\n" if terminated else b"")
-    got = batches(data, batch_bytes)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(base, "PYTHON_SPLIT_BYTES", python_split_bytes)
+        got = batches(data, batch_bytes)
     assert [line for b in got for line in b.lines.to_list()] == reference_lines(data)
     assert [n for b in got for n in b.frame()["line_no"].to_list()] == list(
         range(1, len(reference_lines(data)) + 1))

@@ -42,6 +42,14 @@ LONE_CR = re.compile(rb"\r(?!\n)")
 BYTE_ORDER_MARK = b"\xef\xbb\xbf"
 """UTF-8's byte-order mark, which some exporters write first."""
 
+PYTHON_SPLIT_BYTES = 256 * 1024
+"""Blocks shorter than this are split into lines by Python (``bytes.decode`` and
+``str.split``), longer ones by polars' CSV reader: its call costs about 1 ms whatever the
+block (0.8-1.7 ms CPU from 4 to 256 KiB), which Python's split, at about 0.7 GB/s, reaches
+near 1 MiB; a quarter of that keeps Python well under it. The lines a compiled scan leaves
+(Init and other-subsystem lines, ~130 KB a 16 MiB NCCL block) and small files are split
+this way."""
+
 LINE_SPLIT_SEPARATORS = (b"\x1f", b"\x1e", b"\x1d", b"\x1c", b"\x00")
 """Bytes that :func:`iter_line_batches` may hand the CSV reader as its field separator: the
 ASCII unit / record / group / file separators, which text logs essentially never contain. A
@@ -187,19 +195,20 @@ class LineBatch:
         Polars' multi-threaded CSV reader, told there is one column, no quoting and a separator
         the block does not contain, splits lines several times faster than decoding and
         splitting one string; it drops the ``\\r`` of ``\\r\\n``, replaces undecodable bytes
-        and a leading byte-order mark, and reads an empty line as null.
+        and a leading byte-order mark, and reads an empty line as null. A block of fewer than
+        :data:`PYTHON_SPLIT_BYTES` is split by Python, the same way.
         """
-        data = polars_bytes(data)
         separator = next((s for s in LINE_SPLIT_SEPARATORS if s not in data), None)
-        if (separator is None or data.startswith(POLARS_DECOMPRESSES)
-                or data == BYTE_ORDER_MARK):  # polars: "empty CSV"
+        if (len(data) < PYTHON_SPLIT_BYTES or separator is None
+                or data.startswith(POLARS_DECOMPRESSES)):  # polars would decompress it
             text = data.decode("utf-8", errors="replace").removeprefix("\ufeff")
-            lines = (pl.Series("line", [text.removesuffix("\n")]).str.split("\n").explode()
-                     .str.strip_suffix("\r"))
+            lines = pl.Series("line", [line.removesuffix("\r")
+                                       for line in text.removesuffix("\n").split("\n")],
+                              dtype=pl.String)
         else:
             lines = pl.read_csv(
-                data, has_header=False, separator=separator.decode(), quote_char=None,
-                new_columns=["line"], schema_overrides={"line": pl.String},
+                polars_bytes(data), has_header=False, separator=separator.decode(),
+                quote_char=None, new_columns=["line"], schema_overrides={"line": pl.String},
                 encoding="utf8-lossy",
             ).to_series().fill_null("")
         return cls(lines, first_line_no, len(data))
