@@ -49,7 +49,11 @@ ProgressCallback = Callable[[str, int, int], None]
 """Called as ``progress(source_name, bytes_done_delta, rows_delta)`` while reading."""
 
 HIVE_BY_RANK = ("collectives",)
-"""Tables written one folder per rank (``rank=<N>``): the ~10^9-row tables of large jobs."""
+"""Tables written one folder per rank (``rank=<N>``): the ~10^9-row tables of large jobs.
+Their parts carry no Parquet min/max (:data:`~tracekit.core.dataset.NULL_COUNTS_ONLY`): the
+folder names a part's rank and its footer's statistics (``tracekit.stats``: rows, time span,
+ranks, hosts) its time span, which is what tracekit prunes by; polars' min/max of every
+column cost 6-10 % of the CPU of ingesting a NCCL log."""
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 """Folder value for rows without a rank, as Hive, Spark and pyarrow name it."""
@@ -416,7 +420,8 @@ class _PartWriter:
                staged: list[tuple[str, str, dict[str, Any]]]) -> None:
         for (name, folder), frames in batch.items():
             stem = folder + PART_NAME.format(prefix=".staged", n=n, token=self.token)
-            staged.append((name, *self.dataset.write_file(name, pl.concat(frames), stem)))
+            staged.append((name, *self.dataset.write_file(
+                name, pl.concat(frames), stem, min_max=name not in HIVE_BY_RANK)))
 
     def _wait(self) -> None:
         if self.writing is not None:
