@@ -8,17 +8,20 @@ import io
 import threading
 import time
 
+import numpy as np
 import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tracekit.core.errors import InputError
+from tracekit.ingest import base
 from tracekit.ingest.base import (
     LINE_SPLIT_SEPARATORS,
     LONE_CR,
     LineBatch,
     Source,
+    _ReusedBuffers,
     iter_line_batches,
     iter_line_blocks,
     map_in_order,
@@ -82,8 +85,9 @@ def test_numbers_and_bytes_across_blocks_and_a_line_longer_than_a_block():
 
 
 @pytest.mark.parametrize("present", [LINE_SPLIT_SEPARATORS, LINE_SPLIT_SEPARATORS[:-1]])
-def test_blocks_holding_the_separators(present):
-    """All five present: split the slow way; the last one free: it is the separator."""
+def test_blocks_holding_the_separators(present, monkeypatch):
+    """All five present: split by Python; the last one free: it is the separator."""
+    monkeypatch.setattr(base, "PYTHON_SPLIT_BYTES", 0)
     data = b"".join(present) + b" x\r\ny\n"
     assert all_lines(data) == [b"".join(present).decode() + " x", "y"]
 
@@ -97,10 +101,14 @@ line_bytes = st.binary(max_size=40).map(
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.lists(line_bytes, min_size=1, max_size=20), st.booleans(), st.integers(4, 200))
-def test_lines_match_a_plain_python_reader(lines, terminated, batch_bytes):
+@given(st.lists(line_bytes, min_size=1, max_size=20), st.booleans(), st.integers(4, 200),
+       st.sampled_from([0, base.PYTHON_SPLIT_BYTES]))
+def test_lines_match_a_plain_python_reader(lines, terminated, batch_bytes, python_split_bytes):
+    """Split by polars' CSV reader or by Python (small blocks), the same lines."""
     data = b"\n".join(lines) + (b"\n" if terminated else b"")
-    got = batches(data, batch_bytes)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(base, "PYTHON_SPLIT_BYTES", python_split_bytes)
+        got = batches(data, batch_bytes)
     assert [line for b in got for line in b.lines.to_list()] == reference_lines(data)
     assert [n for b in got for n in b.frame()["line_no"].to_list()] == list(
         range(1, len(reference_lines(data)) + 1))
@@ -114,8 +122,11 @@ class _Unseekable(io.BytesIO):
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.lists(line_bytes, max_size=20), st.booleans(), st.integers(4, 200), st.booleans())
-def test_blocks_are_whole_lines_and_hash_the_file_once(lines, terminated, batch_bytes, seekable):
+@given(st.lists(line_bytes, max_size=20), st.booleans(), st.integers(4, 200), st.booleans(),
+       st.booleans())
+def test_blocks_are_whole_lines_and_hash_the_file_once(lines, terminated, batch_bytes, seekable,
+                                                       reuse):
+    """Reused buffers or not: the blocks, all held at once here, are the file's bytes."""
     data = b"\n".join(lines) + (b"\n" if terminated and lines else b"")
     opened = []
 
@@ -124,12 +135,52 @@ def test_blocks_are_whole_lines_and_hash_the_file_once(lines, terminated, batch_
         return io.BytesIO(data) if seekable else _Unseekable(data)
 
     source = Source("t.log", len(data), opener, hash_while_reading=True)
-    blocks = list(iter_line_blocks(source, batch_bytes))
+    blocks = list(iter_line_blocks(source, batch_bytes, reuse=reuse))
     lone_cr = LONE_CR.search(data) is not None and seekable  # a pipe's head comes from the sniff
     assert b"".join(blocks) == (LONE_CR.sub(b"\n", data) if lone_cr else data)
     assert all(block.endswith(b"\n") for block in blocks[:-1])
     assert source.sha256 == hashlib.sha256(data).hexdigest()
     assert len(opened) == 1 + lone_cr  # the bytes read were not the file's: hashed again
+
+
+def test_blocks_dropped_as_they_come_are_the_files_bytes_in_a_few_buffers(monkeypatch):
+    data = b"".join(f"line {n}\n".encode() for n in range(2000))
+    source = Source("t.log", len(data), lambda: io.BytesIO(data), hash_while_reading=True)
+    copies, kept = [], []
+    original = _ReusedBuffers.__init__
+
+    def recorded(self, *args):
+        original(self, *args)
+        kept.append(self)
+
+    monkeypatch.setattr(_ReusedBuffers, "__init__", recorded)
+    for block in iter_line_blocks(source, 256, reuse=True):
+        assert isinstance(block, bytearray)
+        copies.append(bytes(block))
+    assert b"".join(copies) == data and len(copies) > 50
+    assert [len(pool.buffers) for pool in kept] == [2]  # the block read and the one before
+    assert source.sha256 == hashlib.sha256(data).hexdigest()
+
+
+def test_a_buffer_is_read_into_again_only_once_nothing_holds_it():
+    pool = _ReusedBuffers(8, 2)
+    stream = io.BytesIO(b"aaaa" b"bbbbbb" b"cccc" b"ddd" b"eeeeeeeee" b"ffff" b"gg")
+    first = pool.read(stream, 4)
+    second = pool.read(stream, 6)  # the first is held: a second buffer
+    buffers = [id(buffer) for buffer in pool.buffers]
+    assert (first, second) == (b"aaaa", b"bbbbbb") and len(buffers) == 2
+    view = np.frombuffer(second, np.uint8)  # a numpy view holds its buffer too
+    del first, second
+    third = pool.read(stream, 4)
+    assert third == b"cccc" and id(third) == buffers[0]
+    fourth = pool.read(stream, 3)  # both held (one by the view): fresh memory, not kept
+    assert fourth == b"ddd" and id(fourth) not in buffers and len(pool.buffers) == 2
+    assert view.tobytes() == b"bbbbbb"
+    longer = pool.read(stream, 9)  # longer than a buffer takes
+    assert longer == b"eeeeeeeee" and type(longer) is bytes
+    del third, view
+    assert pool.read(stream, 4) == b"ffff"
+    assert pool.read(stream, 4) == b"gg"  # the end: fewer bytes
 
 
 def test_hash_is_not_computed_while_reading_unless_asked():

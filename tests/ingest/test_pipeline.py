@@ -180,6 +180,70 @@ def test_parts_per_part_rows_by_rank_named_by_content(tmp_path, monkeypatch):
     assert table["rank"].to_list() == [i % 2 for i in range(10)]
 
 
+def test_the_last_batch_is_written_beside_the_one_before_and_listed_after_it(tmp_path,
+                                                                            monkeypatch):
+    """The writer thread's batch is held until the caller has written the last one: the
+    record still lists the parts in batch order."""
+    import threading
+
+    import polars as pl
+
+    from tracekit import create_dataset
+
+    dataset = create_dataset(tmp_path / "ds", job="ds")
+    last_written, order = threading.Event(), []
+    write_file = dataset.write_file
+
+    def held_in_the_writer_thread(name, frame, stem, **options):
+        if threading.current_thread() is not threading.main_thread():
+            assert last_written.wait(10)  # the caller writes the last batch meanwhile
+        written = write_file(name, frame, stem, **options)
+        order.append(frame["seq"][0])
+        if threading.current_thread() is threading.main_thread():
+            last_written.set()
+        return written
+
+    monkeypatch.setattr(dataset, "write_file", held_in_the_writer_thread)
+    monkeypatch.setattr(pipeline, "PART_ROWS", 2)
+    monkeypatch.setattr(pipeline, "cores", lambda: 2)
+    log = tmp_path / "rank0.csv"
+    log.write_text(hook_log(0, 3))
+    calls = read_all(hook_csv.READERS[0], file_source(log))
+    frame = calls.tables["collectives"].with_columns(pl.lit("ds").alias("job"))
+    writer = pipeline._PartWriter(dataset, pl.String())
+    writer.add("collectives", frame.head(2))  # a full batch: to the writer thread
+    writer.add("collectives", frame.tail(1))
+    writer.close()
+    assert order == [2, 0]  # the last batch was on disk first
+    parts = writer.publish("0" * 16)["collectives"]
+    assert [file.split(".")[0] for file in parts] == ["rank=0/" + "0" * 16 + "-00000",
+                                                      "rank=0/" + "0" * 16 + "-00001"]
+
+
+def test_rank_folders_carry_null_counts_and_other_tables_min_max_too(tmp_path):
+    """A part of a table split by rank has no Parquet min/max (the folder is its rank, its
+    footer's tracekit.stats its time span); other tables keep them for pruning."""
+    import pyarrow.parquet as pq
+
+    from tracekit.core.dataset import PART_STATS_KEY
+
+    log = tmp_path / "rank0.csv"
+    log.write_text(hook_log(0, 5) + "not,a,call\n")
+    ingest([log], tmp_path / "ds", job="j")
+    dataset = open_dataset(tmp_path / "ds")
+    (part,) = dataset.parts("collectives")
+    footer = pq.ParquetFile(part).metadata
+    columns = {footer.row_group(0).column(i).path_in_schema: footer.row_group(0).column(i)
+               for i in range(footer.num_columns)}
+    assert all(c.statistics.has_null_count and not c.statistics.has_min_max
+               for c in columns.values())
+    assert (columns["peer"].statistics.null_count, columns["rank"].statistics.null_count) == (5, 0)
+    assert json.loads(footer.metadata[PART_STATS_KEY.encode()])["t_min_ns"] == T0
+    (quarantined,) = dataset.parts("quarantine")
+    line_no = pq.ParquetFile(quarantined).metadata.row_group(0).column(1).statistics
+    assert line_no.has_min_max and (line_no.min, line_no.max) == (7, 7)
+
+
 def test_a_chunk_of_interleaved_ranks_goes_to_one_folder_per_rank_in_row_order():
     import polars as pl
 

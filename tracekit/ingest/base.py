@@ -11,6 +11,7 @@ import hashlib
 import io
 import queue
 import re
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -40,6 +41,14 @@ LONE_CR = re.compile(rb"\r(?!\n)")
 
 BYTE_ORDER_MARK = b"\xef\xbb\xbf"
 """UTF-8's byte-order mark, which some exporters write first."""
+
+PYTHON_SPLIT_BYTES = 256 * 1024
+"""Blocks shorter than this are split into lines by Python (``bytes.decode`` and
+``str.split``), longer ones by polars' CSV reader: its call costs about 1 ms whatever the
+block (0.8-1.7 ms CPU from 4 to 256 KiB), which Python's split, at about 0.7 GB/s, reaches
+near 1 MiB; a quarter of that keeps Python well under it. The lines a compiled scan leaves
+(Init and other-subsystem lines, ~130 KB a 16 MiB NCCL block) and small files are split
+this way."""
 
 LINE_SPLIT_SEPARATORS = (b"\x1f", b"\x1e", b"\x1d", b"\x1c", b"\x00")
 """Bytes that :func:`iter_line_batches` may hand the CSV reader as its field separator: the
@@ -186,18 +195,20 @@ class LineBatch:
         Polars' multi-threaded CSV reader, told there is one column, no quoting and a separator
         the block does not contain, splits lines several times faster than decoding and
         splitting one string; it drops the ``\\r`` of ``\\r\\n``, replaces undecodable bytes
-        and a leading byte-order mark, and reads an empty line as null.
+        and a leading byte-order mark, and reads an empty line as null. A block of fewer than
+        :data:`PYTHON_SPLIT_BYTES` is split by Python, the same way.
         """
         separator = next((s for s in LINE_SPLIT_SEPARATORS if s not in data), None)
-        if (separator is None or data.startswith(POLARS_DECOMPRESSES)
-                or data == BYTE_ORDER_MARK):  # polars: "empty CSV"
+        if (len(data) < PYTHON_SPLIT_BYTES or separator is None
+                or data.startswith(POLARS_DECOMPRESSES)):  # polars would decompress it
             text = data.decode("utf-8", errors="replace").removeprefix("\ufeff")
-            lines = (pl.Series("line", [text.removesuffix("\n")]).str.split("\n").explode()
-                     .str.strip_suffix("\r"))
+            lines = pl.Series("line", [line.removesuffix("\r")
+                                       for line in text.removesuffix("\n").split("\n")],
+                              dtype=pl.String)
         else:
             lines = pl.read_csv(
-                data, has_header=False, separator=separator.decode(), quote_char=None,
-                new_columns=["line"], schema_overrides={"line": pl.String},
+                polars_bytes(data), has_header=False, separator=separator.decode(),
+                quote_char=None, new_columns=["line"], schema_overrides={"line": pl.String},
                 encoding="utf8-lossy",
             ).to_series().fill_null("")
         return cls(lines, first_line_no, len(data))
@@ -209,9 +220,20 @@ class LineBatch:
         ).with_columns(pl.col("line_no").cast(pl.Int64))
 
 
-def iter_line_blocks(source: Source, batch_bytes: int = LINE_BATCH_BYTES) -> Iterator[bytes]:
+def polars_bytes(data: bytes | bytearray) -> bytes:
+    """``data`` as polars' readers take it: a block read into a reused buffer
+    (:class:`_ReusedBuffers`) is copied, which only the paths that hand a block to polars pay."""
+    return bytes(data) if isinstance(data, bytearray) else data
+
+
+def iter_line_blocks(source: Source, batch_bytes: int = LINE_BATCH_BYTES,
+                     reuse: bool = False) -> Iterator[bytes | bytearray]:
     """The bytes of a text source in blocks of whole lines (about ``batch_bytes`` each; a line
     longer than that makes its block longer). The last block may end without a line end.
+
+    With ``reuse`` (a source of several blocks) a file's blocks are ``bytearray`` buffers read
+    into again once nothing refers to them (:class:`_ReusedBuffers`); a caller that keeps a
+    block keeps its buffer out of reuse.
 
     Line ends may be ``\n``, ``\r\n`` or, where the first :data:`SNIFF_BYTES` show them,
     ``\r`` alone (old exporters, a damaged copy; :class:`_LoneCrAsLineEnd`): looking at the
@@ -233,8 +255,13 @@ def iter_line_blocks(source: Source, batch_bytes: int = LINE_BATCH_BYTES) -> Ite
         if b"\r" in head and LONE_CR.search(head):
             stream, digest = _LoneCrAsLineEnd(stream), None
         numbers = _LineNumbers(stream) if stream.seekable() else None
-        blocks = (_cut_line_blocks if numbers is None else _seek_line_blocks)(
-            stream, batch_bytes, max_line)
+        if numbers is None:
+            blocks = _cut_line_blocks(stream, batch_bytes, max_line)
+        else:
+            # enough for the blocks in flight (on the parse threads, read ahead, the caller's)
+            buffers = (_ReusedBuffers(batch_bytes + LINE_END_PEEK_BYTES, 2 * PARSE_WORKERS + 2)
+                       if reuse and hasattr(stream, "readinto") else None)
+            blocks = _seek_line_blocks(stream, batch_bytes, max_line, buffers)
         while True:
             # the number of this block's first line, asked only where a long line is found
             block_line_no = partial(int, line_no) if numbers is None else partial(
@@ -352,12 +379,14 @@ def _set_aside_long_lines(block: bytes, block_line_no: Callable[[], int],
     return b"".join([*pieces, block[kept:]]) if pieces else block
 
 
-def _seek_line_blocks(stream: BinaryIO, batch_bytes: int,
-                      max_line: int) -> Iterator[bytes | _Overlong]:
+def _seek_line_blocks(stream: BinaryIO, batch_bytes: int, max_line: int,
+                      buffers: _ReusedBuffers | None = None,
+                      ) -> Iterator[bytes | bytearray | _Overlong]:
     """Blocks of a seekable stream, each read in one piece: where its last line end is found
     first, by peeking past ``batch_bytes``. Cutting a block read blind instead copies it twice
     (slice and join), and the fresh memory costs more than the copying (page faults). A line
-    running more than ``max_line`` past the batch ends the block before it, and is skipped."""
+    running more than ``max_line`` past the batch ends the block before it, and is skipped.
+    With ``buffers``, blocks that fit are read into them."""
     while True:
         start = stream.tell()
         stream.seek(start + batch_bytes)
@@ -372,10 +401,53 @@ def _seek_line_blocks(stream: BinaryIO, batch_bytes: int,
             yield _skip_line(stream)
             continue
         stream.seek(start)
-        block = stream.read(length)
+        block = stream.read(length) if buffers is None else buffers.read(stream, length)
         if not block:
             return
         yield block
+
+
+class _ReusedBuffers:
+    """Buffers a source's blocks are read into, each read into again once nothing but this
+    pool refers to it (its reference count says so): a caller, a parse thread or a numpy view
+    that still holds a block keeps its buffer out of reuse, so no block is overwritten while
+    it is used. A fresh block each time was fresh memory, which the kernel faulted in page by
+    page as it copied the file into it (2.8 % of a NCCL log's ingest CPU)."""
+
+    def __init__(self, capacity: int, most: int):
+        self.capacity = capacity
+        """The longest block a buffer takes (longer ones are read into fresh memory): its
+        allocation, so that blocks of slightly different lengths never reallocate it."""
+        self.most = most
+        """Buffers kept; a block read while all are in use gets fresh memory."""
+        self.buffers: list[bytearray] = []
+
+    def read(self, stream: BinaryIO, length: int) -> bytes | bytearray:
+        """The next ``length`` bytes of ``stream`` (fewer at its end)."""
+        if length > self.capacity:
+            return stream.read(length)
+        buffer = self._free()
+        if buffer is None:
+            buffer = bytearray(self.capacity)
+            if len(self.buffers) < self.most:
+                self.buffers.append(buffer)
+        # resized within its allocation: CPython keeps a bytearray's memory down to half of it
+        if length < len(buffer):
+            del buffer[length:]
+        else:
+            buffer.extend(bytes(length - len(buffer)))
+        view, done = memoryview(buffer), 0
+        while done < length and (got := stream.readinto(view[done:])):
+            done += got
+        view.release()
+        del buffer[done:]
+        return buffer
+
+    def _free(self) -> bytearray | None:
+        for index in range(len(self.buffers)):
+            if sys.getrefcount(self.buffers[index]) == 2:  # the list's and the argument's
+                return self.buffers[index]
+        return None
 
 
 class _LineTooLong(Exception):
@@ -552,13 +624,16 @@ def one_block(source: Source) -> bool:
     return source.size <= LINE_BATCH_BYTES
 
 
-def map_line_blocks(function: Callable[[bytes], R], source: Source) -> Iterator[R]:
+def map_line_blocks(function: Callable[[bytes | bytearray], R], source: Source) -> Iterator[R]:
     """``function`` over the source's blocks of whole lines (:data:`LINE_BATCH_BYTES` each),
     results in order: on the parse threads (:func:`map_in_order`) when the source has more than
     one block, in this thread otherwise. For per-block work that needs nothing from the blocks
-    before; stateful steps stay with the caller."""
-    blocks = iter_line_blocks(source, LINE_BATCH_BYTES)
-    return map(function, blocks) if one_block(source) else map_in_order(function, blocks)
+    before; stateful steps stay with the caller. A source of several blocks is read into
+    reused buffers (``iter_line_blocks(reuse=True)``): a result that keeps its block keeps the
+    buffer from being read into again, so drop it when it is not needed."""
+    if one_block(source):
+        return map(function, iter_line_blocks(source, LINE_BATCH_BYTES))
+    return map_in_order(function, iter_line_blocks(source, LINE_BATCH_BYTES, reuse=True))
 
 
 def read_ahead(items: Iterator[T], depth: int = 1) -> Iterator[T]:

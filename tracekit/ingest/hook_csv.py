@@ -21,6 +21,7 @@ from tracekit.ingest.base import (
     Reader,
     Source,
     map_line_blocks,
+    polars_bytes,
     quarantine_frame,
     split_on_reason,
 )
@@ -80,8 +81,12 @@ def _chunks(source: Source) -> Iterator[Chunk]:
         yield chunk
 
 
-def _parse_fast(block: bytes, names: pl.DataType) -> tuple[bytes, Chunk | None]:
-    return block, _parse_block(block, names)
+def _parse_fast(block: bytes, names: pl.DataType) -> tuple[bytes | None, Chunk | None]:
+    """The block's fast-path chunk, and the block only where the line path needs it: a block
+    kept in a result is not read into again until the caller drops it
+    (:func:`~tracekit.ingest.base.map_line_blocks`)."""
+    chunk = _parse_block(block, names)
+    return (block if chunk is None else None), chunk
 
 
 def _parse_block(block: bytes, names: pl.DataType = pl.String) -> Chunk | None:
@@ -136,8 +141,8 @@ def _read_collectives(data: bytes) -> pl.DataFrame | None:
     if b"#" in data:
         return None
     try:
-        rows = pl.read_csv(data, has_header=False, schema=CSV_SCHEMA, columns=FAST_PATH_FIELDS,
-                           quote_char=None, empty_string_is_null=False)
+        rows = pl.read_csv(polars_bytes(data), has_header=False, schema=CSV_SCHEMA,
+                           columns=FAST_PATH_FIELDS, quote_char=None, empty_string_is_null=False)
     except pl.exceptions.PolarsError:
         return None
     if not _well_formed(data, rows):

@@ -17,6 +17,7 @@ workers write in parallel and readers skip other ranks' files.
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 from collections.abc import Callable
@@ -48,7 +49,11 @@ ProgressCallback = Callable[[str, int, int], None]
 """Called as ``progress(source_name, bytes_done_delta, rows_delta)`` while reading."""
 
 HIVE_BY_RANK = ("collectives",)
-"""Tables written one folder per rank (``rank=<N>``): the ~10^9-row tables of large jobs."""
+"""Tables written one folder per rank (``rank=<N>``): the ~10^9-row tables of large jobs.
+Their parts carry no Parquet min/max (:data:`~tracekit.core.dataset.NULL_COUNTS_ONLY`): the
+folder names a part's rank and its footer's statistics (``tracekit.stats``: rows, time span,
+ranks, hosts) its time span, which is what tracekit prunes by; polars' min/max of every
+column cost 6-10 % of the CPU of ingesting a NCCL log."""
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 """Folder value for rows without a rank, as Hive, Spark and pyarrow name it."""
@@ -363,7 +368,8 @@ class _PartWriter:
     :data:`PART_ROWS` rows as staged parts, in a background thread: Parquet encoding of one
     batch overlaps parsing the next, so ingest keeps both cores busy (on one core,
     :func:`~tracekit.ingest.base.cores`, in the caller's thread). The last batch (all of a
-    small source) is written in the caller's thread, which has nothing else left to do.
+    small source) is written in the caller's thread, which has nothing else left to do, while
+    the writer thread may still write the batch before.
     :meth:`publish` gives the parts their final names ``<prefix>-<n>`` once all are on disk."""
 
     def __init__(self, dataset: Dataset, names: pl.DataType):
@@ -377,8 +383,10 @@ class _PartWriter:
         """Frames not yet written, by (table, folder inside the table: ``rank=3/`` or empty)."""
         self.buffered_rows = 0
         self.batches = 0
-        self.staged: list[tuple[str, str, dict[str, Any]]] = []
-        """(table, file, statistics) of every part written under its staged name."""
+        self.staged: list[list[tuple[str, str, dict[str, Any]]]] = []
+        """(table, file, statistics) of every part written under its staged name, a list per
+        batch in batch order (two batches may be written at once), so the record lists the
+        parts in the same order whichever thread finished first."""
         self.background: ThreadPoolExecutor | None = None
         self.writing: Future[None] | None = None
 
@@ -399,16 +407,21 @@ class _PartWriter:
                 1, thread_name_prefix="tracekit-part-writer")
             self.writing = self.background.submit(self._write, *self._take())
 
-    def _take(self) -> tuple[dict[tuple[str, str], list[pl.DataFrame]], int]:
-        """The buffered frames and their part number, leaving the buffer empty."""
-        batch, n = self.pending, self.batches
+    def _take(self) -> tuple[dict[tuple[str, str], list[pl.DataFrame]], int,
+                             list[tuple[str, str, dict[str, Any]]]]:
+        """The buffered frames, their part number and the list their staged parts go to,
+        leaving the buffer empty."""
+        batch, n, staged = self.pending, self.batches, []
         self.pending, self.buffered_rows, self.batches = {}, 0, n + 1
-        return batch, n
+        self.staged.append(staged)
+        return batch, n, staged
 
-    def _write(self, batch: dict[tuple[str, str], list[pl.DataFrame]], n: int) -> None:
+    def _write(self, batch: dict[tuple[str, str], list[pl.DataFrame]], n: int,
+               staged: list[tuple[str, str, dict[str, Any]]]) -> None:
         for (name, folder), frames in batch.items():
             stem = folder + PART_NAME.format(prefix=".staged", n=n, token=self.token)
-            self.staged.append((name, *self.dataset.write_file(name, pl.concat(frames), stem)))
+            staged.append((name, *self.dataset.write_file(
+                name, pl.concat(frames), stem, min_max=name not in HIVE_BY_RANK)))
 
     def _wait(self) -> None:
         if self.writing is not None:
@@ -416,18 +429,20 @@ class _PartWriter:
             writing.result()
 
     def close(self) -> None:
-        """Write what is buffered and wait until every staged part is on disk."""
+        """Write what is buffered and wait until every staged part is on disk. The last batch
+        is written while the writer thread finishes the one before, not after it: once the
+        reader is done, that keeps a second core busy for the end of the source."""
         try:
-            self._wait()
             if self.pending:
                 self._write(*self._take())
+            self._wait()
         finally:
             self._stop()
 
     def discard(self) -> None:
         """Remove every staged part (the source failed: nothing of it is kept)."""
         self._stop()
-        for name, file, _ in self.staged:
+        for name, file, _ in itertools.chain.from_iterable(self.staged):
             (self.dataset.path / name / file).unlink(missing_ok=True)
 
     def _stop(self) -> None:
@@ -438,7 +453,7 @@ class _PartWriter:
         """Rename the staged parts to ``<prefix>-<n>.<token>``; their files and statistics by
         table."""
         written: dict[str, dict[str, dict[str, Any]]] = {}
-        for name, file, stats in self.staged:
+        for name, file, stats in itertools.chain.from_iterable(self.staged):
             final = file.replace(".staged-", f"{prefix}-", 1)
             (self.dataset.path / name / file).replace(self.dataset.path / name / final)
             written.setdefault(name, {})[final] = stats
