@@ -53,7 +53,7 @@ def _executor(workers: int, engine: str = "local") -> LocalExecutor:
 
 @pytest.mark.parametrize(("ranks_per_batch", "workers", "engine", "partitions"), [
     (8, 1, "local", {"ranks": 1, "groups": 1}), (3, 1, "dask", {"ranks": 3, "groups": 1}),
-    (8, 2, "local", {"ranks": 8, "groups": 8}), (8, 4, "dask", {"ranks": 8, "groups": 13})])
+    (8, 2, "local", {"ranks": 8, "groups": 6}), (8, 4, "dask", {"ranks": 8, "groups": 7})])
 def test_partitions_give_what_one_pass_gives(dataset, monkeypatch, ranks_per_batch, workers,
                                              engine, partitions):
     monkeypatch.setattr(job_signals, "RANKS_PER_BATCH", ranks_per_batch)
@@ -187,13 +187,13 @@ def test_bins_hold_whole_groups_largest_first(monkeypatch):
                            "calls": [50, 50, 30, 30, 70, 20, 5]})
     bins = job_signals._bins(groups, _executor(1))
     assert [sorted(set(b["group"])) for b in bins] == [[0, 1, 2, 3, 4]]
-    bins = job_signals._bins(groups, _executor(2))  # 8 bins asked for, one per group at most
-    assert [sorted(set(b["group"])) for b in bins] == [[0], [2], [1], [3], [4]]
-    assert [b["calls"].sum() for b in bins] == [100, 70, 60, 20, 5]
+    bins = job_signals._bins(groups, _executor(2))  # 5 bins (one per group) of 51 calls asked
+    assert [sorted(set(b["group"])) for b in bins] == [[0], [2], [1], [3, 4]]
+    assert [b["calls"].sum() for b in bins] == [100, 70, 60, 25]
     monkeypatch.setattr(job_signals, "CALLS_PER_BIN", 110)  # 255 calls: 3 bins in one worker
     bins = job_signals._bins(groups, _executor(1))
-    assert [sorted(set(b["group"])) for b in bins] == [[0], [1, 3], [2, 4]]
-    assert [b["calls"].sum() for b in bins] == [100, 80, 75]
+    assert [sorted(set(b["group"])) for b in bins] == [[0], [2, 3, 4], [1]]
+    assert [b["calls"].sum() for b in bins] == [100, 95, 60]
 
 
 def test_groups_that_share_ranks_share_a_bin(monkeypatch):
@@ -206,6 +206,29 @@ def test_groups_that_share_ranks_share_a_bin(monkeypatch):
     bins = job_signals._bins(groups, _executor(1))
     assert [sorted(set(b["group"])) for b in bins] == [[0, 2], [1, 3]]
     assert [sorted(set(b["rank"])) for b in bins] == [[0, 1], [2, 3]]
+
+
+@pytest.mark.parametrize(("calls_per_bin", "bins", "reads"), [
+    (1_000_000, [818_000, 785_200], {1: 12, 2: 20}),
+    (410_000, [379_200, 408_000, 408_000, 408_000], {1: 2, 2: 30})])
+def test_a_rank_is_read_by_one_bin_more_than_its_spanning_groups(monkeypatch, calls_per_bin,
+                                                                  bins, reads):
+    """tp2-dp8-pp2 with Megatron's communicators: each bin grows over the ranks it reads, so
+    a rank is read by the world group's bin and at most one other (32 + 20 reads in 2 bins,
+    32 + 30 in 4, where packing for calls alone read every rank in every bin: 64 and 80)."""
+    calls = {"world": 1_100, "tp": 40_000, "dp": 8_000, "embedding": 1_000}
+    comms = [c for c in Layout.parse("tp2-dp8-pp2").communicators if c.kind in calls]
+    groups = pl.DataFrame([("h", rank, c.name, rank, group, calls[c.kind])
+                           for group, c in enumerate(comms) for rank in c.ranks],
+                          schema={"host": pl.String, "pid": pl.Int64, "comm": pl.String,
+                                  "rank": pl.Int32, "group": pl.Int32, "calls": pl.Int64},
+                          orient="row")
+    monkeypatch.setattr(job_signals, "CALLS_PER_BIN", calls_per_bin)
+    packed = job_signals._bins(groups, _executor(1))
+    assert [b["calls"].sum() for b in packed] == bins
+    per_rank = pl.concat([b.select(pl.col("rank").unique()) for b in packed])["rank"]
+    assert per_rank.value_counts(name="bins")["bins"].value_counts(name="ranks").sort(
+        "bins").rows() == sorted(reads.items())
 
 
 def test_group_ids_are_integers_in_name_order():

@@ -185,38 +185,55 @@ def _numbered(groups: pl.DataFrame) -> pl.DataFrame:
 
 
 def _bins(groups: pl.DataFrame, executor: Executor) -> list[pl.DataFrame]:
-    """Whole groups packed into bins of about equal cost (as many bins as
+    """Whole groups packed into bins of about equal calls (as many bins as
     :func:`~tracekit.core.parallel.partition_size` asks, of about :data:`CALLS_PER_BIN` calls);
     costliest bin first, so the longest partitions start first.
 
-    A bin's cost is the calls it keeps plus :data:`READ_COST` for every call of its member
-    ranks, which it reads to find them: a group spanning every rank reads the whole job. Each
-    group, largest first, goes to the bin it leaves cheapest, so groups that share ranks tend
-    to share a bin and the spanning group's bin takes fewer others."""
+    A bin reads every member rank of its groups to find their calls, so a rank is paid for
+    once per bin holding one of its groups. Each bin grows from the largest group left by the
+    group that adds the fewest calls to read (first those whose members it already reads;
+    ties: the most calls kept) until it holds its share of the calls: the groups of a block of
+    ranks close on it (the TP and DP groups of a pipeline stage, or its replicas' TP and PP
+    groups) before it reaches for other ranks, so a rank is read by one bin more than the
+    groups of its that straddle bins (a group spanning every rank reads every rank once
+    whatever the packing). Packing for calls alone put the TP and DP groups of one stage in
+    different bins, each rank read by up to its group count of bins."""
     if groups.is_empty():
         return []
     sizes = (groups.group_by("group").agg(pl.col("calls").sum(),
                                           pl.col("rank").drop_nulls().unique())
-             .sort(["calls", "group"], descending=[True, False]))
+             .sort("group"))
     total = int(sizes["calls"].sum())
     count = min(sizes.height, math.ceil(total / partition_size(total, executor, CALLS_PER_BIN)))
     per_rank = groups.group_by("rank").agg(pl.col("calls").sum()).drop_nulls("rank")
     column = {rank: index for index, rank in enumerate(per_rank["rank"].to_list())}
-    rank_calls = per_rank["calls"].to_numpy().astype(np.float64)
-    kept, read = np.zeros(count), np.zeros(count)
-    covered = np.zeros((count, len(column)), dtype=bool)
-    members: list[list[int]] = [[] for _ in range(count)]
-    for group, calls, ranks in sizes.iter_rows():
-        columns = [column[rank] for rank in ranks]
-        added = (~covered[:, columns]) @ rank_calls[columns]
-        cheapest = int(np.argmin(kept + calls + READ_COST * (read + added)))
-        kept[cheapest] += calls
-        read[cheapest] += added[cheapest]
-        covered[cheapest, columns] = True
-        members[cheapest].append(group)
-    cost = kept + READ_COST * read
-    order = sorted(range(count), key=lambda b: -cost[b])
-    return [groups.filter(pl.col("group").is_in(members[b])) for b in order]
+    rank_calls = per_rank["calls"].to_numpy().astype(np.int64)
+    member = np.zeros((sizes.height, len(column)), dtype=np.int64)
+    for row, ranks in enumerate(sizes["rank"].to_list()):
+        member[row, [column[rank] for rank in ranks]] = 1
+    calls = sizes["calls"].to_numpy().astype(np.int64)
+    left = np.ones(sizes.height, dtype=bool)
+    bins, costs = [], []
+    while left.any():
+        added = member @ rank_calls  # calls to read that a group adds to this bin
+        unread = np.ones(len(column), dtype=bool)
+        taken: list[int] = []
+        kept = 0
+        while left.any() and (kept < total / count or len(bins) == count - 1):
+            candidates = np.flatnonzero(left)
+            first = (np.lexsort((-calls[candidates], added[candidates])) if taken
+                     else np.argsort(-calls[candidates], kind="stable"))[0]
+            chosen = int(candidates[first])
+            fresh = unread & (member[chosen] == 1)
+            added -= member[:, fresh] @ rank_calls[fresh]
+            unread &= ~fresh
+            left[chosen] = False
+            taken.append(chosen)
+            kept += int(calls[chosen])
+        bins.append(sizes["group"].gather(taken))
+        costs.append(kept + READ_COST * int(rank_calls[~unread].sum()))
+    order = sorted(range(len(bins)), key=lambda b: -costs[b])
+    return [groups.filter(pl.col("group").is_in(bins[b].implode())) for b in order]
 
 
 def _in_windows(column: str, windows: Windows) -> pl.Expr:
