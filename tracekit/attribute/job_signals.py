@@ -335,16 +335,18 @@ def _group_bin(partition: tuple[str, pl.DataFrame, Windows, str]
 def _window_calls(path: str, groups: pl.DataFrame, spill: Path) -> Iterator[pl.DataFrame]:
     """The calls of the bin ``groups`` (:func:`~tracekit.attribute.instances.member_calls`),
     one window of call numbers at a time, each member rank read once, alone (only its
-    ``rank=N`` folder). With more than one window its calls are left in an Arrow IPC file per
+    ``rank=N`` folder), against its own handles only (a handle is one rank's: pass 1 summed
+    them a rank at a time). With more than one window its calls are left in an Arrow IPC file per
     window under ``spill`` (a folder of this worker's own): every window reading the member
     ranks again cost the windows times their calls (a group spanning every rank reads the
     whole job), and Parquet files 1.4x the CPU of no windows where Arrow's cost about none
     (64 x 4,000, pass 2)."""
     members = groups["rank"].drop_nulls().unique().sort().to_list()
-    handles = groups.select(*HANDLE, "group")
+    handles = groups.select(*HANDLE, "rank", "group")
     bounds = seq_windows(groups["last_seq"], CALLS_PER_WINDOW)
     scans = rank_scans(open_dataset(path), "collectives", members)
-    per_rank = (member_calls(scans[rank], handles) for rank in members)
+    per_rank = (member_calls(scans[rank], handles.filter(pl.col("rank") == rank))
+                for rank in members)
     if len(bounds) == 1:
         yield pl.concat(per_rank) if members else member_calls(_no_calls(), handles)
         return
