@@ -53,7 +53,7 @@ def _executor(workers: int, engine: str = "local") -> LocalExecutor:
 
 @pytest.mark.parametrize(("ranks_per_batch", "workers", "engine", "partitions"), [
     (8, 1, "local", {"ranks": 1, "groups": 1}), (3, 1, "dask", {"ranks": 3, "groups": 1}),
-    (8, 2, "local", {"ranks": 8, "groups": 6}), (8, 4, "dask", {"ranks": 8, "groups": 6})])
+    (8, 2, "local", {"ranks": 8, "groups": 6}), (8, 4, "dask", {"ranks": 8, "groups": 7})])
 def test_partitions_give_what_one_pass_gives(dataset, monkeypatch, ranks_per_batch, workers,
                                              engine, partitions):
     monkeypatch.setattr(job_signals, "RANKS_PER_BATCH", ranks_per_batch)
@@ -228,13 +228,13 @@ def _megatron_groups(layout: Layout) -> pl.DataFrame:
 @pytest.mark.parametrize(("layout", "calls_per_bin", "bins", "reads"), [
     ("tp2-dp8-pp2", 1_000_000, [818_000, 785_200], {1: 12, 2: 20}),
     ("tp2-dp8-pp2", 410_000, [379_200, 408_000, 408_000, 408_000], {1: 2, 2: 30}),
-    ("tp2-dp16-pp2", 1_000_000, [820_400, 848_000, 816_000, 722_000], {2: 39, 3: 25})])
+    ("tp2-dp16-pp2", 1_000_000, [806_400, 848_000, 832_000, 720_000], {2: 38, 3: 26})])
 def test_bins_read_each_rank_in_few_bins(monkeypatch, layout, calls_per_bin, bins, reads):
     """How many ranks are read by how many bins: with the world group, whose bin reads every
     rank, a rank is read by at most one bin more where a pipeline stage fits a bin, two where
     it does not (its DP groups straddle bins too). Packing for calls alone read 2 bins' worth
     of every rank at 32 ranks (``{2: 32}``), ``{2: 11, 3: 19, 4: 2}`` in 4 bins, and
-    ``{2: 28, 3: 33, 4: 3}`` at 64 ranks: 64, 87 and 167 rank reads against 52, 62 and 153."""
+    ``{2: 28, 3: 33, 4: 3}`` at 64 ranks: 64, 87 and 167 rank reads against 52, 62 and 154."""
     monkeypatch.setattr(job_signals, "CALLS_PER_BIN", calls_per_bin)
     packed = job_signals._bins(_megatron_groups(Layout.parse(layout)), _executor(1))
     assert [b["calls"].sum() for b in packed] == bins

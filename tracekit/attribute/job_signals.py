@@ -29,14 +29,13 @@ import math
 import shutil
 import uuid
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
 import numpy as np
 import polars as pl
-import pyarrow.ipc as ipc
 
 from tracekit.attribute.arrival import call_gaps
 from tracekit.attribute.groups import HANDLE, assign_groups, handle_summary
@@ -195,7 +194,7 @@ def _bins(groups: pl.DataFrame, executor: Executor) -> list[pl.DataFrame]:
     grown (:func:`_grown_bins`), then groups are moved where they cost fewer reads
     (:func:`_fewer_reads`). Packing for calls alone put the TP and DP groups of one stage in
     different bins, each rank read by up to its group count of bins (the 64 x 10,000 job:
-    240 rank reads, against 156)."""
+    240 rank reads, against 196)."""
     if groups.is_empty():
         return []
     sizes = (groups.group_by("group").agg(pl.col("calls").sum(),
@@ -210,8 +209,9 @@ def _bins(groups: pl.DataFrame, executor: Executor) -> list[pl.DataFrame]:
     members = np.zeros((sizes.height, len(column)), dtype=np.int64)
     for row, ranks in enumerate(sizes["rank"].to_list()):
         members[row, [column[rank] for rank in ranks]] = 1
-    bin_of = _fewer_reads(_grown_bins(members, rank_calls, calls, count), members, rank_calls,
-                          calls)
+    share = calls.sum() / count
+    bin_of = _fewer_reads(_grown_bins(members, rank_calls, calls, share, count), members,
+                          rank_calls, calls, share)
     cost = {b: calls[bin_of == b].sum()
             + READ_COST * rank_calls[members[bin_of == b].any(axis=0)].sum()
             for b in np.unique(bin_of)}
@@ -220,7 +220,7 @@ def _bins(groups: pl.DataFrame, executor: Executor) -> list[pl.DataFrame]:
             for b in sorted(cost, key=lambda b: -cost[b])]
 
 
-def _grown_bins(members: np.ndarray, rank_calls: np.ndarray, calls: np.ndarray,
+def _grown_bins(members: np.ndarray, rank_calls: np.ndarray, calls: np.ndarray, share: float,
                 count: int) -> np.ndarray:
     """The bin of each group (``members``: a row of 0/1 per group, a column per rank), in at
     most ``count`` bins of about equal calls. Each bin grows from the largest group left by the
@@ -228,7 +228,6 @@ def _grown_bins(members: np.ndarray, rank_calls: np.ndarray, calls: np.ndarray,
     ties: the most calls kept) until it holds its share: the groups of a block of ranks close
     on it before it reaches for other ranks."""
     bin_of = np.full(len(calls), -1)
-    share = calls.sum() / count
     for current in range(count):
         added = members @ rank_calls  # the calls of its members a group adds to this bin's reads
         unread = np.ones(len(rank_calls), dtype=bool)
@@ -247,17 +246,19 @@ def _grown_bins(members: np.ndarray, rank_calls: np.ndarray, calls: np.ndarray,
 
 
 def _fewer_reads(bin_of: np.ndarray, members: np.ndarray, rank_calls: np.ndarray,
-                 calls: np.ndarray) -> np.ndarray:
+                 calls: np.ndarray, share: float) -> np.ndarray:
     """``bin_of`` after moving groups, largest first and until none gains, to the bin where
     they save the most reading (the calls of the ranks only they made their bin read, less
-    those of their members the other bin does not read yet), never past the largest bin's
-    calls (neither a worker's longest partition nor a spill grows). Growing alone is myopic:
-    it leaves a group spanning every rank, whose bin reads every rank anyway, for the last bin,
-    with room left in others."""
+    those of their members the other bin does not read yet), never past a bin's ``share`` of
+    the calls or the calls it already holds, if more: no bin's spill, cut of instances or
+    time as a partition grows. Growing alone is myopic: it leaves a group spanning every
+    rank, whose bin reads every rank anyway, for the last bin, with room left in others.
+    Moving up to the largest bin's calls instead read 40 fewer ranks on the 64 x 10,000 job,
+    but its bins then spilled 60 MiB more."""
     bins = np.arange(bin_of.max() + 1)
     reading = (bin_of[None, :] == bins[:, None]).astype(np.int64) @ members  # bins x ranks
     kept = np.bincount(bin_of, weights=calls, minlength=len(bins))
-    most = kept.max()
+    room = np.maximum(kept, share)
     moved = True
     while moved:
         moved = False
@@ -265,7 +266,7 @@ def _fewer_reads(bin_of: np.ndarray, members: np.ndarray, rank_calls: np.ndarray
             own, ranks = bin_of[group], members[group] == 1
             freed = rank_calls[ranks & (reading[own] == 1)].sum()
             gain = freed - (reading[:, ranks] == 0) @ rank_calls[ranks]
-            gain[(bins == own) | (kept + calls[group] > most)] = 0
+            gain[(bins == own) | (kept + calls[group] > room)] = 0
             target = int(np.argmax(gain))
             if gain[target] > 0:
                 reading[own] -= members[group]
@@ -341,9 +342,7 @@ def _window_calls(path: str, groups: pl.DataFrame, spill: Path) -> Iterator[pl.D
     window under ``spill`` (a folder of this worker's own): every window reading the member
     ranks again cost the windows times their calls (a group spanning every rank reads the
     whole job), and Parquet files 1.4x the CPU of no windows where Arrow's cost about none
-    (64 x 4,000, pass 2). One file per window, each rank's rows a batch of it: a file per rank
-    and window cost ~0.7 ms to remove alone, and there were the bins' rank reads times the
-    windows of them (64 x 1,000: the spill took 0.57 CPU-s, 0.34 so)."""
+    (64 x 4,000, pass 2)."""
     members = groups["rank"].drop_nulls().unique().sort().to_list()
     handles = groups.select(*HANDLE, "rank", "group")
     bounds = seq_windows(groups["last_seq"], CALLS_PER_WINDOW)
@@ -353,18 +352,11 @@ def _window_calls(path: str, groups: pl.DataFrame, spill: Path) -> Iterator[pl.D
     if len(bounds) == 1:
         yield pl.concat(per_rank) if members else member_calls(_no_calls(), handles)
         return
-    files = [spill / f"{index}.arrow" for index in range(len(bounds))]
-    with ExitStack() as open_files:
-        writers: list[ipc.RecordBatchFileWriter] = []
-        for calls in per_rank:
-            for index, (first, end) in enumerate(bounds):
-                rows = calls.filter(_in_seq(first, end)).to_arrow()
-                if len(writers) == index:
-                    writers.append(open_files.enter_context(ipc.new_file(files[index],
-                                                                         rows.schema)))
-                writers[index].write_table(rows)
-    for file in files:
-        yield pl.scan_ipc(file).collect()
+    for rank, calls in zip(members, per_rank, strict=True):
+        for index, (first, end) in enumerate(bounds):
+            calls.filter(_in_seq(first, end)).write_ipc(spill / f"{index}-{rank}.arrow")
+    for index in range(len(bounds)):
+        yield pl.scan_ipc([spill / f"{index}-{rank}.arrow" for rank in members]).collect()
 
 
 def _no_calls() -> pl.LazyFrame:
