@@ -103,7 +103,7 @@ def test_windows_of_call_numbers_give_what_the_whole_bin_gives(dataset, monkeypa
     whole = _signals(ds, cuts, executor)
     handles = handle_groups(ds.table("collectives"), ds.table("comms").collect())
     monkeypatch.setattr(job_signals, "CALLS_PER_WINDOW", 500)
-    assert len(job_signals.seq_windows(handles["last_seq"], 500)) == 153
+    assert len(job_signals.seq_windows(handles["last_seq"], 500)) == 152
     windowed = _signals(ds, cuts, executor)
     for one, cut in zip(whole, windowed, strict=True):
         assert cut[:3] == one[:3]
@@ -127,10 +127,14 @@ def _signals(ds, cuts, executor) -> list[tuple]:
 
 def test_a_window_holds_at_most_the_calls_asked():
     """Three handles with calls 0-9, 0-9 and 0-3: one call number a window while all three
-    call (3 calls), then two (4 calls); the first window also takes unnumbered calls."""
+    call (3 calls), then 3 and 4 (3 + 2 calls: the third handle's last is 3), then two
+    numbers of two handles (4 calls); the first window also takes unnumbered calls."""
     last = pl.Series([9, 9, 3])
-    assert job_signals.seq_windows(last, 5) == [
-        (None, 1), (1, 2), (2, 3), (3, 4), (4, 6), (6, 8), (8, None)]
+    windows = job_signals.seq_windows(last, 5)
+    assert windows == [(None, 1), (1, 2), (2, 3), (3, 5), (5, 7), (7, 9), (9, None)]
+    calls = pl.DataFrame({"seq": [*range(10), *range(10), *range(4)]})
+    assert [calls.filter(job_signals._in_seq(first, end)).height
+            for first, end in windows] == [3, 3, 3, 5, 4, 4, 2]
     assert job_signals.seq_windows(last, 100) == [(None, None)]
     assert job_signals.seq_windows(pl.Series([0] * 10), 5) == [(None, None)]
     assert job_signals.seq_windows(pl.Series([None], dtype=pl.Int64), 5) == [(None, None)]
@@ -170,7 +174,7 @@ def test_verdicts_do_not_depend_on_the_partitioning(dataset, monkeypatch):
     assert default.select("cause", "target").rows()[0] == ("insufficient-evidence", "rank:3")
     assert_frame_equal(attribute_episodes(ds, episodes, _executor(4)), default)
     assert_frame_equal(attribute_episodes(ds, episodes, _executor(4, "dask")), default)
-    monkeypatch.setattr(job_signals, "CALLS_PER_WINDOW", 500)  # 153 windows a bin
+    monkeypatch.setattr(job_signals, "CALLS_PER_WINDOW", 500)  # 152 windows a bin
     assert_frame_equal(attribute_episodes(ds, episodes), default)
     assert_frame_equal(attribute_episodes(ds, episodes, _executor(4)), default)
 

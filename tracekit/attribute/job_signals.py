@@ -372,15 +372,30 @@ def _first_per_rank(calls: pl.DataFrame) -> pl.DataFrame:
 def seq_windows(last_seqs: pl.Series, most: int) -> list[tuple[int | None, int | None]]:
     """Ranges ``[first, end)`` of call numbers covering every call of the handles whose last
     call numbers are ``last_seqs``, each holding at most ``most`` calls (at least one call
-    number a window): a handle has one call per number, so a window starting at ``first``
-    holds at most its width times the handles still calling there. The first range also takes
-    calls without a number (None: unbounded below), the last is unbounded above."""
-    last = np.sort(last_seqs.drop_nulls().to_numpy())
+    number a window): a handle has one call per number, so a window holds at most, for each
+    handle still calling at its start, the numbers from there to its end or the handle's last.
+    Counting a window's width for every handle still calling at its start instead took bins of
+    under ``most`` calls for two windows (a DP handle ends at a twelfth of a TP one's numbers),
+    and spilled them. The first range also takes calls without a number (None: unbounded
+    below), the last is unbounded above."""
+    ends = np.sort(last_seqs.drop_nulls().to_numpy()) + 1  # each handle calls below its end
+    below = np.concatenate([[0], np.cumsum(ends)])
+
+    def calls(first: int, end: int) -> int:
+        """At most how many calls fall in ``[first, end)``."""
+        calling, ended = (int(np.searchsorted(ends, bound, side="right"))
+                          for bound in (first, end))
+        return (int(below[ended] - below[calling]) + end * (ends.size - ended)
+                - first * (ends.size - calling))
+
     bounds: list[int] = []
     first = 0
-    while last.size and first <= last[-1]:
-        calling = last.size - int(np.searchsorted(last, first, side="left"))
-        first += max(1, most // calling)
+    while ends.size and first < ends[-1]:
+        low, high = first + 1, int(ends[-1])  # the widest window that holds at most ``most``
+        while low < high:
+            middle = (low + high + 1) // 2
+            low, high = (middle, high) if calls(first, middle) <= most else (low, middle - 1)
+        first = low
         bounds.append(first)
     bounds = bounds[:-1]
     return list(zip([None, *bounds], [*bounds, None], strict=True))
