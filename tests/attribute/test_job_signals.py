@@ -53,7 +53,7 @@ def _executor(workers: int, engine: str = "local") -> LocalExecutor:
 
 @pytest.mark.parametrize(("ranks_per_batch", "workers", "engine", "partitions"), [
     (8, 1, "local", {"ranks": 1, "groups": 1}), (3, 1, "dask", {"ranks": 3, "groups": 1}),
-    (8, 2, "local", {"ranks": 8, "groups": 8}), (8, 4, "dask", {"ranks": 8, "groups": 13})])
+    (8, 2, "local", {"ranks": 8, "groups": 6}), (8, 4, "dask", {"ranks": 8, "groups": 7})])
 def test_partitions_give_what_one_pass_gives(dataset, monkeypatch, ranks_per_batch, workers,
                                              engine, partitions):
     monkeypatch.setattr(job_signals, "RANKS_PER_BATCH", ranks_per_batch)
@@ -103,7 +103,7 @@ def test_windows_of_call_numbers_give_what_the_whole_bin_gives(dataset, monkeypa
     whole = _signals(ds, cuts, executor)
     handles = handle_groups(ds.table("collectives"), ds.table("comms").collect())
     monkeypatch.setattr(job_signals, "CALLS_PER_WINDOW", 500)
-    assert len(job_signals.seq_windows(handles["last_seq"], 500)) == 153
+    assert len(job_signals.seq_windows(handles["last_seq"], 500)) == 152
     windowed = _signals(ds, cuts, executor)
     for one, cut in zip(whole, windowed, strict=True):
         assert cut[:3] == one[:3]
@@ -127,10 +127,14 @@ def _signals(ds, cuts, executor) -> list[tuple]:
 
 def test_a_window_holds_at_most_the_calls_asked():
     """Three handles with calls 0-9, 0-9 and 0-3: one call number a window while all three
-    call (3 calls), then two (4 calls); the first window also takes unnumbered calls."""
+    call (3 calls), then 3 and 4 (3 + 2 calls: the third handle's last is 3), then two
+    numbers of two handles (4 calls); the first window also takes unnumbered calls."""
     last = pl.Series([9, 9, 3])
-    assert job_signals.seq_windows(last, 5) == [
-        (None, 1), (1, 2), (2, 3), (3, 4), (4, 6), (6, 8), (8, None)]
+    windows = job_signals.seq_windows(last, 5)
+    assert windows == [(None, 1), (1, 2), (2, 3), (3, 5), (5, 7), (7, 9), (9, None)]
+    calls = pl.DataFrame({"seq": [*range(10), *range(10), *range(4)]})
+    assert [calls.filter(job_signals._in_seq(first, end)).height
+            for first, end in windows] == [3, 3, 3, 5, 4, 4, 2]
     assert job_signals.seq_windows(last, 100) == [(None, None)]
     assert job_signals.seq_windows(pl.Series([0] * 10), 5) == [(None, None)]
     assert job_signals.seq_windows(pl.Series([None], dtype=pl.Int64), 5) == [(None, None)]
@@ -170,7 +174,7 @@ def test_verdicts_do_not_depend_on_the_partitioning(dataset, monkeypatch):
     assert default.select("cause", "target").rows()[0] == ("insufficient-evidence", "rank:3")
     assert_frame_equal(attribute_episodes(ds, episodes, _executor(4)), default)
     assert_frame_equal(attribute_episodes(ds, episodes, _executor(4, "dask")), default)
-    monkeypatch.setattr(job_signals, "CALLS_PER_WINDOW", 500)  # 153 windows a bin
+    monkeypatch.setattr(job_signals, "CALLS_PER_WINDOW", 500)  # 152 windows a bin
     assert_frame_equal(attribute_episodes(ds, episodes), default)
     assert_frame_equal(attribute_episodes(ds, episodes, _executor(4)), default)
 
@@ -187,13 +191,13 @@ def test_bins_hold_whole_groups_largest_first(monkeypatch):
                            "calls": [50, 50, 30, 30, 70, 20, 5]})
     bins = job_signals._bins(groups, _executor(1))
     assert [sorted(set(b["group"])) for b in bins] == [[0, 1, 2, 3, 4]]
-    bins = job_signals._bins(groups, _executor(2))  # 8 bins asked for, one per group at most
-    assert [sorted(set(b["group"])) for b in bins] == [[0], [2], [1], [3], [4]]
-    assert [b["calls"].sum() for b in bins] == [100, 70, 60, 20, 5]
+    bins = job_signals._bins(groups, _executor(2))  # 5 bins (one per group) of 51 calls asked
+    assert [sorted(set(b["group"])) for b in bins] == [[0], [2], [1], [3, 4]]
+    assert [b["calls"].sum() for b in bins] == [100, 70, 60, 25]
     monkeypatch.setattr(job_signals, "CALLS_PER_BIN", 110)  # 255 calls: 3 bins in one worker
     bins = job_signals._bins(groups, _executor(1))
-    assert [sorted(set(b["group"])) for b in bins] == [[0], [1, 3], [2, 4]]
-    assert [b["calls"].sum() for b in bins] == [100, 80, 75]
+    assert [sorted(set(b["group"])) for b in bins] == [[0], [2, 3, 4], [1]]
+    assert [b["calls"].sum() for b in bins] == [100, 95, 60]
 
 
 def test_groups_that_share_ranks_share_a_bin(monkeypatch):
@@ -206,6 +210,41 @@ def test_groups_that_share_ranks_share_a_bin(monkeypatch):
     bins = job_signals._bins(groups, _executor(1))
     assert [sorted(set(b["group"])) for b in bins] == [[0, 2], [1, 3]]
     assert [sorted(set(b["rank"])) for b in bins] == [[0, 1], [2, 3]]
+
+
+def _megatron_groups(layout: Layout) -> pl.DataFrame:
+    """One handle per member of each communicator with collectives, with the calls of the
+    benchmarks' synthesized jobs of 1,000 iterations: 40,000 a TP handle, 6,000 a DP handle of
+    the first stage and 10,000 of the second, 1,100 a world one, 1,000 an embedding one."""
+    def calls(comm) -> int:
+        if comm.kind == "dp":
+            return 6_000 if layout.coords(comm.ranks[0])[2] == 0 else 10_000
+        return {"world": 1_100, "tp": 40_000, "embedding": 1_000}[comm.kind]
+
+    comms = [c for c in layout.communicators if c.kind in ("world", "tp", "dp", "embedding")]
+    return pl.DataFrame([("h", rank, c.name, rank, group, calls(c))
+                         for group, c in enumerate(comms) for rank in c.ranks],
+                        schema={"host": pl.String, "pid": pl.Int64, "comm": pl.String,
+                                "rank": pl.Int32, "group": pl.Int32, "calls": pl.Int64},
+                        orient="row")
+
+
+@pytest.mark.parametrize(("layout", "calls_per_bin", "bins", "reads"), [
+    ("tp2-dp8-pp2", 1_000_000, [818_000, 785_200], {1: 12, 2: 20}),
+    ("tp2-dp8-pp2", 410_000, [379_200, 408_000, 408_000, 408_000], {1: 2, 2: 30}),
+    ("tp2-dp16-pp2", 1_000_000, [806_400, 848_000, 832_000, 720_000], {2: 38, 3: 26})])
+def test_bins_read_each_rank_in_few_bins(monkeypatch, layout, calls_per_bin, bins, reads):
+    """How many ranks are read by how many bins: with the world group, whose bin reads every
+    rank, a rank is read by at most one bin more where a pipeline stage fits a bin, two where
+    it does not (its DP groups straddle bins too). Packing for calls alone read 2 bins' worth
+    of every rank at 32 ranks (``{2: 32}``), ``{2: 11, 3: 19, 4: 2}`` in 4 bins, and
+    ``{2: 28, 3: 33, 4: 3}`` at 64 ranks: 64, 87 and 167 rank reads against 52, 62 and 154."""
+    monkeypatch.setattr(job_signals, "CALLS_PER_BIN", calls_per_bin)
+    packed = job_signals._bins(_megatron_groups(Layout.parse(layout)), _executor(1))
+    assert [b["calls"].sum() for b in packed] == bins
+    per_rank = pl.concat([b.select(pl.col("rank").unique()) for b in packed])["rank"]
+    assert per_rank.value_counts(name="bins")["bins"].value_counts(name="ranks").sort(
+        "bins").rows() == sorted(reads.items())
 
 
 def test_group_ids_are_integers_in_name_order():

@@ -23,7 +23,7 @@ from tracekit.synth.layout import Layout
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
     """tp2-dp2-pp2 on 2 GPUs per host, rank 3 throttled from iteration 60 to 100, its signals
-    cut as for 4 workers: 8 batches of ranks, 13 bins of groups."""
+    cut as for 4 workers: 8 batches of ranks, 7 bins of its 13 groups."""
     root = tmp_path_factory.mktemp("timing")
     spec = JobSpec(Layout.parse("tp2-dp2-pp2", gpus_per_host=2), 160, 5,
                    (Injection.parse("thermal:rank=3@60+40x2.0"),), job="timing")
@@ -43,7 +43,7 @@ def _one_part(parts: list[str], path) -> list[str]:
 
 
 def test_pieces_give_what_the_whole_job_gives(job, tmp_path):
-    assert (len(job.instance_parts), len(job.gap_parts)) == (13, 8)
+    assert (len(job.instance_parts), len(job.gap_parts)) == (7, 8)
     start, end = job.span_ns
     third = (end - start) // 3
     window = Window(start + third, start + 2 * third, start)

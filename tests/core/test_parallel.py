@@ -520,7 +520,7 @@ def test_analyze_is_identical_with_and_without_a_cluster(slow_job, tmp_path, das
     cluster = {"engine": "dask", "cluster": "local:2", "workers": 2, "retries": 1}
     assert dask_build["detect"] == {**cluster, "ranks_per_block": episodes.RANKS_PER_BLOCK}
     assert dask_build["attribute"] == {**cluster, "partitions": {
-        "ranks": 8, "groups": 8, "episodes": loop["episodes"].height}}
+        "ranks": 8, "groups": 6, "episodes": loop["episodes"].height}}
     assert loop_build["attribute"]["partitions"] == {"ranks": 1, "groups": 1,
                                                      "episodes": loop["episodes"].height}
     assert dask_build["ingest"]["engine"] == dask_build["iterations"]["engine"] == "dask"

@@ -29,14 +29,19 @@ def member_calls(collectives: pl.LazyFrame, groups: pl.DataFrame) -> pl.DataFram
     """Every collective call with its communicator ``group`` from ``groups`` (one row per
     handle, :func:`~tracekit.attribute.groups.handle_groups`); calls of other handles or
     without a group are dropped."""
-    # the communicator handles first: a Parquet scan reads the other columns of their rows
-    # only (a group spanning every rank keeps ~2 % of each rank's calls)
-    return (collective_calls(collectives.filter(pl.col("comm").is_in(groups["comm"].implode())))
+    # the handles' rows first, alone: a Parquet scan reads the other columns of their rows
+    # only, and the filters and the join on three strings see those rows only (a group spanning
+    # every rank keeps ~2 % of each rank's calls)
+    calls = (collectives.filter(pl.col("comm").is_in(groups["comm"].implode()))
+             .select(*HANDLE, *(c for c in _MEMBER_CALL[1:] if c not in HANDLE)).collect())
+    return (collective_calls(calls.lazy())
             .join(groups.lazy().select(*HANDLE, "group"), on=list(HANDLE), how="inner")
-            .filter(pl.col("group").is_not_null())
-            .select("group", "seq", "rank", "host", "cuda_dev", "op", "bytes", "nranks",
-                    "t_start_ns", "t_end_ns")
-            .collect())
+            .filter(pl.col("group").is_not_null()).select(_MEMBER_CALL).collect())
+
+
+_MEMBER_CALL = ("group", "seq", "rank", "host", "cuda_dev", "op", "bytes", "nranks",
+                "t_start_ns", "t_end_ns")
+"""The columns of :func:`member_calls`."""
 
 
 def collective_instances(calls: pl.DataFrame) -> pl.DataFrame:
