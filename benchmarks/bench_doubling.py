@@ -8,7 +8,7 @@ episodes in the same calls). Each runs ingest, iterations, detection and attribu
 cluster, one stage after another in a child process on one core, as a Dask worker runs a
 partition (:data:`ONE_CORE`: idle polars threads spin, so on a loaded machine several threads
 add CPU seconds that follow the wall time, not the work), after a warm-up job (so imports and
-kernel loads count in no stage), each ``TRACEKIT_BENCH_DOUBLING_REPEAT`` times (default 3; the
+kernel loads count in no stage), each ``TRACEKIT_BENCH_DOUBLING_REPEAT`` times (default 5; the
 least CPU counts). It prints each stage's CPU seconds and its ratio to the base job's. A
 linear stage doubles (ratio ~2 for twice the calls, ~1 for twice the faults in the same
 calls); a ratio above :data:`LINEAR_BOUND` flags a step that grows faster than its input.
@@ -27,7 +27,7 @@ from pathlib import Path
 
 RANKS = int(os.environ.get("TRACEKIT_BENCH_DOUBLING_RANKS", "16"))
 ITERATIONS = int(os.environ.get("TRACEKIT_BENCH_DOUBLING_ITERATIONS", "1000"))
-REPEAT = int(os.environ.get("TRACEKIT_BENCH_DOUBLING_REPEAT", "3"))
+REPEAT = int(os.environ.get("TRACEKIT_BENCH_DOUBLING_REPEAT", "5"))
 STAGES = ("ingest", "iterations", "detect", "attribute")
 LINEAR_BOUND = 2.2
 """Largest ratio a linear stage shows for twice its input: 2, plus a tenth for n log n sorts
@@ -50,7 +50,8 @@ def _spec(ranks: int, iterations: int, faults: int):
 
 def _stages_cpu_s(job: Path, dataset: Path) -> dict[str, float]:
     """CPU seconds of each stage on the synthesized ``job`` into a fresh ``dataset``, with its
-    calls and change events."""
+    calls, change events and the episode windows attribution decides (detectors that agree
+    on an episode but not to the iteration give it two)."""
     from tracekit.attribute import attribute_dataset
     from tracekit.core.dataset import open_dataset
     from tracekit.detect import detect_dataset
@@ -71,6 +72,8 @@ def _stages_cpu_s(job: Path, dataset: Path) -> dict[str, float]:
         result[stage] = time.process_time() - started
         if stage == "detect":
             result["events"] = outcome.events.height
+        if stage == "attribute":  # attribution decides each distinct window once
+            result["windows"] = outcome.episodes.unique(["t_start_ns", "t_end_ns"]).height
     result["calls"] = open_dataset(dataset).table("collectives").collect().height
     return result
 
@@ -108,7 +111,8 @@ def main() -> None:
     base = runs["base"]
     print(f"CPU seconds per stage (one core, best of {REPEAT}) and ratio to the base job "
           f"({RANKS} ranks x {ITERATIONS:,} iterations, one fault); linear: <= {LINEAR_BOUND}x")
-    print(f"{'job':<14} {'calls':>11} {'events':>7} " + " ".join(f"{s:>16}" for s in STAGES))
+    print(f"{'job':<14} {'calls':>11} {'events':>7} {'windows':>7} "
+          + " ".join(f"{s:>16}" for s in STAGES))
     worst = 0.0
     for name, run in runs.items():
         cells = []
@@ -117,7 +121,7 @@ def main() -> None:
             if name != "base":
                 worst = max(worst, ratio)
             cells.append(f"{run[stage]:>7.2f} s {ratio:>5.2f}x")
-        print(f"{name:<14} {run['calls']:>11,} {run['events']:>7,} " + " ".join(
+        print(f"{name:<14} {run['calls']:>11,} {run['events']:>7,} {run['windows']:>7} " + " ".join(
             f"{cell:>16}" for cell in cells))
     verdict = "within" if worst <= LINEAR_BOUND else "ABOVE"
     print(f"largest ratio {worst:.2f}x: {verdict} the linear bound {LINEAR_BOUND}x")
