@@ -347,8 +347,8 @@ def _window_calls(path: str, groups: pl.DataFrame, spill: Path) -> Iterator[pl.D
     handles = groups.select(*HANDLE, "rank", "group")
     bounds = seq_windows(groups["last_seq"], CALLS_PER_WINDOW)
     scans = rank_scans(open_dataset(path), "collectives", members)
-    per_rank = (member_calls(scans[rank], handles.filter(pl.col("rank") == rank))
-                for rank in members)
+    own = handles.partition_by("rank", as_dict=True)  # one pass, not a filter per member
+    per_rank = (member_calls(scans[rank], own[rank,]) for rank in members)
     if len(bounds) == 1:
         yield pl.concat(per_rank) if members else member_calls(_no_calls(), handles)
         return
