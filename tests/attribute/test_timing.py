@@ -11,7 +11,7 @@ from polars.testing import assert_frame_equal
 
 from tracekit.attribute import job_signals
 from tracekit.attribute.evidence import Window
-from tracekit.attribute.timing import episode_timing
+from tracekit.attribute.timing import SHARED_READ, episode_timings, shared_reads
 from tracekit.core.dataset import open_dataset
 from tracekit.core.parallel import LocalExecutor
 from tracekit.ingest.pipeline import ingest
@@ -48,10 +48,10 @@ def test_pieces_give_what_the_whole_job_gives(job, tmp_path):
     third = (end - start) // 3
     window = Window(start + third, start + 2 * third, start)
     ranks = job.ranks.with_columns(pl.col("cuda_dev").alias("gpu"))
-    pieces = episode_timing(job, window, ranks)
-    whole = episode_timing(replace(
+    [pieces] = episode_timings(job, [window], ranks)
+    [whole] = episode_timings(replace(
         job, instance_parts=_one_part(job.instance_parts, tmp_path / "instances.arrow"),
-        gap_parts=_one_part(job.gap_parts, tmp_path / "gaps.arrow")), window, ranks)
+        gap_parts=_one_part(job.gap_parts, tmp_path / "gaps.arrow")), [window], ranks)
     assert (pieces.instances_during, pieces.instances_before) == (
         whole.instances_during, whole.instances_before) == (9_637, 10_840)
     assert_frame_equal(pieces.skew.sort("rank"), whole.skew.sort("rank"))
@@ -68,6 +68,39 @@ def test_calls_without_end_times_have_no_own_time(job, tmp_path):
     pl.read_ipc(job.gap_parts[0]).clear().write_ipc(tmp_path / "none.arrow")
     issue_only = replace(job, gap_parts=[str(tmp_path / "none.arrow")],
                          any_gap=job.any_gap.clear())
-    timing = episode_timing(issue_only, Window(start + (end - start) // 2, end, start),
-                            job.ranks)
+    [timing] = episode_timings(issue_only, [Window(start + (end - start) // 2, end, start)],
+                               job.ranks)
     assert timing.own is None and timing.instances_during > 0
+
+
+def _assert_timing_equal(one, other) -> None:
+    assert (one.instances_during, one.instances_before) == (other.instances_during,
+                                                            other.instances_before)
+    for name in ("skew", "groups", "own"):
+        assert_frame_equal(getattr(one, name), getattr(other, name))
+
+
+def test_windows_read_together_give_what_each_gives_alone(job):
+    """Windows ending an iteration apart (detectors that agree on an episode but not to the
+    iteration), and one inside them, read each part once for all."""
+    start, end = job.span_ns
+    third = (end - start) // 3
+    windows = [Window(start + third, start + 2 * third + shift, start + shift // 2)
+               for shift in (0, third // 40, -third // 40)]
+    ranks = job.ranks.with_columns(pl.col("cuda_dev").alias("gpu"))
+    together = episode_timings(job, windows, ranks)
+    for window, timing in zip(windows, together, strict=True):
+        _assert_timing_equal(timing, episode_timings(job, [window], ranks)[0])
+    assert len({t.instances_during for t in together}) == 3
+
+
+def test_only_windows_that_nearly_coincide_are_read_together():
+    episode = Window(1_000, 2_000, 0)  # reads 2,000 ns
+    later_end = Window(1_000, 2_100, 0)
+    far = Window(5_000, 6_000, 4_000)
+    longer = Window(1_000, 2_000 + int(2_000 * (SHARED_READ - 1)) + 1, 0)
+    assert shared_reads([far, later_end, episode]) == [[episode, later_end], [far]]
+    assert shared_reads([episode, longer]) == [[episode], [longer]]
+    # a group grows while it spans little more than its shortest member, not link by link
+    chain = [Window(1_000 + 300 * k, 2_000 + 300 * k, 300 * k) for k in range(4)]
+    assert shared_reads(chain) == [chain[:2], chain[2:]]

@@ -21,7 +21,7 @@ from tracekit.attribute.evidence import SCRAPE_NS, Window, scrape_interval_ns
 from tracekit.attribute.job_signals import JobSignals, scratch_folder, signals_in_windows
 from tracekit.attribute.stages import StageVerdict, stage_imbalance
 from tracekit.attribute.telemetry import monitoring_reach
-from tracekit.attribute.timing import episode_timing
+from tracekit.attribute.timing import episode_timings, shared_reads
 from tracekit.attribute.verdict import INSUFFICIENT, Signals, Verdict, decide
 from tracekit.core import schema
 from tracekit.core.dataset import Dataset, open_dataset
@@ -89,7 +89,8 @@ def _attribute(dataset: Dataset, episodes: pl.DataFrame,
         else:
             trace_start, trace_end = _trace_span(dataset, job.span_ns)
             # A verdict depends on its window only, and the detectors often agree on an
-            # episode: each distinct window is decided (and its signals read) once.
+            # episode: each distinct window is decided once, beside those it nearly coincides
+            # with (their signals read once).
             windows = []
             for start, end in bounds:
                 end = end if end is not None else trace_end
@@ -99,11 +100,14 @@ def _attribute(dataset: Dataset, episodes: pl.DataFrame,
             for row, window in zip(episodes.iter_rows(named=True), windows, strict=True):
                 names.setdefault(window, f"{row['detector']} episode {row['episode']}")
             ranks = _rank_gpus(dataset, job)
-            partitions = [_Episode(name, window, job, ranks, str(dataset.path))
-                          for window, name in names.items()]
-            decided = dict(zip(names, map_all(executor, _decide, partitions,
-                                              key=lambda partition: partition.name),
-                               strict=True))
+            partitions = [_Episodes(" + ".join(names[w] for w in together), tuple(together), job,
+                                    ranks, str(dataset.path))
+                          for together in shared_reads(names)]
+            decided = {window: verdict
+                       for partition, verdicts in zip(partitions, map_all(
+                           executor, _decide, partitions, key=lambda partition: partition.name),
+                           strict=True)
+                       for window, verdict in zip(partition.windows, verdicts, strict=True)}
             verdicts = [decided[window] for window in windows]
     filled = pl.DataFrame(
         [{c: getattr(v, c) for c in VERDICT_COLUMNS} for v in verdicts],
@@ -122,25 +126,27 @@ def _widest_window(start: int, end: int | None) -> tuple[int | None, int | None]
 
 
 @dataclass
-class _Episode:
-    """One partition of the verdicts: an episode's windows and where its signals are (small:
-    the worker reads its cut of the job itself)."""
+class _Episodes:
+    """One partition of the verdicts: windows decided together (:func:`.timing.shared_reads`)
+    and where their signals are (small: the worker reads its cut of the job itself)."""
 
     name: str
-    window: Window
+    windows: tuple[Window, ...]
     job: JobSignals
     ranks: pl.DataFrame
     """:func:`_rank_gpus`"""
     dataset: str
 
 
-def _decide(partition: _Episode) -> Verdict:
-    """One episode's verdict, run in this process or on a Dask worker: its timing reduced from
-    the job's parts one at a time (:func:`.timing.episode_timing`), then its monitoring."""
-    window, ranks = partition.window, partition.ranks
-    timing = episode_timing(partition.job, window, ranks)
-    return decide(Signals(window, timing, ranks, dict(ranks.select("rank", "host").iter_rows()),
-                          *episode_monitoring(open_dataset(partition.dataset), window)))
+def _decide(partition: _Episodes) -> list[Verdict]:
+    """The verdicts of a partition's windows, run in this process or on a Dask worker: their
+    timing reduced from the job's parts one at a time (:func:`.timing.episode_timings`), then
+    each one's monitoring."""
+    ranks, dataset = partition.ranks, open_dataset(partition.dataset)
+    hosts = dict(ranks.select("rank", "host").iter_rows())
+    timings = episode_timings(partition.job, partition.windows, ranks)
+    return [decide(Signals(window, timing, ranks, hosts, *episode_monitoring(dataset, window)))
+            for window, timing in zip(partition.windows, timings, strict=True)]
 
 
 def _rank_gpus(dataset: Dataset, job: JobSignals) -> pl.DataFrame:
