@@ -8,14 +8,10 @@ tells a slow GPU (late arrival) from a slow link (long transfer).
 
 from __future__ import annotations
 
-from typing import TypeVar
-
 import numpy as np
 import polars as pl
 
 from tracekit.attribute.groups import COLLECTIVE_OPS, HANDLE
-
-Frame = TypeVar("Frame", pl.DataFrame, pl.LazyFrame)
 
 INSTANCE_COLUMNS = ("group", "seq", "op", "bytes", "nranks", "t_ns", "last_rank",
                     "lateness_s", "transfer_s", "hosts", "members")
@@ -23,7 +19,7 @@ INSTANCE_COLUMNS = ("group", "seq", "op", "bytes", "nranks", "t_ns", "last_rank"
 _HOSTS = pl.col("host").unique().sort().alias("hosts")
 
 
-def collective_calls(collectives: Frame) -> Frame:
+def collective_calls(collectives: pl.LazyFrame) -> pl.LazyFrame:
     """The calls every member of a communicator enters (send / recv excluded), with a time."""
     return collectives.filter(pl.col("op").is_in(COLLECTIVE_OPS), pl.col("nranks") > 1,
                               pl.col("t_start_ns").is_not_null())
@@ -33,15 +29,14 @@ def member_calls(collectives: pl.LazyFrame, groups: pl.DataFrame) -> pl.DataFram
     """Every collective call with its communicator ``group`` from ``groups`` (one row per
     handle, :func:`~tracekit.attribute.groups.handle_groups`); calls of other handles or
     without a group are dropped."""
-    # the handles' rows first, alone: the filters and the join on three strings see those
-    # rows only (a group spanning every rank keeps ~2 % of each rank's calls); then eagerly,
-    # as a second lazy query cost ~1.4 ms a read in planning alone (one rank of 1,000
-    # iterations: 3.6 ms for the read itself)
+    # the handles' rows first, alone: a Parquet scan reads the other columns of their rows
+    # only, and the filters and the join on three strings see those rows only (a group spanning
+    # every rank keeps ~2 % of each rank's calls)
     calls = (collectives.filter(pl.col("comm").is_in(groups["comm"].implode()))
              .select(*HANDLE, *(c for c in _MEMBER_CALL[1:] if c not in HANDLE)).collect())
-    return (collective_calls(calls)
-            .join(groups.select(*HANDLE, "group"), on=list(HANDLE), how="inner")
-            .filter(pl.col("group").is_not_null()).select(_MEMBER_CALL))
+    return (collective_calls(calls.lazy())
+            .join(groups.lazy().select(*HANDLE, "group"), on=list(HANDLE), how="inner")
+            .filter(pl.col("group").is_not_null()).select(_MEMBER_CALL).collect())
 
 
 _MEMBER_CALL = ("group", "seq", "rank", "host", "cuda_dev", "op", "bytes", "nranks",
