@@ -103,10 +103,10 @@ def _attribute(dataset: Dataset, episodes: pl.DataFrame,
             partitions = [_Episodes(" + ".join(names[w] for w in together), tuple(together), job,
                                     ranks, str(dataset.path))
                           for together in shared_reads(names)]
+            results = map_all(executor, _decide, partitions,
+                              key=lambda partition: partition.name)
             decided = {window: verdict
-                       for partition, verdicts in zip(partitions, map_all(
-                           executor, _decide, partitions, key=lambda partition: partition.name),
-                           strict=True)
+                       for partition, verdicts in zip(partitions, results, strict=True)
                        for window, verdict in zip(partition.windows, verdicts, strict=True)}
             verdicts = [decided[window] for window in windows]
     filled = pl.DataFrame(

@@ -96,7 +96,8 @@ def episode_timings(job: JobSignals, windows: Sequence[Window],
     own: list[list[pl.DataFrame]] = [[] for _ in windows]
     # the job's first own time tells that the calls have end times (when none fall in the
     # windows, the verdict then finds no own-time change, not "issue times only")
-    if job.any_gap.height:
+    timed = job.any_gap.height > 0
+    if timed:
         for part in job.gap_parts:
             gaps = replace(job, gap_parts=[part]).gaps(
                 min(w.before_start_ns for w in windows), max(w.end_ns for w in windows))
@@ -109,7 +110,7 @@ def episode_timings(job: JobSignals, windows: Sequence[Window],
         suspect_groups(*(pl.concat(frames) for frames in times[w])),
         (pl.concat(own[w]).with_columns((pl.col("ratio") / pl.col("ratio").median())
                                         .alias("relative")).sort("rank")
-         if job.any_gap.height else None))
+         if timed else None))
         for w, (during, before) in enumerate(spans)]
 
 
