@@ -304,9 +304,9 @@ def _rank_batch(partition: tuple[str, list[int], Windows, str]
 def _rank_signals(collectives: pl.LazyFrame, windows: Windows
                   ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """One rank's handle summaries and signatures, first own time and own times inside the
-    windows. Two reads of the rank: one read of the columns both need took ~0.8x the CPU of
-    the pass on ranks of 1,000 iterations but no less at 10,000, where holding them raised a
-    batch's peak from ~273 to ~396 MiB (8 ranks of the 64 x 10,000 job, one thread)."""
+    windows. Two reads of the rank: one read of the columns both need took ~0.8x the CPU of the pass
+    on ranks of 1,000 iterations but none at 10,000, where holding them raised a batch's peak
+    from ~273 to ~396 MiB (8 ranks of the 64 x 10,000 job, one thread)."""
     handles, signatures = handle_summary(collective_calls(collectives))
     gaps = call_gaps(collectives)
     return handles, signatures, gaps.head(1), gaps.filter(_in_windows("t_ns", windows))
