@@ -304,12 +304,16 @@ def _rank_batch(partition: tuple[str, list[int], Windows, str]
 def _rank_signals(collectives: pl.LazyFrame, windows: Windows
                   ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """One rank's handle summaries and signatures, first own time and own times inside the
-    windows. Two reads of the rank: one read of the columns both need took ~0.8x the CPU of the pass
-    on ranks of 1,000 iterations but none at 10,000, where holding them raised a batch's peak
-    from ~273 to ~396 MiB (8 ranks of the 64 x 10,000 job, one thread)."""
-    handles, signatures = handle_summary(collective_calls(collectives))
-    gaps = call_gaps(collectives)
+    windows, from one read of its calls (:data:`_PASS_ONE`; a read for each took 1.2-1.5x
+    the CPU of the pass)."""
+    calls = collectives.select(_PASS_ONE).collect()
+    handles, signatures = handle_summary(collective_calls(calls.lazy()))
+    gaps = call_gaps(calls.lazy())
     return handles, signatures, gaps.head(1), gaps.filter(_in_windows("t_ns", windows))
+
+
+_PASS_ONE = (*HANDLE, "rank", "nranks", "op", "seq", "bytes", "t_start_ns", "t_end_ns")
+"""The columns of a rank pass 1 reads: what its handle summaries and own times need."""
 
 
 def _group_bin(partition: tuple[str, pl.DataFrame, Windows, str]
