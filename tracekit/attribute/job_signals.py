@@ -305,7 +305,9 @@ def _rank_signals(collectives: pl.LazyFrame, windows: Windows
                   ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """One rank's handle summaries and signatures, first own time and own times inside the
     windows, from one read of its calls (:data:`_PASS_ONE`; a read for each took 1.2-1.5x
-    the CPU of the pass)."""
+    the CPU of the pass on ranks of 1,000 iterations, about the same at 10,000). Holding the
+    columns raises a batch's peak (8 ranks of the 64 x 10,000 job, one thread: ~273 -> ~396
+    MiB), still under what a bin of pass 2 holds (the stage's worker peak, ~650 MiB)."""
     calls = collectives.select(_PASS_ONE).collect()
     handles, signatures = handle_summary(collective_calls(calls.lazy()))
     gaps = call_gaps(calls.lazy())
