@@ -94,7 +94,8 @@ def test_gapped_iteration_numbers_are_noted():
     assert gap_notes(pl.Series([1, 2, 3, 4])) == []
     assert gap_notes(pl.Series([10, 20, 30, 40])) == [
         "iteration numbers have gaps: 27 of the 31 from 10 to 40 are missing (one every 10 "
-        "logged); detectors count logged iterations, episodes keep the real numbers"]
+        "logged); change-point detectors count logged points, episode lengths the iterations "
+        "those points stand for"]
     assert gap_notes(pl.Series([1, 2, 4, 5]))[0].startswith(
         "iteration numbers have gaps: 1 of the 5 from 1 to 5 are missing;")
 

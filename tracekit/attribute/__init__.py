@@ -27,9 +27,7 @@ from tracekit.core import schema
 from tracekit.core.dataset import Dataset, open_dataset
 from tracekit.core.identity import rank_gpus
 from tracekit.core.parallel import Executor, LocalExecutor, map_all, record_build
-
-WARMUP_ITERATIONS = 10
-"""The first iterations (autotuning, allocator warm-up) never serve as a healthy baseline."""
+from tracekit.core.thresholds import WARMUP_ITERATIONS
 
 BASELINE_SPAN = 4.0
 """The baseline is at most this many episode lengths of time right before the episode."""

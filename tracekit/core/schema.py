@@ -340,7 +340,8 @@ EPISODES = Table(
         _c("t_end_ns", I64, NS, "episode end (null while still open at the end of the trace)"),
         _c("start_iteration", I64, "", "first slow iteration"),
         _c("end_iteration", I64, "", "last slow iteration"),
-        _c("iterations", I64, "", "iterations affected"),
+        _c("iterations", I64, "", "iterations affected: those its logged points stand for (each "
+           "up to the next logged one), so a log of every 10th iteration counts 10 per point"),
         _c("duration_s", F64, "s", "episode duration"),
         _c("baseline_s", F64, "s", "healthy iteration time before the episode"),
         _c("slowdown", F64, "x", "mean iteration time in the episode over the healthy baseline"),
@@ -352,6 +353,11 @@ EPISODES = Table(
         _c("target", STR, "", "attributed culprit (rank:13, gpu:b07/5, link:b03-b07)"),
         _c("confidence", F64, "", "confidence of the attribution, 0..1"),
         _c("evidence", STR, "", "the numbers behind the verdict, in words"),
+        _c("points", I64, "", "logged points (iterations or samples) the episode holds; equals "
+           "iterations for a log of every iteration"),
+        _c("persistent", BOOL, "", "true for a peer straggler slow over the whole run at a "
+           "steady offset (one episode from its first slow point to its last, slowdown its "
+           "size), not a change; false for other peer episodes, null for change-point ones"),
     ),
     key=("job", "detector", "episode"),
     time_column="t_start_ns",

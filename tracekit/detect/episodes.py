@@ -6,11 +6,17 @@ noisy rank cannot move); each rank's own series is also run through the detector
 kept, so attribution can see which ranks changed first or most.
 
 An episode is a maximal run of segments (between change points) whose level is above the
-healthy baseline by more than ``min_slowdown``. The healthy baseline is the fastest sustained
+healthy level by more than ``min_slowdown``. The first healthy level is the fastest sustained
 level of the job: the lowest median among segments of at least ``MIN_BASELINE_POINTS`` points.
-Slow segments ending within the first ``WARMUP_ITERATIONS`` are the warm-up, never an episode;
-a slow stretch shorter than a fail-slow (``MIN_FAIL_SLOW_ITERATIONS``, the labels' 10) is a
-burst of disturbances (a run of GC pauses the sliding window flags), never an episode either.
+An episode ends where the job is back within ``min_slowdown`` of it, or where it recovers: a
+sustained segment a fail-slow faster than the one before, within ``RECOVERY_BAND`` of the
+healthy level, which then becomes the healthy level (a job between two faults runs a few
+percent off its first level; judged against that first level, every fault after the first
+would merge into one episode that never ends). Slow segments ending within the warm-up
+(``WARMUP_ITERATIONS``) are never an episode; a slow stretch shorter than a fail-slow
+(``FAIL_SLOW_MIN_ITERATIONS``) is a burst of disturbances (a run of GC pauses the sliding
+window flags), never an episode either. Both count the iterations the logged points stand for
+(:mod:`tracekit.detect.spans`), not the points.
 """
 
 from __future__ import annotations
@@ -25,11 +31,12 @@ from tracekit.core import schema
 from tracekit.core.dataset import Dataset, open_dataset
 from tracekit.core.errors import InputError
 from tracekit.core.parallel import Executor, LocalExecutor, map_all, rank_scans, record_build
+from tracekit.core.thresholds import FAIL_SLOW_MIN_ITERATIONS, FAIL_SLOW_RATIO, WARMUP_ITERATIONS
 from tracekit.detect.base import Detector
-from tracekit.detect.bocd_verify import MIN_FAIL_SLOW_ITERATIONS
 from tracekit.detect.peers import NAME as PEER_DETECTOR
 from tracekit.detect.peers import straggler_episodes
 from tracekit.detect.registry import make_detector
+from tracekit.detect.spans import reach
 from tracekit.detect.verdict import VERDICT_DETECTOR, VERDICT_SOURCES
 
 SOURCE_PREFERENCE = ("acf", "framework")
@@ -49,10 +56,10 @@ JOB_DETECTORS = ("window", "bocd", "bocd+v", "bocd+b")
 """Change-point detectors ``tracekit detect`` runs by default: the paper's three and ours, side
 by side; the peer comparison (``peers``) runs beside them."""
 
-WARMUP_ITERATIONS = 20
-"""Slow segments ending before this iteration are the job's warm-up (compilation, NCCL connection
-set-up, allocator growth), not a fail-slow: there was no healthy level yet to slow down from.
-Equal to the detectors' warm-up window (``Bocd.warmup``)."""
+RECOVERY_BAND = 0.15
+"""A job that recovers from a fault may settle up to 15 % off its first healthy level (the real
+128-GPU Megatron log with nine on/off slow-link faults: 3-15 % between faults); a level further
+off, after a drop, is a fault easing (x4 then x2), still the same episode."""
 
 RANK_MATCH_ITERATIONS = 5
 """A rank's event belongs to an episode when it falls at most this many iterations before it."""
@@ -156,21 +163,15 @@ def find_episodes(job: str, detector: str, series: pl.DataFrame, changepoints: n
                                                                     strict=True)])
     long = np.diff(bounds) >= MIN_BASELINE_POINTS
     baseline = float(levels[long].min() if long.any() else levels.min())
-    slow = levels > baseline * (1 + min_slowdown)
-    slow &= bounds[1:] > WARMUP_ITERATIONS  # the segment reaches past the warm-up
+    covers = reach(series["iteration"].to_numpy())[bounds]  # iteration where each segment starts
+    past_warmup = covers[1:] - covers[0] > WARMUP_ITERATIONS  # the segment reaches past it
     rows = []
-    segment = 0
-    while segment < slow.size:
-        if not slow[segment]:
-            segment += 1
-            continue
-        last = segment
-        while last + 1 < slow.size and slow[last + 1]:
-            last += 1
-        if bounds[last + 1] - bounds[segment] >= MIN_FAIL_SLOW_ITERATIONS:
-            rows.append(_episode(series, durations, int(bounds[segment]),
-                                 int(bounds[last + 1]), baseline, rank_events))
-        segment = last + 1
+    for first, stop, healthy in _slow_stretches(levels, long, past_warmup, baseline,
+                                                min_slowdown):
+        iterations = int(covers[stop] - covers[first])
+        if iterations >= FAIL_SLOW_MIN_ITERATIONS:
+            rows.append(_episode(series, durations, int(bounds[first]), int(bounds[stop]),
+                                 iterations, healthy, rank_events))
     frame = pl.DataFrame(rows, schema_overrides={"t_end_ns": pl.Int64, "ranks": pl.String})
     if frame.is_empty():
         return schema.table("episodes").empty()
@@ -181,8 +182,37 @@ def find_episodes(job: str, detector: str, series: pl.DataFrame, changepoints: n
     return schema.conform("episodes", frame)
 
 
+def _slow_stretches(levels: np.ndarray, long: np.ndarray, past_warmup: np.ndarray,
+                    baseline: float, min_slowdown: float) -> list[tuple[int, int, float]]:
+    """``(first, stop, healthy level)`` of every run of slow segments: above the healthy level
+    by more than ``min_slowdown``, ended by a return to it or by a recovery (module
+    docstring), after which the recovered level is the healthy one."""
+    stretches = []
+    healthy = baseline
+    first = None
+    for segment, level in enumerate(levels):
+        slow = level > healthy * (1 + min_slowdown) and past_warmup[segment]
+        recovered = (first is not None and long[segment]
+                     and levels[segment - 1] >= level * FAIL_SLOW_RATIO
+                     and level <= healthy * (1 + RECOVERY_BAND))
+        if first is not None and (recovered or not slow):
+            stretches.append((first, segment, healthy))
+            first = None
+            if recovered:
+                healthy = float(level)
+                slow = False
+        if first is None and slow:
+            first = segment
+        elif first is None and long[segment]:
+            healthy = min(healthy, float(level))  # back below a recovered level
+    if first is not None:
+        stretches.append((first, levels.size, healthy))
+    return stretches
+
+
 def _episode(series: pl.DataFrame, durations: np.ndarray, first: int, stop: int,
-             baseline: float, rank_events: pl.DataFrame | None) -> dict:
+             covered: int, baseline: float, rank_events: pl.DataFrame | None) -> dict:
+    """The episode of points ``[first, stop)``, which stand for ``covered`` iterations."""
     iterations = series["iteration"]
     start_iteration, end_iteration = int(iterations[first]), int(iterations[stop - 1])
     ranks = None
@@ -196,7 +226,7 @@ def _episode(series: pl.DataFrame, durations: np.ndarray, first: int, stop: int,
         "t_start_ns": series["t_start_ns"][first],
         "t_end_ns": series["t_end_ns"][stop - 1] if stop < durations.size else None,
         "start_iteration": start_iteration, "end_iteration": end_iteration,
-        "iterations": stop - first, "duration_s": float(episode.sum()),
+        "iterations": covered, "points": stop - first, "duration_s": float(episode.sum()),
         "baseline_s": baseline, "slowdown": float(episode.mean() / baseline),
         "lost_s": float((episode - baseline).sum()), "ranks": ranks,
     }
@@ -345,7 +375,8 @@ def gap_notes(numbers: pl.Series) -> list[str]:
     step = int(numbers.sort().diff().drop_nulls().median())
     return [f"iteration numbers have gaps: {missing:,} of the {span:,} from {numbers.min()} to "
             f"{numbers.max()} are missing" + (f" (one every {step} logged)" if step > 1 else "")
-            + "; detectors count logged iterations, episodes keep the real numbers"]
+            + "; change-point detectors count logged points, episode lengths the iterations "
+            "those points stand for"]
 
 
 def detect_dataset(dataset: Dataset | str | Path, detectors: list[str] | None = None,

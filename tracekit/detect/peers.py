@@ -4,11 +4,26 @@ A change-point detector sees a slowdown only as a change in a series: a worker s
 first step has none, and one rank slowing down in a loosely synchronised job is hidden by the
 job-level median. Comparing, iteration by iteration, each rank's own time with the median of
 its peers (the other ranks of its group) shows both: a rank whose ratio to its peers stays above
-``1 + MIN_STRAGGLER_EXCESS`` for at least ``MIN_FAIL_SLOW_ITERATIONS`` iterations (a rolling
-median over that many) is a candidate, kept when the whole run's median ratio is above it with
-``CONFIDENCE_Z`` standard errors to spare (BOCD+V's judgement of a level): a worker that is
-x1.095 its peers on average and noisy drifts above x1.10 for a dozen iterations now and then
-(the real Alibaba PAI job), which is its noise, not a fail-slow.
+``1 + MIN_STRAGGLER_EXCESS`` for at least a fail-slow's length (``FAIL_SLOW_MIN_ITERATIONS``
+iterations, counted as the iterations the logged points stand for, :mod:`tracekit.detect.spans`;
+a rolling median over that many points) is a candidate. Each rank is then judged against
+itself as well as its peers, with ``CONFIDENCE_Z`` standard errors to spare (BOCD+V's judgement
+of a level):
+
+- a rank slower than the threshold in every third of the run is a *persistent* straggler: a
+  steady offset, reported once over the whole run with its size, not cut into episodes where
+  its noise crosses the threshold;
+- otherwise a candidate is an episode when its ratio is above the threshold and above the
+  rank's own usual ratio (outside its candidates) by the threshold: a worker that is x1.095
+  its peers on average and noisy drifts above x1.10 for a dozen iterations now and then (the
+  real Alibaba PAI job), which is its noise, not a fail-slow; the job, whose step is already
+  set by its slowest worker, slows by the step over the rank's own level, not over its peers'.
+  A persistent straggler's candidates that step up by the threshold over its offset are
+  episodes too.
+
+Candidates of several ranks that overlap are one episode naming them all: when several workers
+slow down together, the leave-one-out median of the others stays with the healthy ones while
+fewer than half are slow.
 
 Own time and peers come from what the dataset holds, best first:
 
@@ -43,13 +58,10 @@ from scipy.ndimage import median_filter
 from tracekit.core import schema
 from tracekit.core.parallel import Executor, LocalExecutor, RankScans, map_all, per_rank
 from tracekit.core.schema import COMPUTE_OPS
-from tracekit.core.thresholds import SUSPECT_RATIO
+from tracekit.core.thresholds import FAIL_SLOW_MIN_ITERATIONS, SUSPECT_RATIO
 from tracekit.detect.base import MAD_TO_SIGMA
-from tracekit.detect.bocd_verify import (
-    CONFIDENCE_Z,
-    MEDIAN_STANDARD_ERROR,
-    MIN_FAIL_SLOW_ITERATIONS,
-)
+from tracekit.detect.bocd_verify import CONFIDENCE_Z, MEDIAN_STANDARD_ERROR
+from tracekit.detect.spans import fail_slow_points, reach
 
 NAME = "peers"
 """The detector name of peer-comparison episodes in the ``episodes`` table."""
@@ -58,12 +70,16 @@ MIN_STRAGGLER_EXCESS = SUSPECT_RATIO - 1.0
 """A straggler is more than 10 % slower than its peers' median: Greyhound's profiling
 threshold, the same 10 % the fail-slow labels use."""
 
-ROLLING_ITERATIONS = 2 * (MIN_FAIL_SLOW_ITERATIONS // 2) + 1
-"""Width of the rolling median a rank's ratio is smoothed with: a fail-slow's length, made odd so
-the window centres on its iteration and a step is dated where it happens."""
-
 MIN_PEERS = 1
 """A rank needs at least one comparable peer to be compared with."""
+
+MIN_RUN_POINTS = 3
+"""A candidate holds at least this many logged points, however many iterations they stand for:
+the spread of fewer says nothing of its level."""
+
+PERSISTENT_PARTS = 3
+"""A persistent straggler is slower than the threshold in each of this many equal parts of the
+run: from its start to its end, not a change early in the run that lasts."""
 
 
 @dataclass
@@ -221,22 +237,52 @@ def peer_medians(values: np.ndarray) -> np.ndarray:
     return np.where(count[None, :] >= MIN_PEERS, medians, np.nan)
 
 
-def _slow_runs(flags: np.ndarray) -> list[tuple[int, int]]:
-    """``(first, stop)`` of every run of True at least a fail-slow long."""
+def _slow_runs(flags: np.ndarray, covers: np.ndarray) -> list[tuple[int, int]]:
+    """``(first, stop)`` of every run of True at least a fail-slow long (in the iterations its
+    points stand for, ``covers`` from :func:`~tracekit.detect.spans.reach`)."""
     edges = np.diff(np.concatenate(([0], flags.astype(np.int8), [0])))
     starts, stops = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
     return [(int(a), int(b)) for a, b in zip(starts, stops, strict=True)
-            if b - a >= MIN_FAIL_SLOW_ITERATIONS]
+            if b - a >= MIN_RUN_POINTS and covers[b] - covers[a] >= FAIL_SLOW_MIN_ITERATIONS]
 
 
 def is_straggler(ratios: np.ndarray) -> bool:
     """Whether a run of a rank's ratios to its peers is slower than the threshold with
     confidence: its median's lower 3-sigma bound (noise from the run's own MAD) is above it."""
     ratios = ratios[np.isfinite(ratios)]
+    if ratios.size == 0:
+        return False
     level = float(np.median(ratios))
     noise = MAD_TO_SIGMA * float(np.median(np.abs(ratios - level)))
     error = CONFIDENCE_Z * MEDIAN_STANDARD_ERROR * noise / np.sqrt(ratios.size)
     return level - error > 1.0 + MIN_STRAGGLER_EXCESS
+
+
+def is_persistent(ratios: np.ndarray) -> bool:
+    """Whether a rank is a straggler in every one of :data:`PERSISTENT_PARTS` parts of the run."""
+    return ratios.size >= PERSISTENT_PARTS * MIN_RUN_POINTS and all(
+        is_straggler(part) for part in np.array_split(ratios, PERSISTENT_PARTS))
+
+
+def rank_runs(ratios: np.ndarray, slow: np.ndarray, covers: np.ndarray
+              ) -> tuple[list[tuple[int, int]], bool]:
+    """One rank's straggler runs (points ``[first, stop)``) and whether it is persistent (then
+    the first run is the whole run): the module docstring's judgement."""
+    candidates = _slow_runs(slow, covers)
+    persistent = is_persistent(ratios)
+    if persistent:
+        usual = float(np.nanmedian(ratios))
+    else:
+        outside = np.ones(ratios.size, dtype=bool)
+        for first, stop in candidates:
+            outside[first:stop] = False
+        rest = ratios[outside & np.isfinite(ratios)]
+        usual = float(np.median(rest)) if rest.size >= MIN_RUN_POINTS else float(
+            np.nanmedian(ratios))
+    runs = [(first, stop) for first, stop in candidates
+            if (persistent or is_straggler(ratios[first:stop]))
+            and is_straggler(ratios[first:stop] / usual)]
+    return ([(0, ratios.size)] if persistent else []) + runs, persistent
 
 
 def _merge(runs: list[tuple[int, int, int]]) -> list[tuple[int, int, list[int]]]:
@@ -271,25 +317,32 @@ def straggler_episodes(job: str, iterations: pl.DataFrame, op_traces: pl.DataFra
     ratio = np.divide(times.own_s, peers, out=np.full_like(peers, np.nan),
                       where=np.isfinite(peers) & (peers > 0))
     # a rank's ratio over a fail-slow's length: single slow iterations (a GC pause) do not count
-    smooth = median_filter(np.nan_to_num(ratio, nan=1.0), size=(1, ROLLING_ITERATIONS),
+    numbers = times.iterations["iteration"].to_numpy()
+    covers = reach(numbers)
+    smooth = median_filter(np.nan_to_num(ratio, nan=1.0), size=(1, fail_slow_points(numbers)),
                            mode="nearest")
     slow = smooth > 1.0 + MIN_STRAGGLER_EXCESS
-    runs = [(first, stop, row) for row in range(slow.shape[0]) for first, stop in
-            _slow_runs(slow[row]) if is_straggler(ratio[row, first:stop])]
-    if not runs:
+    runs, persistent = [], []
+    for row in range(slow.shape[0]):
+        found, steady = rank_runs(ratio[row], slow[row], covers)
+        if steady:
+            persistent.append((*found.pop(0), [row]))
+        runs += [(first, stop, row) for first, stop in found]
+    if not runs and not persistent:
         return schema.table("episodes").empty()
     excess = np.nan_to_num(np.clip(times.own_s - peers, 0.0, None))
     step_s = times.iterations["step_s"].fill_null(np.nan).to_numpy()
     step_s = np.where(np.isfinite(step_s), step_s, np.nanmax(times.own_s, axis=0))
-    episodes = [_episode(times, ratio, excess, step_s, first, stop, rows)
-                for first, stop, rows in _merge(runs)]
+    episodes = [_episode(times, ratio, excess, step_s, covers, first, stop, rows, steady)
+                for steady, found in ((True, persistent), (False, _merge(runs)))
+                for first, stop, rows in found]
     episodes = [e for e in episodes if e["slowdown"] > 1.0 + min_slowdown]
     if not episodes:
         return schema.table("episodes").empty()
     ideal_job_s = float(step_s.sum() - sum(e["lost_s"] for e in episodes))
     frame = pl.DataFrame(episodes, schema_overrides={"t_start_ns": pl.Int64,
                                                      "t_end_ns": pl.Int64})
-    frame = frame.with_columns(
+    frame = frame.sort("start_iteration", "ranks").with_columns(
         pl.lit(job).alias("job"), pl.lit(NAME).alias("detector"),
         pl.int_range(1, pl.len() + 1, dtype=pl.Int32).alias("episode"),
         (pl.col("lost_s") / ideal_job_s).alias("jct_slowdown"))
@@ -297,22 +350,32 @@ def straggler_episodes(job: str, iterations: pl.DataFrame, op_traces: pl.DataFra
 
 
 def _episode(times: OwnTimes, ratio: np.ndarray, excess: np.ndarray, step_s: np.ndarray,
-             first: int, stop: int, rows: list[int]) -> dict:
+             covers: np.ndarray, first: int, stop: int, rows: list[int],
+             persistent: bool) -> dict:
     """One straggler episode: the culprits' excess delays every step it spans."""
     delay = excess[rows, first:stop].max(axis=0)
     actual = step_s[first:stop]
     ideal = actual - delay
     timeline = times.iterations
     ranks = sorted(int(times.ranks[row]) for row in set(rows))
+    length = _length(stop - first, int(covers[stop] - covers[first]))
     return {
         "t_start_ns": timeline["t_start_ns"][first],
         "t_end_ns": timeline["t_end_ns"][stop - 1] if stop < timeline.height else None,
         "start_iteration": int(timeline["iteration"][first]),
         "end_iteration": int(timeline["iteration"][stop - 1]),
-        "iterations": stop - first, "duration_s": float(actual.sum()),
-        "baseline_s": float(ideal.mean()), "slowdown": float(actual.sum() / ideal.sum()),
-        "lost_s": float(delay.sum()), "ranks": ",".join(map(str, ranks)),
+        "iterations": int(covers[stop] - covers[first]), "points": stop - first,
+        "duration_s": float(actual.sum()), "baseline_s": float(ideal.mean()),
+        "slowdown": float(actual.sum() / ideal.sum()), "lost_s": float(delay.sum()),
+        "ranks": ",".join(map(str, ranks)), "persistent": persistent,
         "evidence": (f"rank(s) {', '.join(map(str, ranks))}: own time ({times.source}) "
                      f"x{float(np.nanmedian(ratio[rows, first:stop])):.2f} their peers' median "
-                     f"over {stop - first} iterations"),
+                     + (f"all run, a steady offset ({length})" if persistent
+                        else f"over {length}")),
     }
+
+
+def _length(points: int, iterations: int) -> str:
+    """How long a stretch is, in iterations, and in logged points when they differ."""
+    return (f"{iterations} iterations" if points == iterations
+            else f"{iterations} iterations in {points} logged points")

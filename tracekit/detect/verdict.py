@@ -4,7 +4,9 @@ One policy, here only. The verdict is :data:`VERDICT_DETECTOR`: the episodes of
 :data:`JOB_LEVEL_DETECTOR` (changes of the job-level series; ``bocd+b`` keeps 0 false alarms on
 independent healthy jobs where the sliding window raises several) together with the straggler
 episodes of the peer comparison (:mod:`tracekit.detect.peers`) that no job-level episode
-already covers: stragglers present from the first step and ranks the job median hides. When
+already covers: stragglers present from the first step and ranks the job median hides. A
+persistent straggler (a steady offset all run, ``persistent``) is no change, so no job-level
+episode covers it: it stays beside them. When
 both are silent the verdict is "none"; it never falls back to another detector's episodes.
 Every detector's episodes stay in the ``episodes`` table for comparison.
 """
@@ -30,7 +32,9 @@ def verdict_episodes(episodes: pl.DataFrame) -> pl.DataFrame:
     by start per job, with ``detector`` = :data:`VERDICT_DETECTOR`."""
     changes = episodes.filter(pl.col("detector") == JOB_LEVEL_DETECTOR)
     stragglers = episodes.filter(pl.col("detector") == PEER_DETECTOR)
-    covered = stragglers.join(changes.select("job", pl.col("start_iteration").alias("_s"),
+    changes_of = stragglers.filter(~pl.col("persistent").fill_null(False)) \
+        if "persistent" in stragglers.columns else stragglers  # tables written before it
+    covered = changes_of.join(changes.select("job", pl.col("start_iteration").alias("_s"),
                                              pl.col("end_iteration").alias("_e")),
                               on="job", how="inner", nulls_equal=True).filter(
         (pl.col("start_iteration") <= pl.col("_e")) & (pl.col("_s") <= pl.col("end_iteration")))

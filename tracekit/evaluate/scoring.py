@@ -29,6 +29,7 @@ from typing import Any
 import polars as pl
 
 from tracekit.core.errors import InputError
+from tracekit.core.thresholds import is_fail_slow
 
 ALL = "all"
 """Category name of the row that pools every job."""
@@ -81,8 +82,11 @@ class Fraction:
 
 
 def _fail_slow_labels(labels: pl.DataFrame) -> pl.DataFrame:
-    """Labels of real fail-slows (benign disturbances are negatives)."""
-    return labels.filter(pl.col("fail_slow").fill_null(True))
+    """Labels of real fail-slows (benign disturbances are negatives); a label without the flag
+    is judged by the definition, where its severity and length are known."""
+    length = pl.col("end_iteration") - pl.col("start_iteration") + 1
+    return labels.filter(pl.col("fail_slow").fill_null(is_fail_slow(pl.col("severity"), length))
+                         .fill_null(True))
 
 
 def _detectors(episodes: pl.DataFrame, detectors: list[str] | None) -> list[str]:

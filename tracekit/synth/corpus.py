@@ -14,6 +14,7 @@ import numpy as np
 import polars as pl
 
 from tracekit.core.errors import TracekitError
+from tracekit.core.thresholds import FAIL_SLOW_MIN_ITERATIONS
 from tracekit.synth.faults import Component, Injection, duration_distribution_s
 from tracekit.synth.job import JobSpec, generate_job
 from tracekit.synth.layout import HARDWARE, MODELS, Layout
@@ -147,7 +148,7 @@ def _episode(category: str, preset: CorpusPreset, iteration_s: float,
                                else "cpu" if category == "cpu-contention" else kind]
     n = preset.iterations
     drawn = int(duration_distribution_s(kind, rng, preset.large) / iteration_s)
-    length = int(np.clip(drawn, 20, 0.4 * n))
+    length = int(np.clip(drawn, FAIL_SLOW_MIN_ITERATIONS, 0.4 * n))
     start = int(rng.integers(int(0.1 * n), max(int(0.1 * n) + 1, n - length - int(0.05 * n))))
     steps = 1
     if category == "gpu-degradation" and rng.random() < 0.5:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tracekit.core.errors import TracekitError
+from tracekit.core.thresholds import FAIL_SLOW_MIN_ITERATIONS, FAIL_SLOW_RATIO
 from tracekit.synth.layout import Layout
 
 CAUSES = {
@@ -162,8 +163,8 @@ class LabelPolicy:
     is judged on that mean, so one ending 13 % slow but averaging under 10 % is healthy.
     Greyhound verifies change points with the same 10 % threshold (paper-notes.md, BOCD+V)."""
 
-    min_slowdown: float = 0.10
-    min_iterations: int = 10
+    min_slowdown: float = FAIL_SLOW_RATIO - 1.0
+    min_iterations: int = FAIL_SLOW_MIN_ITERATIONS
 
 
 @dataclass
