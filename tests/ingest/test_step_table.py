@@ -81,3 +81,15 @@ def test_values_no_column_can_hold_are_quarantined_with_their_line():
     assert iterations["iteration"].to_list() == [1, 7]
     assert iterations["duration_s"].to_list() == [0.5, None]  # nan: kept as null, with a note
     assert iterations.height + chunk.skipped + chunk.quarantine.height == chunk.lines == 8
+
+
+def test_pai_header_with_a_quoted_index_name():
+    """polars and pandas write the unnamed index column as ``""``: still the PAI preset, and
+    the header is not read as a row."""
+    data = b'"",worker,gpu,time,batch_time_norm\n0,0,25,1,700\n1,1,25,1,712\n'
+    assert READER.sniff(Source.from_bytes("job.csv", data))
+    chunk = read(data)
+    assert chunk.tables["iterations"].select("rank", "iteration", "duration_s").rows() == [
+        (0, 1, 700.0), (1, 1, 712.0)]
+    assert chunk.quarantine.is_empty()
+    assert (chunk.lines, chunk.skipped) == (3, 1)

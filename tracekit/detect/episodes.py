@@ -104,13 +104,42 @@ def _cells(per_rank: pl.DataFrame, ranks: pl.Series, job: pl.DataFrame
 
 
 def _preferred_iterations(iterations: pl.DataFrame) -> pl.DataFrame:
-    """The finite iterations of the preferred source."""
+    """The finite iterations of the preferred source, samples taken at each rank's own phase
+    put on a common grid (:func:`sampling_phase_step`)."""
+    preferred = _source_rows(iterations)
+    step = sampling_phase_step(preferred)
+    if step is None:
+        return preferred
+    first = preferred["iteration"].min()
+    return preferred.with_columns(
+        (first + ((pl.col("iteration") - first) / step).round().cast(pl.Int64) * step)
+        .alias("iteration"))
+
+
+def _source_rows(iterations: pl.DataFrame) -> pl.DataFrame:
+    """The finite iterations of the preferred source, as logged."""
     sources = set(iterations["source"].drop_nulls().unique().to_list())
     source = next((s for s in SOURCE_PREFERENCE if s in sources), min(sources, default=None))
     if source is None:
         raise InputError("no iterations to detect on; ingest collectives or framework logs "
                          "first (the iterations table is empty)")
     return iterations.filter(pl.col("source") == source, pl.col("duration_s").is_finite())
+
+
+def sampling_phase_step(preferred: pl.DataFrame) -> int | None:
+    """The ranks' common sampling step when each samples at its own phase (a step table whose
+    "step" is the sample time: worker 0 at 1, 11, 21 s, worker 1 at 4, 14, 24 s), else None.
+    Their numbers then never line up, so no number has :data:`MIN_RANK_SHARE` of the ranks and
+    no peer to compare with; snapped to a grid of that step from the first number, each sample
+    joins the others of its period."""
+    ranked = preferred.filter(pl.col("rank").is_not_null())
+    ranks = ranked["rank"].n_unique()
+    if ranks < 2 or ranked["iteration"].n_unique() * MIN_RANK_SHARE <= ranked.height / ranks:
+        return None
+    steps = (ranked.sort("rank", "iteration")
+             .group_by("rank").agg(pl.col("iteration").diff().median().alias("step")))["step"]
+    step = int(steps.median() or 1)
+    return step if step > 1 else None
 
 
 def job_iterations(iterations: pl.DataFrame) -> pl.DataFrame:
@@ -417,9 +446,12 @@ def detect_dataset(dataset: Dataset | str | Path, detectors: list[str] | None = 
             rank_scans(dataset, "collectives",
                        iterations["rank"].drop_nulls().unique().sort().to_list()),
             dataset.table("parallel_layout").collect(), min_slowdown, executor))
+    step = sampling_phase_step(_source_rows(iterations))
     detection = Detection(pl.concat([schema.table("events").empty(), *events]),
                           pl.concat([schema.table("episodes").empty(), *episodes]),
-                          gap_notes(series.job["iteration"]))
+                          gap_notes(series.job["iteration"]) + ([] if step is None else [
+                              f"ranks sample at their own times: their samples are put on a "
+                              f"common grid of one every {step}, whose numbers episodes carry"]))
     with dataset.updating():
         dataset.write_table("events", detection.events)
         dataset.write_table("episodes", detection.episodes)

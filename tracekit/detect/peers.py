@@ -264,15 +264,18 @@ def is_persistent(ratios: np.ndarray) -> bool:
         is_straggler(part) for part in np.array_split(ratios, PERSISTENT_PARTS))
 
 
-def rank_runs(ratios: np.ndarray, slow: np.ndarray, covers: np.ndarray
+def rank_runs(ratios: np.ndarray, smooth: np.ndarray, covers: np.ndarray
               ) -> tuple[list[tuple[int, int]], bool]:
-    """One rank's straggler runs (points ``[first, stop)``) and whether it is persistent (then
-    the first run is the whole run): the module docstring's judgement."""
-    candidates = _slow_runs(slow, covers)
+    """One rank's straggler runs (points ``[first, stop)``) from its ratios to its peers and
+    their rolling median, and whether it is persistent (then the first run is the whole run):
+    the module docstring's judgement."""
+    threshold = 1.0 + MIN_STRAGGLER_EXCESS
     persistent = is_persistent(ratios)
-    if persistent:
+    if persistent:  # its candidates step up from its offset
         usual = float(np.nanmedian(ratios))
+        candidates = _slow_runs(smooth > usual * threshold, covers)
     else:
+        candidates = _slow_runs(smooth > threshold, covers)
         outside = np.ones(ratios.size, dtype=bool)
         for first, stop in candidates:
             outside[first:stop] = False
@@ -321,10 +324,9 @@ def straggler_episodes(job: str, iterations: pl.DataFrame, op_traces: pl.DataFra
     covers = reach(numbers)
     smooth = median_filter(np.nan_to_num(ratio, nan=1.0), size=(1, fail_slow_points(numbers)),
                            mode="nearest")
-    slow = smooth > 1.0 + MIN_STRAGGLER_EXCESS
     runs, persistent = [], []
-    for row in range(slow.shape[0]):
-        found, steady = rank_runs(ratio[row], slow[row], covers)
+    for row in range(smooth.shape[0]):
+        found, steady = rank_runs(ratio[row], smooth[row], covers)
         if steady:
             persistent.append((*found.pop(0), [row]))
         runs += [(first, stop, row) for first, stop in found]

@@ -58,16 +58,16 @@ class StepTableReader(Reader):
 
     def sniff(self, source: Source) -> bool:
         header = _header(source.head_text)
-        if header in PRESETS:
-            return True
         names = _names(header)
+        if ",".join(names) in PRESETS:
+            return True
         return (any(n in names for n in WORKER_NAMES) and any(n in names for n in STEP_NAMES)
                 and any(n in names for n in DURATION_NAMES))
 
     def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
         header = _header(source.head_text)
         names = _names(header)
-        mapping = _mapping(source, names, {**PRESETS.get(header, {}), **options})
+        mapping = _mapping(source, names, {**PRESETS.get(",".join(names), {}), **options})
         seen = [pl.DataFrame(schema={"_rank": pl.Int64, "_step": pl.Int64})]
         for batch in iter_line_batches(source):
             yield _parse(source, batch.frame(), batch.bytes_read, names, mapping, seen)
@@ -78,6 +78,8 @@ def _header(text: str) -> str:
 
 
 def _names(header: str) -> list[str]:
+    """The header's column names, unquoted: a table written by polars or pandas quotes an empty
+    index name (``"",worker,...``)."""
     return [name.strip().strip('"') for name in header.split(",")]
 
 
@@ -114,7 +116,8 @@ def _parse(source: Source, lines: pl.DataFrame, bytes_read: int, names: list[str
     """``seen`` holds the (worker, step) pairs of earlier batches, so a repeated row is
     quarantined as a duplicate wherever it appears."""
     blank = pl.col("line").str.strip_chars() == ""
-    is_header = pl.col("line").str.strip_chars() == ",".join(names)
+    is_header = (pl.col("line").str.strip_chars().str.replace_all('"', "", literal=True)
+                 == ",".join(names))
     rows = lines.filter(~blank & ~is_header)
     fields = rows.with_columns(
         pl.col("line").str.count_matches(",", literal=True).alias("_commas"),
