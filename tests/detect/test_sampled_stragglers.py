@@ -100,10 +100,13 @@ def test_a_steady_offset_is_one_persistent_straggler(tmp_path):
 
 def test_a_fault_on_top_of_a_steady_offset_is_its_own_episode(tmp_path):
     """The persistent straggler x1.15, and x2 more for 20 samples: the offset once, the fault
-    beside it."""
+    beside it; each delays the job by its own part (the fault by its step over the offset),
+    so neither counts the other's time."""
     found, _ = peer_episodes(tmp_path, offsets={0: 1.15}, slow={0: [(120, 140, 2.0)]})
     assert spans(found) == [("0", 1, 2391, 2400, 240, True),
                             ("0", 1201, 1391, 200, 20, False)]
+    offset, fault = found["slowdown"].to_list()
+    assert offset == pytest.approx(1.13, abs=0.03) and fault == pytest.approx(2.0, rel=0.05)
 
 
 def test_a_fast_worker_slowing_to_its_peers_level_plus_a_fail_slow(tmp_path):

@@ -265,10 +265,10 @@ def is_persistent(ratios: np.ndarray) -> bool:
 
 
 def rank_runs(ratios: np.ndarray, smooth: np.ndarray, covers: np.ndarray
-              ) -> tuple[list[tuple[int, int]], bool]:
+              ) -> tuple[list[tuple[int, int]], float | None]:
     """One rank's straggler runs (points ``[first, stop)``) from its ratios to its peers and
-    their rolling median, and whether it is persistent (then the first run is the whole run):
-    the module docstring's judgement."""
+    their rolling median, and its steady offset when it is persistent (then the first run is
+    the whole run), else None: the module docstring's judgement."""
     threshold = 1.0 + MIN_STRAGGLER_EXCESS
     persistent = is_persistent(ratios)
     if persistent:  # its candidates step up from its offset
@@ -285,7 +285,7 @@ def rank_runs(ratios: np.ndarray, smooth: np.ndarray, covers: np.ndarray
     runs = [(first, stop) for first, stop in candidates
             if (persistent or is_straggler(ratios[first:stop]))
             and is_straggler(ratios[first:stop] / usual)]
-    return ([(0, ratios.size)] if persistent else []) + runs, persistent
+    return ([(0, ratios.size)] + runs, usual) if persistent else (runs, None)
 
 
 def _merge(runs: list[tuple[int, int, int]]) -> list[tuple[int, int, list[int]]]:
@@ -324,19 +324,26 @@ def straggler_episodes(job: str, iterations: pl.DataFrame, op_traces: pl.DataFra
     covers = reach(numbers)
     smooth = median_filter(np.nan_to_num(ratio, nan=1.0), size=(1, fail_slow_points(numbers)),
                            mode="nearest")
-    runs, persistent = [], []
+    runs, persistent, offsets = [], [], {}
     for row in range(smooth.shape[0]):
-        found, steady = rank_runs(ratio[row], smooth[row], covers)
-        if steady:
+        found, offset = rank_runs(ratio[row], smooth[row], covers)
+        if offset is not None:
             persistent.append((*found.pop(0), [row]))
+            offsets[row] = offset
         runs += [(first, stop, row) for first, stop in found]
     if not runs and not persistent:
         return schema.table("episodes").empty()
+    # a persistent straggler's offset delays the job all run, its faults by their step over it
     excess = np.nan_to_num(np.clip(times.own_s - peers, 0.0, None))
+    steady = excess.copy()
+    for row, offset in offsets.items():
+        steady[row] = np.minimum(excess[row], np.nan_to_num((offset - 1.0) * peers[row]))
+        excess[row] = np.nan_to_num(np.clip(times.own_s[row] - offset * peers[row], 0.0, None))
     step_s = times.iterations["step_s"].fill_null(np.nan).to_numpy()
     step_s = np.where(np.isfinite(step_s), step_s, np.nanmax(times.own_s, axis=0))
-    episodes = [_episode(times, ratio, excess, step_s, covers, first, stop, rows, steady)
-                for steady, found in ((True, persistent), (False, _merge(runs)))
+    episodes = [_episode(times, ratio, delays, step_s, covers, first, stop, rows, kind)
+                for kind, delays, found in ((True, steady, persistent),
+                                            (False, excess, _merge(runs)))
                 for first, stop, rows in found]
     episodes = [e for e in episodes if e["slowdown"] > 1.0 + min_slowdown]
     if not episodes:
