@@ -356,8 +356,9 @@ EPISODES = Table(
         _c("points", I64, "", "logged points (iterations or samples) the episode holds; equals "
            "iterations for a log of every iteration"),
         _c("persistent", BOOL, "", "true for a peer straggler slow over the whole run at a "
-           "steady offset (one episode from its first slow point to its last, slowdown its "
-           "size), not a change; false for other peer episodes, null for change-point ones"),
+           "steady offset, not a change: one episode over the whole run, slowdown the job's "
+           "from that offset, evidence its ratio to its peers; false for other peer episodes, "
+           "null for change-point ones"),
     ),
     key=("job", "detector", "episode"),
     time_column="t_start_ns",
