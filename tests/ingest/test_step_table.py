@@ -93,3 +93,11 @@ def test_pai_header_with_a_quoted_index_name():
         (0, 1, 700.0), (1, 1, 712.0)]
     assert chunk.quarantine.is_empty()
     assert (chunk.lines, chunk.skipped) == (3, 1)
+    assert chunk.notes == [
+        "column time is the sample time in seconds (one row per worker every few seconds, not "
+        "per step): iteration numbers are seconds",
+        "durations are normalised (unit-less), stored as-is in duration_s with quality "
+        "'normalised'"]
+    assert read(data, step="gpu").notes[:1] == [  # another step column: no such note
+        "durations are normalised (unit-less), stored as-is in duration_s with quality "
+        "'normalised'"]

@@ -33,6 +33,9 @@ PRESETS: dict[str, dict[str, str]] = {
 }
 """Known headers and their mapping. Alibaba PAI ``mini-batch-time/job_N_norm.csv``
 (alibaba/clusterdata cluster-trace-gpu-v2020): times normalised to 0..1000 per job."""
+SAMPLE_TIME_STEPS = {",worker,gpu,time,batch_time_norm": "time"}
+"""Presets whose "step" column is the sample time in seconds (a row per worker every ~10 s),
+so iteration numbers, and the episode lengths counted from them, are seconds."""
 WORKER_NAMES = ("rank", "global_rank", "worker", "worker_id", "worker_name", "node_rank")
 STEP_NAMES = ("step", "iteration", "iter", "global_step")
 DURATION_NAMES = {
@@ -102,6 +105,8 @@ def _mapping(source: Source, names: list[str], options: dict[str, str]) -> dict[
         raise InputError(f"duration unit of column {mapping['duration']!r} is unknown; pass "
                          f"--option duration_unit={'|'.join(SECONDS_PER_UNIT)}", source.name)
     mapping["duration_unit"] = unit
+    if SAMPLE_TIME_STEPS.get(",".join(names)) == mapping["step"]:
+        mapping["step_is_time"] = "s"
     if "time" in options:
         mapping["time"] = pick("time", ())
         mapping["time_unit"] = options.get("time_unit", "s")
@@ -175,6 +180,9 @@ def _parse(source: Source, lines: pl.DataFrame, bytes_read: int, names: list[str
     )
     notes = bad_number_note({mapping["duration"]: good.filter(
         is_bad_number(pl.col("_duration"))).height})
+    if "step_is_time" in mapping and good.height:
+        notes.append(f"column {mapping['step']} is the sample time in seconds (one row per "
+                     "worker every few seconds, not per step): iteration numbers are seconds")
     if not real_time and good.height:
         notes.append("durations are normalised (unit-less), stored as-is in duration_s with "
                      "quality 'normalised'")
