@@ -103,7 +103,10 @@ def test_several_jobs_are_refused_in_one_line_and_nothing_is_kept(tmp_path):
     assert str(refused.value) == (
         f"{dump}: 3 jobs in one dump: trial1 (2 sources), trial2 (2 sources), trial3 (2 sources); "
         "ingest one with --job NAME (or each into its own dataset)")
-    assert open_dataset(tmp_path / "ds").manifest["sources"] == []
+    assert not (tmp_path / "ds" / "manifest.json").exists()  # no dataset was made
+    ingest([dump], tmp_path / "ds", job="trial1")
+    opened = open_dataset(tmp_path / "ds")
+    assert (opened.job, len(opened.manifest["sources"])) == ("trial1", 2)
 
 
 def test_job_picks_one_and_rerunning_keeps_it(tmp_path):
@@ -118,6 +121,7 @@ def test_job_picks_one_and_rerunning_keeps_it(tmp_path):
         ("trial1/nccl.log", "other job"), ("trial1/train.log", "other job"),
         ("trial2/nccl.log", "other job"), ("trial2/train.log", "other job"),
         ("trial3/nccl.log", "ingested"), ("trial3/train.log", "ingested")]
+    assert summary.sources[0].notes == ["left out: a source of job trial1, not trial3"]
     opened = open_dataset(tmp_path / "ds")
     assert opened.job == "trial3"
     comms = opened.table("comms").collect()

@@ -30,7 +30,7 @@ import numpy as np
 import polars as pl
 
 from tracekit.core import schema
-from tracekit.core.dataset import Dataset, dataset_writer, source_record_key
+from tracekit.core.dataset import MANIFEST, Dataset, dataset_writer, source_record_key
 from tracekit.core.errors import InputError, TracekitError
 from tracekit.core.parallel import Executor, LocalExecutor, Outcome, Report
 from tracekit.ingest import jobs, registry
@@ -154,13 +154,18 @@ def _keep_one_job(dataset: Dataset, summaries: list[SourceSummary], job: str | N
     if len(found) < 2:
         return
     picked = next((j for j in found if j.name == job), None)
-    others = {path for j in found if j is not picked for path in j.sources}
+    others = {path: j.name for j in found if j is not picked for path in j.sources}
     for summary in read:
         if summary.path in others:
             summary.status = "other job"
+            summary.notes = [f"left out: a source of job {others[summary.path]}, not {job}"]
     kept = {s.record_key for s in read if s.path not in others}
     dataset.drop_sources({s.record_key for s in read if s.path in others} - kept - {None})
     dataset.save_manifest()
+    if picked is None and not dataset.manifest["sources"]:
+        # nothing is kept: no dataset either, so that ``--job`` may name it next time (its
+        # unlisted files are invisible, and removed by the next writer of the folder)
+        (dataset.path / MANIFEST).unlink()
     if picked is None:
         where = ", ".join(str(p) for p in paths)
         which = f"--job {job} is none of them; " if job else ""
