@@ -1,11 +1,14 @@
-"""``NCCL_DEBUG=INFO`` logs: COLL lines become ``collectives``, Init lines become ``comms``.
+"""``NCCL_DEBUG=INFO`` logs: COLL lines become ``collectives``, Init lines become ``comms``,
+with each process's network and NICs from its NET lines.
 
 A COLL line is printed when a rank *enqueues* a call (``src/enqueue.cc``); an Init line maps a
-process-local communicator pointer to its rank, size, device and bus id (``src/init.cc``, six
-variants across NCCL 2.14-2.30). Real logs interleave many processes and subsystems, carry
-launcher prefixes (``srun -l``, ``mpirun --tag-output``, Ray, torchrun), optional timestamps
-(NCCL 2.26+ strftime prefix, collector epoch / ISO prefixes) and torn lines where two processes'
-writes were spliced. docs/collective-formats.md describes every rule used here.
+process-local communicator pointer to its rank, size, device and bus id (``src/init.cc``, eight
+variants across NCCL 2.4-2.30). Without ``COLL`` in ``NCCL_DEBUG_SUBSYS`` (the default) a log
+holds Init, NET and topology lines only: it gives ``comms`` and a note. Real logs interleave
+many processes and subsystems, carry launcher prefixes (``srun -l``, ``mpirun --tag-output``,
+Ray, torchrun), optional timestamps (NCCL 2.26+ strftime prefix, collector epoch / ISO
+prefixes) and torn lines where two processes' writes were spliced. docs/collective-formats.md
+describes every rule used here.
 
 The common COLL line is read by a compiled scan of the raw bytes
 (:mod:`tracekit.ingest.nccl_coll_scan`); every other line is parsed by splitting whole lines into

@@ -147,8 +147,8 @@ def ingest(
 def _keep_one_job(dataset: Dataset, summaries: list[SourceSummary], job: str | None,
                   paths: list[Path]) -> None:
     """Leave only one job's sources in the dataset: the one ``job`` names when the dump holds
-    several, all of them when it holds one. Several jobs and no pick drop every source that
-    belongs to one of them (the dataset is left as it was before them) and raise."""
+    several, all of them when it holds one. Several jobs and no pick drop the records of every
+    source that belongs to one of them, earlier ingests' included, and raise."""
     read = [s for s in summaries if s.status != "failed"]
     found, _ = jobs.find_jobs([s.path for s in read], {s.path: s.job_keys for s in read})
     if len(found) < 2:
@@ -158,7 +158,8 @@ def _keep_one_job(dataset: Dataset, summaries: list[SourceSummary], job: str | N
     for summary in read:
         if summary.path in others:
             summary.status = "other job"
-            summary.notes = [f"left out: a source of job {others[summary.path]}, not {job}"]
+            if picked is not None:
+                summary.notes = [f"left out: a source of job {others[summary.path]}, not {job}"]
     kept = {s.record_key for s in read if s.path not in others}
     dataset.drop_sources({s.record_key for s in read if s.path in others} - kept - {None})
     dataset.save_manifest()
