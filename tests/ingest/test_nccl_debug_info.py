@@ -141,3 +141,23 @@ def test_ingest_keeps_one_note(tmp_path):
     assert (source.format, source.rows, source.quarantined) == ("nccl-debug", {"comms": 6}, 0)
     assert source.notes.count(NO_COLL_NOTE) == 1
     assert pl.read_parquet(tmp_path / "ds" / "comms").height == 6
+
+
+def test_analyze_of_an_info_only_log_names_its_ranks_and_says_why_there_is_no_verdict(
+        tmp_path):
+    from tracekit.core.dataset import open_dataset
+    from tracekit.core.identity import rank_gpus
+    from tracekit.pipeline.analyze import analyze
+
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    (dump / "nccl.log").write_text(V2_19)
+    result = analyze([dump], tmp_path / "ds", write_job_report=False)
+    assert [(s.name, s.status, s.detail) for s in result.stages][1:3] == [
+        ("iterations", "skipped", "no collectives and no framework log: nothing to time "
+         "iterations with"),
+        ("detect", "skipped", "no iterations to detect on")]
+    ranks = rank_gpus(open_dataset(tmp_path / "ds").table("comms").collect(), pl.DataFrame(
+        schema={"host": pl.String, "gpu": pl.Int32, "gpu_uuid": pl.String, "bus_id": pl.String}))
+    assert ranks.select("rank", "host", "gpu", "bus_id").rows() == [
+        (0, "node-a", 3, "0000:3d:00.0"), (1, "node-a", 4, "0000:3e:00.0")]
