@@ -122,6 +122,7 @@ def test_job_picks_one_and_rerunning_keeps_it(tmp_path):
         ("trial2/nccl.log", "other job"), ("trial2/train.log", "other job"),
         ("trial3/nccl.log", "ingested"), ("trial3/train.log", "ingested")]
     assert summary.sources[0].notes == ["left out: a source of job trial1, not trial3"]
+    assert [s.total_rows for s in summary.sources[:4]] == [0, 0, 0, 0]
     opened = open_dataset(tmp_path / "ds")
     assert opened.job == "trial3"
     comms = opened.table("comms").collect()

@@ -156,8 +156,10 @@ def _keep_one_job(dataset: Dataset, summaries: list[SourceSummary], job: str | N
     picked = next((j for j in found if j.name == job), None)
     others = {path: j.name for j in found if j is not picked for path in j.sources}
     for summary in read:
-        if summary.path in others:
-            summary.status = "other job"
+        if summary.path in others:  # it contributes nothing
+            summary.status, summary.rows, summary.skipped, summary.quarantined = (
+                "other job", {}, 0, 0)
+            summary.t_min_ns = summary.t_max_ns = None
             if picked is not None:
                 summary.notes = [f"left out: a source of job {others[summary.path]}, not {job}"]
     kept = {s.record_key for s in read if s.path not in others}
