@@ -16,6 +16,15 @@ from tracekit.ingest.pipeline import ingest
 
 READER = NcclDebugReader()
 
+
+@pytest.fixture(autouse=True, params=[True, False], ids=["compiled-scan", "polars-only"])
+def parser(request, monkeypatch):
+    """With the compiled COLL scan (which leaves every line of these logs to polars) and
+    without it."""
+    import tracekit.ingest.nccl_debug as module
+
+    monkeypatch.setattr(module, "COMPILED_SCAN", request.param)
+
 V2_4 = """\
 [1,0]<stdout>:ip-10-0-0-11:4521:4521 [0] NCCL INFO Bootstrap : Using [0]eth0:10.0.0.11<0>
 [1,0]<stdout>:ip-10-0-0-11:4521:4521 [0] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so).
