@@ -99,7 +99,7 @@ def describe(jobs: list[Job]) -> str:
 def _relative_parts(paths: list[str]) -> list[tuple[str, ...]]:
     """Each path's folders and file name below the folder all of them share (an archive is a
     folder: ``dump.tar.gz!trial1/r0.log``)."""
-    parts = [tuple(p for p in re.split(r"[/\\\\!]", path) if p) for path in paths]
+    parts = [tuple(p for p in re.split(r"[/\\!]", path) if p) for path in paths]
     common = len(os.path.commonprefix([p[:-1] for p in parts])) if parts else 0
     return [p[common:] for p in parts]
 
