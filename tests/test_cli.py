@@ -221,9 +221,27 @@ def test_two_jobs_in_one_folder_are_refused(tmp_path):
     result = runner.invoke(app, ["ingest", str(folder), "-o", str(tmp_path / "ds")])
     assert result.exit_code == 2
     assert result.stderr.strip() == (
-        f"error: {tmp_path / 'ds'}: rank 0 has calls from {folder / 'job1' / 'calls.csv'} and "
-        f"{folder / 'job2' / 'calls.csv'} at the same time: they look like two jobs; ingest each "
-        "job into its own dataset (-o), after removing this one")
+        f"error: {folder}: 2 jobs in one dump: job1 (1 source), job2 (1 source); ingest one with "
+        "--job NAME (or each into its own dataset)")
+    picked = runner.invoke(app, ["ingest", str(folder), "-o", str(tmp_path / "ds2"),
+                                 "--job", "job2", "--json"])
+    assert picked.exit_code == 0, picked.output
+    assert [s["status"] for s in json.loads(picked.stdout)["sources"]] == ["other job",
+                                                                           "ingested"]
+
+
+def test_two_jobs_without_ids_in_their_names_are_refused(tmp_path):
+    """Calls of one rank from two sources at the same time: the check after ingest."""
+    folder = tmp_path / "two"
+    folder.mkdir()
+    write_dump(folder / "first", calls=6)
+    write_dump(folder / "second", calls=8)
+    result = runner.invoke(app, ["ingest", str(folder), "-o", str(tmp_path / "ds")])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (
+        f"error: {tmp_path / 'ds'}: rank 0 has calls from {folder / 'first' / 'calls.csv'} and "
+        f"{folder / 'second' / 'calls.csv'} at the same time: they look like two jobs; ingest "
+        "each job into its own dataset (-o), after removing this one")
 
 
 def test_a_restarted_job_is_not_two_jobs(tmp_path):
@@ -252,8 +270,12 @@ def test_analyze_of_two_jobs_exits_2_after_saying_so(tmp_path):
     folder = two_jobs(tmp_path)
     result = runner.invoke(app, ["analyze", str(folder), "-o", str(tmp_path / "ds")])
     assert result.exit_code == 2
-    assert result.stderr.splitlines()[-1].startswith(
-        f"error: {tmp_path / 'ds'}: rank 0 has calls from {folder / 'job1' / 'calls.csv'} and ")
+    assert result.stderr.splitlines()[-1] == (
+        f"error: {folder}: 2 jobs in one dump: job1 (1 source), job2 (1 source); ingest one with "
+        "--job NAME (or each into its own dataset)")
+    picked = runner.invoke(app, ["analyze", str(folder), "-o", str(tmp_path / "ds2"), "--job",
+                                 "job1"])
+    assert picked.exit_code == 0, picked.output
 
 
 def test_a_kernel_built_once_is_announced(tmp_path, monkeypatch):

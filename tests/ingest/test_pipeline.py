@@ -695,3 +695,28 @@ def test_directory_listings_and_manifest_writes_do_not_grow_with_members(tmp_pat
     # quarantine, collectives and its 3 rank folders); a folder of inputs adds its 2 listings
     expected = {"archive": [(1, 2, 0), (6, 1, 0)], "folder": [(3, 2, 0), (8, 1, 0)]}
     assert counts[3] == counts[30] == expected[layout]
+
+
+def test_a_truncated_archive_keeps_its_complete_members_and_rerunning_changes_nothing(
+        tmp_path):
+    import random
+
+    archive = tmp_path / "whole.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for name, data in (("r0.csv", hook_log(0, 5).encode()), ("r1.csv", hook_log(1, 3).encode()),
+                           ("big.bin", random.Random(1).randbytes(200_000))):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    cut = tmp_path / "cut.tar.gz"
+    cut.write_bytes(archive.read_bytes()[:100_000])
+    first = ingest([cut], tmp_path / "ds")
+    assert [(s.path.rsplit("!", 1)[1], s.status) for s in first.sources] == [
+        ("r0.csv", "ingested"), ("r1.csv", "ingested"), ("big.bin", "failed")]
+    assert first.failed[0].error.startswith(f"{cut}!big.bin: truncated or corrupt archive")
+    manifest = (tmp_path / "ds" / "manifest.json").read_text()
+    assert open_dataset(tmp_path / "ds")["collectives"].collect().height == 8
+    again = ingest([cut], tmp_path / "ds")
+    assert [s.status for s in again.sources] == ["unchanged", "unchanged", "failed"]
+    assert json.loads((tmp_path / "ds" / "manifest.json").read_text())["sources"] == \
+        json.loads(manifest)["sources"]

@@ -88,3 +88,75 @@ def test_corrupt_archive_is_a_clear_error(tmp_path):
     (tmp_path / "broken.tar.gz").write_bytes(b"\x1f\x8b not really gzip")
     with pytest.raises(InputError, match="broken.tar.gz: not a readable tar archive"):
         list(iter_sources([tmp_path / "broken.tar.gz"]))
+
+
+def _random_bytes(n: int) -> bytes:
+    """Bytes that do not compress, so cutting the archive lands inside this member."""
+    import random
+
+    return random.Random(3).randbytes(n)
+
+
+@pytest.mark.parametrize("suffix, mode", [(".tar.gz", "w:gz"), (".tar.xz", "w:xz"),
+                                          (".tar", "w")])
+def test_truncated_archive_yields_its_complete_members_then_names_the_cut_one(
+        tmp_path, suffix, mode):
+    whole = make_tar(tmp_path / f"whole{suffix}", {"a.log": b"first\n", "b.log": b"second\n",
+                                                   "big.bin": _random_bytes(200_000),
+                                                   "z.log": b"last\n"}, mode=mode)
+    cut = tmp_path / f"cut{suffix}"
+    cut.write_bytes(whole.read_bytes()[:100_000])
+    read = []
+    with pytest.raises(InputError) as raised:
+        for source in iter_sources([cut]):
+            with source.open() as stream:
+                read.append((source.name.rsplit("!", 1)[1], stream.read()))
+    assert read == [("a.log", b"first\n"), ("b.log", b"second\n")]
+    assert raised.value.path == f"{cut}!big.bin"
+    assert str(raised.value).startswith(f"{cut}!big.bin: truncated or corrupt archive (")
+    assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("cut_at", [1024, 1024 + 100], ids=["at-a-header", "inside-a-header"])
+def test_archive_cut_between_members_names_the_last_one_read(tmp_path, cut_at):
+    """tarfile ends quietly at a cut header, as if the archive were complete."""
+    whole = make_tar(tmp_path / "whole.tar", {"a.log": b"first\n", "b.log": b"second\n"},
+                     mode="w")
+    (tmp_path / "cut.tar").write_bytes(whole.read_bytes()[:cut_at])
+    names = []
+    with pytest.raises(InputError, match=r"cut.tar: truncated or corrupt archive after member "
+                       r"a.log \(it ends inside a header"):
+        names.extend(source.name for source in iter_sources([tmp_path / "cut.tar"]))
+    assert names == [f"{tmp_path / 'cut.tar'}!a.log"]
+
+
+def _damaged_gzip(tmp_path, seed: int) -> tuple:
+    """A gzip archive of two members with 100 random bytes written over the second's data."""
+    import random
+
+    rng = random.Random(5)
+    text = b"".join(b"%d %s\n" % (i, bytes(rng.choice(b"abcdefghij") for _ in range(20)))
+                    for i in range(5000))
+    whole = make_tar(tmp_path / "whole.tar.gz", {"a.log": b"first\n" * 1000, "b.log": text})
+    data = bytearray(whole.read_bytes())
+    data[len(data) // 2:len(data) // 2 + 100] = random.Random(seed).randbytes(100)
+    (tmp_path / "bad.tar.gz").write_bytes(bytes(data))
+    return tmp_path / "bad.tar.gz"
+
+
+def test_corrupt_bytes_inside_a_gzip_member(tmp_path):
+    bad = _damaged_gzip(tmp_path, seed=2)  # an invalid deflate block: fails in the member
+    names = []
+    with pytest.raises(InputError, match=r"bad.tar.gz!b.log: truncated or corrupt archive "
+                       r"\(Error -3 while decompressing data"):
+        names.extend(source.name for source in iter_sources([bad]))
+    assert names == [f"{bad}!a.log"]
+
+
+def test_corrupt_bytes_that_decompress_fail_the_checksum_at_the_end(tmp_path):
+    """Damage that still decodes is only found by the gzip CRC, after the members."""
+    bad = _damaged_gzip(tmp_path, seed=0)
+    with pytest.raises(InputError, match=r"bad.tar.gz: truncated or corrupt archive after member "
+                       r"b.log \(CRC check failed .*\); the members were read, but one of them "
+                       "holds damaged bytes"):
+        list(iter_sources([bad]))

@@ -155,7 +155,8 @@ ClusterOption = Annotated[str | None, typer.Option(
 def ingest(
     sources: Annotated[list[Path], typer.Argument(help="Files, folders or .tar(.gz) archives.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Dataset folder to write.")],
-    job: Annotated[str | None, typer.Option(help="Job id (default: the dataset folder name).")]
+    job: Annotated[str | None, typer.Option(help="Job id (default: the dataset folder name); "
+                                            "picks one job of a dump that holds several.")]
     = None,
     format: Annotated[str | None, typer.Option("--format", help="Force a format instead of "
                                                "sniffing; see `tracekit formats`.")] = None,
@@ -431,7 +432,8 @@ def analyze(
     dump: Annotated[list[Path], typer.Argument(help="Files, folders or .tar(.gz) archives of "
                                                "one job.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Dataset folder to write.")],
-    job: Annotated[str | None, typer.Option(help="Job id (default: the dataset folder name).")]
+    job: Annotated[str | None, typer.Option(help="Job id (default: the dataset folder name); "
+                                            "picks one job of a dump that holds several.")]
     = None,
     report: Annotated[Path | None, typer.Option(help="Report folder (default: OUTPUT/report).")]
     = None,

@@ -345,6 +345,15 @@ class Dataset:
         if replaces:
             self._compact()
 
+    def drop_sources(self, keys: set[str]) -> None:
+        """Remove the records of these source keys and unlist their files (the next writer
+        removes them from disk): the sources of a dump's other jobs (``ingest --job``)."""
+        self.manifest["sources"] = [s for s in self.manifest["sources"]
+                                    if s is not None and source_record_key(s) not in keys]
+        for key in keys:
+            self._unlist(key)
+        self._index()
+
     def _index(self) -> None:
         self._positions = {source_record_key(s): i for i, s in enumerate(self.manifest["sources"])}
         self._by_path = {s["path"]: source_record_key(s) for s in self.manifest["sources"]}

@@ -113,6 +113,10 @@ COMMS = Table(
         _c("split_color", I64, "", "color passed to ncclCommSplit (null for other comms)"),
         _c("comm_name", STR, "", "name the framework gave the comm (NCCL Inspector comm_name, "
            "PyTorch process-group desc) when the source prints one"),
+        _c("net", STR, "", "network transport NCCL chose for the member's process (IB, Socket, "
+           "or a plugin's name such as IBext_v8), from its 'Using network' line"),
+        _c("nics", STR, "", "network devices NCCL uses in that process, comma-separated as NCCL "
+           "prints them (mlx5_0:1/IB,mlx5_1:1/RoCE; eth0 for sockets), from its NET/ line"),
     ),
     key=("job", "comm", "host", "pid"),
     time_column="t_init_ns",

@@ -1,11 +1,14 @@
-"""``NCCL_DEBUG=INFO`` logs: COLL lines become ``collectives``, Init lines become ``comms``.
+"""``NCCL_DEBUG=INFO`` logs: COLL lines become ``collectives``, Init lines become ``comms``,
+with each process's network and NICs from its NET lines.
 
 A COLL line is printed when a rank *enqueues* a call (``src/enqueue.cc``); an Init line maps a
-process-local communicator pointer to its rank, size, device and bus id (``src/init.cc``, six
-variants across NCCL 2.14-2.30). Real logs interleave many processes and subsystems, carry
-launcher prefixes (``srun -l``, ``mpirun --tag-output``, Ray, torchrun), optional timestamps
-(NCCL 2.26+ strftime prefix, collector epoch / ISO prefixes) and torn lines where two processes'
-writes were spliced. docs/collective-formats.md describes every rule used here.
+process-local communicator pointer to its rank, size, device and bus id (``src/init.cc``, eight
+variants across NCCL 2.4-2.30). Without ``COLL`` in ``NCCL_DEBUG_SUBSYS`` (the default) a log
+holds Init, NET and topology lines only: it gives ``comms`` and a note. Real logs interleave
+many processes and subsystems, carry launcher prefixes (``srun -l``, ``mpirun --tag-output``,
+Ray, torchrun), optional timestamps (NCCL 2.26+ strftime prefix, collector epoch / ISO
+prefixes) and torn lines where two processes' writes were spliced. docs/collective-formats.md
+describes every rule used here.
 
 The common COLL line is read by a compiled scan of the raw bytes
 (:mod:`tracekit.ingest.nccl_coll_scan`); every other line is parsed by splitting whole lines into
@@ -70,13 +73,14 @@ nRanks .. nNodes`` topology line is not an Init line)."""
 INIT_PATTERN = (
     r"^(?:\[Rank \d+\] )?(?:(?P<api>\w+) )?comm (?P<comm>0x[0-9a-fA-F]+|\(nil\)) "
     r"rank (?P<comm_rank>\d+) nranks (?P<nranks>\d+) cudaDev (?P<init_cuda_dev>\d+)"
-    r"(?: nvmlDev (?P<nvml_dev>\d+))? busId (?P<bus_id>[0-9a-fA-F]+)"
+    r"(?: nvmlDev (?P<nvml_dev>\d+))?(?: busId (?P<bus_id>[0-9a-fA-F]+))?"
     r"(?: parent (?P<parent_comm>0x[0-9a-fA-F]+|\(nil\))(?: (?:splitCount|childCount) \d+)?"
     r" color (?P<split_color>-?\d+) key -?\d+)?"
     r"(?: commId (?P<comm_id>0x[0-9a-fA-F]+))? ?- Init (?P<stage>START|COMPLETE)\s*$"
 )
-"""Every Init variant from NCCL 2.14 to HEAD (FORMATS.md 1.3): optional ``[Rank n] `` (HEAD
-START), optional API name (2.21+), optional nvmlDev (2.18+), split form with parent / color /
+"""Every Init variant from NCCL 2.4 to HEAD (FORMATS.md 1.3): optional ``[Rank n] `` (HEAD
+START), optional API name (2.21+), nvmlDev without busId (2.4: ``cudaDev 0 nvmlDev 0 - Init
+COMPLETE``), busId without nvmlDev (2.5-2.17), both (2.18+), split form with parent / color /
 key and splitCount (2.24-2.30) or childCount (HEAD), optional commId (absent on 2.23+ splits),
 and the 2.23 typo ``key 0- Init START``."""
 
@@ -107,6 +111,25 @@ seconds. Times without a zone are local times of the host; the ``tz`` option nam
 MIN_TIMESTAMP_CHARS = 10
 """The shortest prefix that can hold a timestamp (epoch seconds)."""
 
+INFO_LINE = re.compile(r"[^\s:\[\]<>()]+:\d+:\d+ \[\d+\] NCCL INFO ")
+"""An INFO line's envelope and mark, which every NCCL version prints (2.4 to HEAD) whatever
+subsystems are logged: what sniffing looks for, since a log without COLL lines may hold only
+Init, NET and topology lines in its first 64 KiB, and no Init COMPLETE among them."""
+
+NET_PATTERN = (r" NCCL INFO (?:NET/\w+ ?: Using (?P<nics>\[\d+\].*?) ?(?:;|$)"
+               r"|Using network (?P<net>.+?)\s*$)")
+"""A process's network devices (``NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [RO]; OOB ...``,
+``NET/Socket : Using [0]eth0:10.0.0.1<0>``, printed once per process by every version) and the
+transport each of its comms uses (``Using network IB``, 2.5+)."""
+NET_LINE = " NCCL INFO (?:NET/|Using network )"
+"""What :data:`NET_PATTERN` lines start with: one search over the lines left by the scan."""
+
+NO_COLL_NOTE = (
+    "no COLL lines in this log: ranks, hosts, GPUs, NICs and communicators come from its Init "
+    "and NET lines, but collective timing needs COLL lines; log with NCCL_DEBUG=INFO "
+    "NCCL_DEBUG_SUBSYS=INIT,COLL"
+)
+
 NO_TIMESTAMP_NOTE = (
     "no timestamps in this log: calls keep their order and seq, but time-based analysis "
     "(iteration times in seconds, time spans) needs them; enable NCCL_DEBUG_TIMESTAMP_LEVELS=INFO "
@@ -131,8 +154,11 @@ class _JoinState:
     _key_texts: pl.Series = field(default_factory=lambda: pl.Series(dtype=pl.String))
     comms_seen: pl.DataFrame | None = None
     """Init records already written to ``comms`` (START and COMPLETE repeat them)."""
+    networks: dict[tuple[str, int], dict[str, str]] = field(default_factory=dict)
+    """``net`` and ``nics`` of each (host, pid) from its NET lines (:data:`NET_PATTERN`)."""
     versions: list[str] = field(default_factory=list)
     coll_rows: int = 0
+    init_rows: int = 0
     timed_rows: int = 0
     unranked_rows: int = 0
     unknown_dtypes: int = 0
@@ -156,16 +182,18 @@ class _JoinState:
 class NcclDebugReader(Reader):
     format = "nccl-debug"
     options = ("tz",)
-    version = "2"
+    version = "3"
     """2: a leading byte-order mark is not part of the first host name; Init numbers too large
-    for their column are quarantined instead of failing the file."""
+    for their column are quarantined instead of failing the file. 3: NCCL 2.4 Init lines (no
+    busId) are read, and comms carry the process's network and NICs."""
     tables = ("collectives", "comms")
     priority = 20
-    description = "NCCL_DEBUG=INFO log with COLL and INIT lines (NCCL 2.14-2.30, any prefix)"
+    description = ("NCCL_DEBUG=INFO log: COLL, Init and NET lines (NCCL 2.4-2.30, any prefix; "
+                   "Init and NET lines alone give the comms)")
 
     def sniff(self, source: Source) -> bool:
         text = source.head_text
-        return INFO_MARK in text and (": opCount " in text or "- Init " in text)
+        return INFO_MARK in text and INFO_LINE.search(text) is not None
 
     def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
         """Chunks of one line batch each, parsed while the caller writes the previous one;
@@ -259,7 +287,10 @@ def _notes(state: _JoinState, time_zone: str) -> list[str]:
     notes = []
     if state.versions:
         notes.append("NCCL " + ", ".join(state.versions))
-    if state.coll_rows and state.timed_rows == 0:
+    if state.coll_rows == 0:
+        if state.init_rows or state.networks:
+            notes.append(NO_COLL_NOTE)
+    elif state.timed_rows == 0:
         notes.append(NO_TIMESTAMP_NOTE)
     elif state.timed_rows < state.coll_rows:
         notes.append(f"{state.coll_rows - state.timed_rows:,} of {state.coll_rows:,} calls have "
@@ -288,6 +319,7 @@ def _parse_batch(source: Source, lines: pl.DataFrame, scanned: pl.DataFrame,
     Init text on it may be cut short)."""
     records = _split_spliced(lines)
     _collect_versions(records, state)
+    _collect_networks(records, state)
     candidates = _candidates(records)
     if candidates.height == 0:  # the scan read every call; the rest is other subsystems' lines
         return Chunk(
@@ -423,6 +455,39 @@ def _collect_versions(records: pl.DataFrame, state: _JoinState) -> None:
             state.versions.append(version)
 
 
+def _collect_networks(records: pl.DataFrame, state: _JoinState) -> None:
+    """Remember each process's NICs and network (:data:`NET_PATTERN`) for its comms. A socket
+    device is named without its address (``eth0:10.0.0.1<0>`` -> ``eth0``)."""
+    lines = records.filter(pl.col("line").str.contains(NET_LINE))
+    if lines.height == 0:
+        return
+    parts = lines.select(pl.col("line").str.splitn(INFO_MARK, 2).struct.field("field_0")
+                         .alias("head"), pl.col("line").str.extract_groups(NET_PATTERN)
+                         .alias("_n")).unnest("_n")
+    found = parts.select(
+        _envelope(pl.col("head")).struct.field("host", "pid"),
+        pl.col("net"),
+        pl.col("nics").str.extract_all(r"\[\d+\][^\s\[\];]+").list.eval(
+            pl.element().str.replace(r"^\[\d+\]", "").str.replace(r"^([^:]+):.*<\d+>$", "${1}"))
+        .list.join(",").alias("nics"),
+    ).filter(pl.col("pid").is_not_null())
+    for host, pid, net, nics in found.iter_rows():
+        known = state.networks.setdefault((host, pid), {})
+        known.update({k: v for k, v in (("net", net), ("nics", nics)) if v})
+
+
+def _with_networks(comms: pl.DataFrame, state: _JoinState) -> pl.DataFrame:
+    """``comms`` with the ``net`` and ``nics`` their processes' NET lines named so far."""
+    if not state.networks:
+        return comms
+    known = pl.DataFrame(
+        [(host, pid, found.get("net"), found.get("nics"))
+         for (host, pid), found in state.networks.items()],
+        schema={"host": pl.String, "pid": pl.Int64, "net": pl.String, "nics": pl.String},
+        orient="row")
+    return comms.join(known, on=["host", "pid"], how="left", maintain_order="left")
+
+
 def _envelope(head: pl.Expr) -> pl.Expr:
     """``[prefix]host:pid:tid [dev]`` at the end of the text before `` NCCL INFO `` as a struct
     of envelope, host, pid and cuda_dev (pid null when the text ends in no envelope). The regex
@@ -554,16 +619,17 @@ def _new_comms(inits: pl.DataFrame, state: _JoinState) -> tuple[pl.DataFrame, in
     """``comms`` rows for Init records not written before (START and COMPLETE print the same
     membership); returns them and how many records were repeats."""
     identity = ["host", "pid", "comm", "comm_rank", "nranks", "comm_id", "parent_comm"]
+    state.init_rows += inits.height
     fresh = inits.unique(identity, keep="first", maintain_order=True)
     if state.comms_seen is not None:
         fresh = fresh.join(state.comms_seen, on=identity, how="anti", nulls_equal=True)
     seen = fresh.select(identity)
     state.comms_seen = seen if state.comms_seen is None else pl.concat([state.comms_seen, seen])
-    comms = _global_rank(fresh.with_columns(state.ids(fresh["host"]).alias("host_id")),
-                         state).select(
+    comms = _with_networks(_global_rank(
+        fresh.with_columns(state.ids(fresh["host"]).alias("host_id")), state).select(
         pl.lit(None, dtype=pl.String).alias("job"), "comm", "comm_id", "rank", "comm_rank",
         "nranks", "host", "pid", "cuda_dev", "nvml_dev", "bus_id", "t_init_ns", "parent_comm",
-        "split_color")
+        "split_color"), state)
     return schema.conform("comms", comms), inits.height - fresh.height
 
 

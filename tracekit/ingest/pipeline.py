@@ -30,10 +30,10 @@ import numpy as np
 import polars as pl
 
 from tracekit.core import schema
-from tracekit.core.dataset import Dataset, dataset_writer, source_record_key
+from tracekit.core.dataset import MANIFEST, Dataset, dataset_writer, source_record_key
 from tracekit.core.errors import InputError, TracekitError
 from tracekit.core.parallel import Executor, LocalExecutor, Outcome, Report
-from tracekit.ingest import registry
+from tracekit.ingest import jobs, registry
 from tracekit.ingest.base import (
     Chunk,
     Reader,
@@ -87,9 +87,15 @@ class SourceSummary:
     t_min_ns: int | None = None
     t_max_ns: int | None = None
     status: str = "ingested"
-    """ingested, unchanged (already in the dataset) or failed."""
+    """ingested, unchanged (already in the dataset), failed, or other job (a source of
+    another job of the dump than the one ``--job`` picked: not kept)."""
     error: str | None = None
     notes: list[str] = field(default_factory=list)
+    record_key: str | None = None
+    """Its manifest record's key, when it has one."""
+    job_keys: list[str] = field(default_factory=list)
+    """The commIds it names (:class:`~tracekit.ingest.jobs.CommEvidence`): what ties it to
+    the other sources of its job."""
 
     @property
     def total_rows(self) -> int:
@@ -122,6 +128,9 @@ def ingest(
     (default: a local loop) runs the files; the dataset is the same whichever runs them.
     Options named like a field of :class:`~tracekit.ingest.limits.Limits` raise that limit.
     One ingest writes a dataset at a time (:func:`~tracekit.core.dataset.dataset_writer`).
+    A dump of several jobs (:func:`~tracekit.ingest.jobs.find_jobs`) is refused, naming them,
+    unless ``job`` names one: then only its sources (and those of no job in particular) are
+    kept, and ``job`` is the dataset's job id as always.
     """
     options = dict(options or {})
     limits = Limits.from_options(options)
@@ -131,7 +140,40 @@ def ingest(
     with dataset_writer(output, job) as dataset:
         summaries = _ingest_files(dataset, files, format, options, limits, progress,
                                   executor or LocalExecutor())
+        _keep_one_job(dataset, summaries, job, paths)
     return IngestSummary(output, summaries)
+
+
+def _keep_one_job(dataset: Dataset, summaries: list[SourceSummary], job: str | None,
+                  paths: list[Path]) -> None:
+    """Leave only one job's sources in the dataset: the one ``job`` names when the dump holds
+    several, all of them when it holds one. Several jobs and no pick drop the records of every
+    source that belongs to one of them, earlier ingests' included, and raise."""
+    read = [s for s in summaries if s.status != "failed"]
+    found, _ = jobs.find_jobs([s.path for s in read], {s.path: s.job_keys for s in read})
+    if len(found) < 2:
+        return
+    picked = next((j for j in found if j.name == job), None)
+    others = {path: j.name for j in found if j is not picked for path in j.sources}
+    for summary in read:
+        if summary.path in others:  # it contributes nothing
+            summary.status, summary.rows, summary.skipped, summary.quarantined = (
+                "other job", {}, 0, 0)
+            summary.t_min_ns = summary.t_max_ns = None
+            if picked is not None:
+                summary.notes = [f"left out: a source of job {others[summary.path]}, not {job}"]
+    kept = {s.record_key for s in read if s.path not in others}
+    dataset.drop_sources({s.record_key for s in read if s.path in others} - kept - {None})
+    dataset.save_manifest()
+    if picked is None and not dataset.manifest["sources"]:
+        # nothing is kept: no dataset either, so that ``--job`` may name it next time (its
+        # unlisted files are invisible, and removed by the next writer of the folder)
+        (dataset.path / MANIFEST).unlink()
+    if picked is None:
+        where = ", ".join(str(p) for p in paths)
+        which = f"--job {job} is none of them; " if job else ""
+        raise InputError(f"{len(found)} jobs in one dump: {jobs.describe(found)}; {which}ingest "
+                         "one with --job NAME (or each into its own dataset)", where)
 
 
 def _ingest_files(dataset: Dataset, files: list[Path], format: str | None,
@@ -264,11 +306,14 @@ def _ingest_source(
             summary.status = "unchanged"
             summary.rows = dict(known["rows"])
             summary.skipped, summary.quarantined = known["skipped"], known["quarantined"]
+            summary.record_key = source_record_key(known)
+            summary.job_keys = list(known.get("job_keys", ()))
             if report:
                 report(source=source.name, bytes=source.size, rows=0)
             return summary, None
         source.hash_while_reading = True
         parts = _read_into(dataset, source, reader, options, summary, report)
+        summary.record_key = reader.source_key(source)
     except TracekitError as error:
         summary.status, summary.error = "failed", str(error)
         return summary, None
@@ -289,6 +334,7 @@ def _ingest_source(
         "skipped": summary.skipped,
         "quarantined": summary.quarantined,
         "notes": summary.notes,
+        "job_keys": summary.job_keys,
         "parts": parts,
     }
 
@@ -315,12 +361,15 @@ def _read_into(
     source.names = (pl.Categorical(pl.Categories.random()) if source.size >= CODED_MIN_BYTES
                     else pl.String())
     writer = _PartWriter(dataset, source.names)
+    evidence = jobs.CommEvidence()
     try:
         for chunk in quarantine_overlong(reader.read(source, options), source):
             rows = 0
             for name, frame in _chunk_tables(dataset, chunk).items():
                 if frame.height == 0:
                     continue
+                if name == "comms":
+                    evidence.add(frame)
                 writer.add(name, frame)
                 summary.rows[name] = summary.rows.get(name, 0) + frame.height
                 rows += frame.height
@@ -334,6 +383,7 @@ def _read_into(
         writer.discard()
         raise
     summary.quarantined = summary.rows.pop("quarantine", 0)
+    summary.job_keys = evidence.keys()
     parts = writer.publish(reader.source_key(source)[:16])
     _set_span(summary, parts)
     return parts

@@ -8,8 +8,10 @@ a compression bomb cannot fill the disk or memory.
 
 from __future__ import annotations
 
+import lzma
 import tarfile
 import tempfile
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 
@@ -21,6 +23,10 @@ ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
 SPOOL_IN_MEMORY_BYTES = 64 * 1024**2
 """Archive members up to this size are held in memory, larger ones spill to a temporary file."""
 IGNORED_NAMES = {"manifest.json", ".DS_Store"}
+ARCHIVE_DAMAGE = (tarfile.TarError, EOFError, OSError, zlib.error, lzma.LZMAError)
+"""What reading a truncated or corrupt archive raises: tarfile's errors, ``EOFError`` from
+gzip / bz2 / xz streams cut short, ``OSError`` (a bad gzip header), zlib and lzma errors on
+damaged bytes."""
 
 
 def is_archive(path: Path | str) -> bool:
@@ -76,16 +82,26 @@ def _file_source(path: Path) -> Source:
 def iter_archive(path: Path, limits: Limits | None = None,
                  on_refused: Refusal | None = None) -> Iterator[Source]:
     """The regular-file members of a tar archive as sources, after safety checks. Members'
-    sizes are checked against the limits before each is spooled (the tar header gives them)."""
+    sizes are checked against the limits before each is spooled (the tar header gives them).
+    A truncated or corrupt archive yields its complete members, then raises one error naming
+    the member it could not read (:func:`_damaged`); a member is yielded only once it is whole."""
     limits = limits or Limits()
     packed = path.stat().st_size
     try:
         archive = tarfile.open(path, mode="r:*")  # noqa: SIM115 (closed by the with below)
     except (tarfile.TarError, OSError) as error:
         raise InputError(f"not a readable tar archive: {error}", str(path)) from None
-    total = 0
+    total, last = 0, None
+    members = iter(archive)
     with archive:
-        for member in archive:
+        while True:
+            try:
+                member = next(members, None)
+            except ARCHIVE_DAMAGE as error:
+                raise _damaged(path, error, after=last) from None
+            if member is None:
+                _check_end(archive, path, last)
+                break
             archive.members.clear()  # read once: tarfile would keep every header (450 B each)
             name = f"{path}!{member.name}"
             try:
@@ -103,10 +119,53 @@ def iter_archive(path: Path, limits: Limits | None = None,
             if stream is None:
                 continue
             spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY_BYTES)  # noqa: SIM115
-            while block := stream.read(1 << 22):
-                spool.write(block)
+            try:
+                while block := stream.read(1 << 22):
+                    spool.write(block)
+                if spool.tell() < member.size:  # an uncompressed .tar cut inside a member
+                    raise tarfile.ReadError("unexpected end of data")
+            except ARCHIVE_DAMAGE as error:
+                spool.close()
+                raise _damaged(path, error, member=member.name) from None
+            last = member.name
             yield _spooled_source(name, member.size, spool)
             spool.close()
+
+
+def _check_end(archive: tarfile.TarFile, path: Path, last: str | None) -> None:
+    """Refuse an archive that ends inside a header or without its end-of-archive block, or
+    whose compressed stream fails its checksum: tarfile stops at the end-of-archive block
+    silently, as if the archive were complete, before the gzip / xz trailer that holds the
+    checksum. Its last read is the 512 bytes of the block after the last member: fewer mean
+    the archive was cut; reading the padding after it checks the stream."""
+    if archive.fileobj.tell() - archive.offset < tarfile.BLOCKSIZE:
+        raise _damaged(path, tarfile.ReadError("it ends inside a header, without the "
+                                               "end-of-archive block"), after=last)
+    try:
+        while archive.fileobj.read(1 << 16):
+            pass
+    except ARCHIVE_DAMAGE as error:
+        raise _damaged(path, error, after=last, checksum=True) from None
+
+
+def _damaged(path: Path, error: Exception, member: str | None = None, after: str | None = None,
+             checksum: bool = False) -> InputError:
+    """One line for an archive that ends early or holds damaged bytes: the member that could
+    not be read, or the last one read before the damage, and what was kept."""
+    reason = str(error) or type(error).__name__
+    if member:
+        return InputError(f"truncated or corrupt archive ({reason}); this member and any after "
+                          "it were not read, the complete ones before it were: copy the "
+                          "archive again", f"{path}!{member}")
+    if checksum:
+        kept = "the members were read, but one of them holds damaged bytes"
+    elif after:
+        kept = "the members up to it were read"
+    else:
+        kept = "no member could be read"
+    place = f" after member {after}" if after else ""
+    return InputError(f"truncated or corrupt archive{place} ({reason}); {kept}: copy the "
+                      "archive again", str(path))
 
 
 def _check_expansion(total: int, packed: int, limits: Limits, name: str) -> None:
