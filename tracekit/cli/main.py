@@ -29,6 +29,7 @@ from tracekit.cli.support import (
     format_ns,
     format_span,
     grouped_messages,
+    new_app,
     parse_options,
     plural,
     print_error,
@@ -41,11 +42,10 @@ from tracekit.cli.support import (
 )
 from tracekit.cli.support import command as command_on
 
-app = typer.Typer(
+app = new_app(
     name="tracekit",
     help="Find, measure and explain fail-slows in large hybrid-parallel training jobs.",
     no_args_is_help=True,
-    pretty_exceptions_enable=False,
 )
 command = functools.partial(command_on, app)
 """Register a top-level command (see :func:`tracekit.cli.support.command`)."""
