@@ -32,6 +32,7 @@ from tracekit.cli.support import (
     new_app,
     parse_options,
     plural,
+    fail,
     print_error,
     print_json,
     say,
@@ -71,10 +72,11 @@ def main(
 def info(dataset: Annotated[Path, typer.Argument(help="Dataset folder.")],
          as_json: JsonOption = False) -> None:
     """Summarise a dataset: its tables, rows, time span, ranks, hosts and sources."""
-    from tracekit.core.dataset import open_dataset
+    from tracekit.core.dataset import open_dataset, stale_stages
     from tracekit.core.identity import rank_gpus
 
     opened = open_dataset(dataset)
+    stale = stale_stages(opened)
     manifest = opened.manifest
     sources = manifest["sources"]
     quarantined = sum(s["quarantined"] for s in sources)
@@ -84,7 +86,7 @@ def info(dataset: Annotated[Path, typer.Argument(help="Dataset folder.")],
         print_json({"dataset": str(dataset), "job": opened.job, "tables": manifest["tables"],
                     "sources": len(sources), "quarantined_lines": quarantined,
                     "skipped_lines": skipped, "tracekit_version": manifest.get("tracekit_version"),
-                    "ranks": ranks.to_dicts()})
+                    "ranks": ranks.to_dicts(), "stale": stale})
         return
     show_table(f"dataset {dataset} — job {opened.job}",
                ("table", "rows", "time span", "ranks", "hosts"),
@@ -96,6 +98,8 @@ def info(dataset: Annotated[Path, typer.Argument(help="Dataset folder.")],
     say(f"{plural(len(sources), 'source')}, {plural(quarantined, 'quarantined line')}, "
         f"{plural(skipped, 'skipped line')}; tracekit {manifest.get('tracekit_version')}"
         + (" (`tracekit quarantine` lists them)" if quarantined else ""))
+    for stage, why in stale.items():
+        say(f"[yellow]stale:[/] {stage}: {why}")
     _print_rank_gpus(ranks)
 
 
@@ -151,16 +155,25 @@ ClusterOption = Annotated[str | None, typer.Option(
     "(a running scheduler); see docs/scale-out.md.")]
 
 
+AllDetectorsOption = Annotated[bool, typer.Option(
+    "--all-detectors", help="Also show each detector's episodes, to compare them with the "
+    "verdict's.")]
+
+FormatOption = Annotated[str | None, typer.Option(
+    "--format", help="Force a format instead of sniffing; see `tracekit formats`.")]
+
+ReaderOptions = Annotated[list[str] | None, typer.Option(
+    "--option", help="Reader option KEY=VALUE (repeatable).")]
+
+
 @command()
 def ingest(
     sources: Annotated[list[Path], typer.Argument(help="Files, folders or .tar(.gz) archives.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Dataset folder to write.")],
     job: Annotated[str | None, typer.Option(help="Job id (default: the dataset folder name).")]
     = None,
-    format: Annotated[str | None, typer.Option("--format", help="Force a format instead of "
-                                               "sniffing; see `tracekit formats`.")] = None,
-    option: Annotated[list[str] | None, typer.Option("--option", help="Reader option KEY=VALUE "
-                                                     "(repeatable).")] = None,
+    format: FormatOption = None,
+    option: ReaderOptions = None,
     cluster: ClusterOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -226,12 +239,7 @@ def _print_ingest(summary, forced: str | None, as_json: bool) -> None:
                     "sources": [dataclasses.asdict(s) for s in summary.sources]})
     else:
         _print_ingest_table(summary)
-    for message, count, paths in grouped_messages((s.path, note) for s in summary.sources
-                                                  for note in s.notes):
-        errors.print(f"[yellow]note:[/] {_grouped(message, count, paths)}", highlight=False,
-                     soft_wrap=True)
-    for message, count, paths in grouped_messages((s.path, s.error) for s in summary.failed):
-        print_error(_grouped(message, count, paths))
+    _print_source_messages(summary)
     if not read:
         found = (f"none of its {plural(len(summary.sources), 'source')} held rows"
                  if summary.sources else "no files under the given paths")
@@ -244,6 +252,17 @@ def _print_ingest(summary, forced: str | None, as_json: bool) -> None:
         raise typer.Exit(2)
     if summary.failed or (forced and empty):
         raise typer.Exit(1)
+
+
+def _print_source_messages(summary) -> None:
+    """Ingest's notes and per-source errors on stderr, each distinct message once with a count
+    (``ingest`` and ``analyze`` both show them)."""
+    for message, count, paths in grouped_messages((s.path, note) for s in summary.sources
+                                                  for note in s.notes):
+        errors.print(f"[yellow]note:[/] {_grouped(message, count, paths)}", highlight=False,
+                     soft_wrap=True)
+    for message, count, paths in grouped_messages((s.path, s.error) for s in summary.failed):
+        print_error(_grouped(message, count, paths))
 
 
 def _mixed_jobs(path: Path) -> str | None:
@@ -353,7 +372,9 @@ def iterations(
     opened = open_dataset(dataset)
     with open_executor(cluster) as executor, working("reconstructing iterations"):
         result = reconstruct_dataset(opened, threshold, executor)
-    comparison = compare_dataset(opened, compare, missing_ok=compare == "framework")
+    reconstructed = result.iterations.height > 0
+    comparison = compare_dataset(opened, compare, missing_ok=compare == "framework") \
+        if reconstructed else None
     ranks = result.ranks
     if as_json:
         print_json({"job": opened.job, "periods": result.periods, "warnings": result.warnings,
@@ -383,6 +404,11 @@ def iterations(
         say(f"note: {result.baseline_note}")
     for warning in result.warnings:
         say(f"[yellow]warning:[/] {warning}")
+    if not reconstructed:
+        say(f"[yellow]no iterations reconstructed:[/] no rank of {dataset} repeats a pattern of "
+            "collective calls; `tracekit detect` uses the framework's own iteration times "
+            "instead if a Megatron or MLPerf log was ingested")
+    _say_stale(dataset)
     if comparison is None:
         return
     median, p99 = comparison.rel_error_quantile(0.5), comparison.rel_error_quantile(0.99)
@@ -438,6 +464,9 @@ def analyze(
     detector: Annotated[str | None, typer.Option(help="Detector whose episodes to show "
                                                  "(default: the job verdict, bocd+b+peers).")]
     = None,
+    format: FormatOption = None,
+    option: ReaderOptions = None,
+    all_detectors: AllDetectorsOption = False,
     cluster: ClusterOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -445,9 +474,11 @@ def analyze(
     import dataclasses
 
     from tracekit.core.parallel import open_executor
-    from tracekit.pipeline.analyze import STAGES
+    from tracekit.pipeline.analyze import STAGES, NothingIngested
     from tracekit.pipeline.analyze import analyze as run_analyze
 
+    options = parse_options(option)
+    _check_options(options, format)
     with open_executor(cluster) as executor, Progress(
             TextColumn("[bold]{task.description:<10}"), BarColumn(),
             TextColumn("{task.fields[detail]}"), console=errors) as progress:
@@ -462,12 +493,15 @@ def analyze(
                 progress.update(tasks[stage], total=1, completed=1,
                                 detail=f"{info['status']}: {info['detail']}")
 
-        result = run_analyze(dump, output, job=job, report_dir=report, detector=detector,
-                             progress=advance, executor=executor)
-    for message, count, paths in grouped_messages(
-            (failure.partition(": ")[0], failure) for failure in result.failed_sources):
-        errors.print(f"[yellow]skipped source:[/] {_grouped(message, count, paths)}",
-                     highlight=False, soft_wrap=True)
+        try:
+            result = run_analyze(dump, output, job=job, report_dir=report, detector=detector,
+                                 progress=advance, executor=executor, format=format,
+                                 options=options)
+        except NothingIngested as nothing:
+            progress.stop()
+            _print_source_messages(nothing.summary)
+            raise
+    _print_source_messages(result.ingest)
     detected = any(s.name == "detect" and s.status == "done" for s in result.stages)
     if as_json:
         print_json({"dataset": str(result.dataset), "report": result.report_html,
@@ -477,21 +511,40 @@ def analyze(
     elif not detected:
         detect_stage = next(s for s in result.stages if s.name == "detect")
         say(f"detection did not run ({detect_stage.detail}): no verdict")
-    elif result.episodes.height == 0:
-        say(f"verdict ({result.detector}): none")
     else:
-        _show_episodes(result.episodes, f"fail-slow episodes ({result.detector})")
+        if all_detectors:
+            _show_every_detector(result.dataset)
+        _show_verdict(result.episodes, result.detector)
     if not as_json:
         say(f"dataset: {result.dataset}\nreport:  {result.report_html}")
     mixed = _mixed_jobs(result.dataset)
     if mixed:
-        print_error(mixed)
-        raise typer.Exit(2)
+        fail(mixed, as_json)
     failed = [s for s in result.stages if s.status == "failed"]
     for stage in failed:
         print_error(f"stage {stage.name} failed: {stage.detail}")
     if failed or result.failed_sources:
         raise typer.Exit(1)
+
+
+def _show_verdict(episodes, name: str) -> None:
+    """The episodes of the verdict (or of the detector asked for), or one line saying none."""
+    if episodes.is_empty():
+        say(f"verdict ({name}): none")
+    else:
+        _show_episodes(episodes.sort("start_iteration"), f"fail-slow episodes ({name})")
+
+
+def _show_every_detector(dataset: Path) -> None:
+    """Each detector's episodes, one table each, for ``--all-detectors``."""
+    import polars as pl
+
+    from tracekit.core.dataset import open_dataset
+
+    episodes = open_dataset(dataset).table("episodes").collect()
+    for name in episodes["detector"].unique(maintain_order=True).to_list():
+        _show_episodes(episodes.filter(pl.col("detector") == name),
+                       f"fail-slow episodes ({name})")
 
 
 @command()
@@ -607,10 +660,13 @@ def detect(
     = None,
     param: Annotated[list[str] | None, typer.Option(
         "--param", help="Detector parameter KEY=VALUE (repeatable).")] = None,
+    all_detectors: AllDetectorsOption = False,
     cluster: ClusterOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Find change points and fail-slow episodes; writes the events and episodes tables."""
+    """Find change points and fail-slow episodes; writes the events and episodes tables.
+
+    Shows the job's verdict; --all-detectors (or --detector) shows each detector's episodes."""
     import polars as pl
 
     from tracekit.core.parallel import open_executor
@@ -628,14 +684,26 @@ def detect(
         return
     for note in found.notes:
         errors.print(f"[dim]note: {note}[/]", highlight=False, soft_wrap=True)
-    for shown in found.episodes["detector"].unique(maintain_order=True).to_list():
-        _show_episodes(found.episodes.filter(pl.col("detector") == shown),
-                       f"fail-slow episodes ({shown})")
-    say(f"{plural(found.events.height, 'change event')}, "
-        f"{plural(found.episodes.height, 'episode')} written to {dataset}")
+    ran = found.episodes["detector"].unique(maintain_order=True).to_list()
+    if all_detectors or verdict is None:
+        for shown in ran:
+            _show_episodes(found.episodes.filter(pl.col("detector") == shown),
+                           f"fail-slow episodes ({shown})")
     if verdict is not None:
-        say(f"verdict ({name}): "
-            + (plural(verdict.height, "episode") if verdict.height else "none"))
+        _show_verdict(verdict, name)
+    compared = "" if all_detectors or verdict is None else " (--all-detectors compares them)"
+    say(f"written to {dataset}: {plural(found.events.height, 'change event')} and "
+        f"{plural(found.episodes.height, 'episode')} of "
+        f"{'every detector' if detector is None else ', '.join(detector)}{compared}")
+    _say_stale(dataset)
+
+
+def _say_stale(dataset: Path) -> None:
+    """One line per later stage this run left out of date (its results no longer match)."""
+    from tracekit.core.dataset import open_dataset, stale_stages
+
+    for stage, why in stale_stages(open_dataset(dataset)).items():
+        errors.print(f"[yellow]stale:[/] {stage}: {why}", highlight=False, soft_wrap=True)
 
 
 @command()
@@ -674,22 +742,31 @@ app.add_typer(validate_app, name="validate")
 def attribute(
     dataset: Annotated[Path, typer.Argument(help="Dataset folder with episodes (tracekit detect) "
                                             "or op traces.")],
+    all_detectors: AllDetectorsOption = False,
     cluster: ClusterOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Name each episode's culprit (rank, GPU, host, link) and cause, with the evidence."""
+    """Name each episode's culprit (rank, GPU, host, link) and cause, with the evidence.
+
+    Shows the verdict's episodes; --all-detectors shows every detector's."""
     import dataclasses
+
+    import polars as pl
 
     from tracekit.attribute import attribute_dataset
     from tracekit.core.parallel import open_executor
+    from tracekit.detect.verdict import VERDICT_DETECTOR, with_verdict
 
     with open_executor(cluster) as executor, working("attributing episodes"):
         result = attribute_dataset(dataset, executor)
+    episodes = with_verdict(result.episodes)
+    verdict = episodes.filter(pl.col("detector") == VERDICT_DETECTOR)
     if as_json:
-        print_json({"episodes": result.episodes.to_dicts(), "stages": None if result.stages
-                    is None else dataclasses.asdict(result.stages)})
+        print_json({"episodes": result.episodes.to_dicts(), "verdict": verdict.to_dicts(),
+                    "stages": None if result.stages is None
+                    else dataclasses.asdict(result.stages)})
         return
-    for row in result.episodes.iter_rows(named=True):
+    for row in (episodes if all_detectors else verdict).iter_rows(named=True):
         say(f"[bold]{row['detector']} episode {row['episode']}[/]: {row['kind']}, "
             f"{row['cause']}, {row['target'] or 'no culprit'} (confidence "
             f"{row['confidence']:.2f}, JCT +{row['jct_slowdown'] or 0:.1%})\n  "
@@ -701,5 +778,9 @@ def attribute(
         from tracekit.core.dataset import open_dataset
 
         detected = "detect" in open_dataset(dataset).manifest.get("build", {})
-        say("no episodes to attribute: " + ("detection found no fail-slow" if detected else
-                                            "run `tracekit detect` first"))
+        say("no episodes to attribute: " + (
+            "detection found no fail-slow" if detected else
+            f"detection has not run; run `tracekit detect {dataset}`, then this again"))
+    elif verdict.is_empty() and not all_detectors and not result.episodes.is_empty():
+        say(f"verdict ({VERDICT_DETECTOR}): none; {plural(result.episodes.height, 'episode')} "
+            "of other detectors attributed (--all-detectors shows them)")

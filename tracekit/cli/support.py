@@ -227,8 +227,16 @@ JsonOption = Annotated[bool, typer.Option(
 
 def print_json(document: Any) -> None:
     """One JSON document on plain stdout: rich would wrap it at the terminal width (80 columns
-    in a pipe), which breaks the document."""
-    print(json.dumps(document, default=str))
+    in a pipe), which breaks the document. A table inside it (a polars frame) is a list of
+    rows, not its printed form."""
+    print(json.dumps(document, default=_json_value))
+
+
+def _json_value(value: Any) -> Any:
+    """What ``json`` cannot encode itself: tables as rows, anything else (paths, times) as
+    its text."""
+    to_dicts = getattr(value, "to_dicts", None)
+    return to_dicts() if callable(to_dicts) else str(value)
 
 
 UNBOUNDED_WIDTH = 100_000
