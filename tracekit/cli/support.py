@@ -22,7 +22,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
-
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from tracekit.core.errors import TracekitError

@@ -164,7 +164,8 @@ def analyze(
         else:
             value = function(dataset, executor=executor)
             dataset = create_dataset(output)
-            _finish(result, notify, stage, started, "done", _describe(stage, value, dataset, detector))
+            _finish(result, notify, stage, started, "done",
+                    _describe(stage, value, dataset, detector))
 
     started = time.perf_counter()
     notify("report", "start")
