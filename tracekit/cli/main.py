@@ -479,6 +479,7 @@ def analyze(
 
     options = parse_options(option)
     _check_options(options, format)
+    nothing = None
     with open_executor(cluster) as executor, Progress(
             TextColumn("[bold]{task.description:<10}"), BarColumn(),
             TextColumn("{task.fields[detail]}"), console=errors) as progress:
@@ -497,10 +498,12 @@ def analyze(
             result = run_analyze(dump, output, job=job, report_dir=report, detector=detector,
                                  progress=advance, executor=executor, format=format,
                                  options=options)
-        except NothingIngested as nothing:
-            progress.stop()
-            _print_source_messages(nothing.summary)
-            raise
+        except NothingIngested as error:
+            progress.live.transient = True  # no stages left "waiting" above the error
+            nothing = error
+    if nothing is not None:
+        _print_source_messages(nothing.summary)
+        raise nothing
     _print_source_messages(result.ingest)
     detected = any(s.name == "detect" and s.status == "done" for s in result.stages)
     if as_json:
@@ -510,7 +513,8 @@ def analyze(
                     "episodes": result.episodes.to_dicts() if detected else None})
     elif not detected:
         detect_stage = next(s for s in result.stages if s.name == "detect")
-        say(f"detection did not run ({detect_stage.detail}): no verdict")
+        say(f"no verdict: detection did not run ({detect_stage.detail}); "
+            f"`tracekit info {result.dataset}` shows what was ingested")
     else:
         if all_detectors:
             _show_every_detector(result.dataset)

@@ -439,8 +439,8 @@ def stale_stages(dataset: Dataset) -> dict[str, str]:
     """Each stage whose results are out of date (an earlier stage ran again after it), with
     why and the command that brings it up to date; empty when every result is current."""
     build = dataset.manifest.get("build", {})
-    return {stage: f"{build[stage]['stale']}; run `tracekit {stage} {dataset.path}` (or "
-                   "`tracekit analyze` again) to bring it up to date"
+    return {stage: f"{build[stage]['stale']}; bring it up to date with `tracekit {stage} "
+                   f"{dataset.path}` or a new `tracekit analyze`"
             for stage in ANALYSIS_STAGES if "stale" in build.get(stage, {})}
 
 

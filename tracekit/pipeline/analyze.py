@@ -73,9 +73,11 @@ class NothingIngested(InputError):
     log without timestamps says which NCCL variable to set)."""
 
     def __init__(self, summary: IngestSummary, dump: Path):
-        sources = summary.sources
-        found = (f"none of its {len(sources)} source(s) held rows" if sources
-                 else "no files under it")
+        sources, failed = len(summary.sources), len(summary.failed)
+        found = ", ".join(part for part in (f"{failed} unreadable" if failed else "",
+                                            f"{sources - failed} without rows"
+                                            if sources > failed else "") if part)
+        found = f"{sources} source(s): {found}" if sources else "no files under it"
         super().__init__(f"nothing was ingested ({found}); `tracekit formats` lists the logs "
                          "tracekit reads, --format forces one", str(dump))
         self.summary = summary
