@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -430,3 +431,42 @@ def test_every_help_fits_80_columns_with_every_word_whole(verb):
     for param in command.params:
         for word in (param.help or "").split():
             assert word in words, f"{' '.join(verb)}: {word!r} of {param.name} is cut"
+
+
+def test_eval_with_nothing_detected_scores_the_verdict_as_missing_and_warns(tmp_path):
+    """Two labeled datasets without episodes: the verdict's row says both fail-slows were
+    missed (recall 0), and a warning says why the other detectors have no row."""
+    import polars as pl
+
+    from tracekit import create_dataset
+    from tracekit.core import schema
+    from tracekit.detect.verdict import VERDICT_DETECTOR
+
+    for job in ("a", "b"):
+        dataset = create_dataset(tmp_path / "corpus" / job, job=job)
+        dataset.write_table("labels", schema.conform("labels", pl.DataFrame({
+            "job": job, "episode": [1], "fail_slow": [True], "kind": ["compute"],
+            "cause": ["gpu-thermal"], "target": ["rank:0"], "t_start_ns": [T0_NS],
+            "t_end_ns": [T0_NS + 10**9]}, schema_overrides={"episode": pl.Int32})))
+        dataset.save_manifest()
+    result = runner.invoke(app, ["eval", str(tmp_path / "corpus"), "--work",
+                                 str(tmp_path / "work"), "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["job_level"]
+    assert [(r["detector"], r["category"], r["accuracy"], r["FNR"]) for r in rows] == [
+        (VERDICT_DETECTOR, "unknown", "0.0 (0/2)", "100.0 (2/2)"),
+        (VERDICT_DETECTOR, "all", "0.0 (0/2)", "100.0 (2/2)")]
+    assert "no detector found an episode in any of the 2 jobs of" in " ".join(
+        result.stderr.split())
+
+
+def test_a_healthy_job_is_labeled_with_an_empty_list(tmp_path):
+    (tmp_path / "dump").mkdir()
+    write_dump(tmp_path / "dump" / "ranks")
+    (tmp_path / "dump" / "labels.json").write_text("[]\n")
+    result = runner.invoke(app, ["ingest", str(tmp_path / "dump"), "-o", str(tmp_path / "ds"),
+                                 "--json"])
+    assert result.exit_code == 0, result.output
+    formats = {Path(s["path"]).name: (s["format"], s["status"])
+               for s in json.loads(result.stdout)["sources"]}
+    assert formats["labels.json"] == ("labels-json", "ingested")

@@ -620,9 +620,18 @@ def eval_command(
         raise InputError("no such corpus folder", str(corpus))
     work = work or Path("build") / "corpus" / corpus.name
     expected = read_baseline(baseline) if baseline else None
+    # the verdict always has rows: a corpus where nothing was detected scores it as missing
+    # every labeled fail-slow instead of printing empty tables
+    scored = [VERDICT_DETECTOR, *(expected["metrics"]["job"] if expected else [])]
     with working(f"analysing and scoring the jobs of {corpus}"):
-        _, result = evaluate_corpus(corpus, work, include_detectors=list(
-            expected["metrics"]["job"]) if expected else None, attribute=attribute)
+        loaded, result = evaluate_corpus(corpus, work, include_detectors=scored,
+                                         attribute=attribute)
+    if loaded.episodes.is_empty():
+        errors.print(f"[yellow]warning:[/] no detector found an episode in any of the "
+                     f"{plural(loaded.jobs.height, 'job')} of {corpus}: every labeled "
+                     "fail-slow counts as missed (`tracekit info` on a job's dataset under "
+                     f"{work} shows whether it has iterations to detect on)",
+                     highlight=False, soft_wrap=True)
     job_level = job_level_table(result.job_table, result.episode_table)
     episode_level = episode_accuracy_table(result.episode_table)
     by_cause = cause_accuracy_table(result.cause_table, VERDICT_DETECTOR)

@@ -247,7 +247,7 @@ def show_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[str]]
     """A table where it fits the terminal; otherwise (a narrow terminal, a pipe, a CI log) one
     line per row, ``first: column value, column value, ...``, that the terminal may wrap but
     never cuts: no name or figure is lost."""
-    rows = [["-" if value is None else str(value) for value in row] for row in rows]
+    rows = [["-" if value is None or value == "" else str(value) for value in row] for row in rows]
     table = Table(title=title)
     for column in columns:
         table.add_column(column, justify="right" if column in set(right) else "left")
