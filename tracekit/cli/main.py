@@ -596,10 +596,16 @@ def eval_command(
         "--update-baseline", help="Write the measured metrics as the new baseline file.")] = None,
     attribute: Annotated[bool, typer.Option(help="Attribute episodes (culprit and cause "
                                             "accuracy).")] = True,
+    all_detectors: AllDetectorsOption = False,
     as_json: JsonOption = False,
 ) -> None:
     """Accuracy, FPR, FNR, culprit and cause accuracy per category and detector; episode
-    precision, recall, delay."""
+    precision, recall, delay.
+
+    Shows the verdict's rows; --all-detectors (and --json) every detector's. The label format:
+    docs/labels.md."""
+    import polars as pl
+
     from tracekit.core.errors import InputError
     from tracekit.detect.verdict import VERDICT_DETECTOR
     from tracekit.evaluate.scoring import (
@@ -644,8 +650,9 @@ def eval_command(
                     "by_cause": by_cause.to_dicts(), "metrics": result.metrics(),
                     "improvements": better, "regressions": worse})
     else:
-        _show_frame(job_level, "job level")
-        _show_frame(episode_level, "episode level")
+        shown = pl.lit(True) if all_detectors else pl.col("detector") == VERDICT_DETECTOR
+        _show_frame(job_level.filter(shown), "job level")
+        _show_frame(episode_level.filter(shown), "episode level")
         _show_frame(by_cause, f"by labeled cause ({VERDICT_DETECTOR})")
         if update_baseline:
             say(f"baseline written: {update_baseline}")
