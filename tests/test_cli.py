@@ -109,9 +109,10 @@ def test_narrow_output_keeps_every_figure(dataset):
 
     result = runner.invoke(app, ["formats"], env={"COLUMNS": "80"})
     assert "…" not in result.stdout
-    for reader in readers():
-        assert f"  {reader.format}: tables {', '.join(reader.tables)}, description " \
+    for reader in readers():  # a format that feeds no table says "-", not "tables , "
+        assert f"  {reader.format}: tables {' + '.join(reader.tables) or '-'}, description " \
                f"{reader.description}" in result.stdout
+    assert "tables , " not in result.stdout
 
 
 def test_missing_path_is_one_line_and_status_2(tmp_path):
@@ -470,3 +471,4 @@ def test_a_healthy_job_is_labeled_with_an_empty_list(tmp_path):
     formats = {Path(s["path"]).name: (s["format"], s["status"])
                for s in json.loads(result.stdout)["sources"]}
     assert formats["labels.json"] == ("labels-json", "ingested")
+

@@ -346,7 +346,7 @@ def formats(as_json: JsonOption = False) -> None:
         print_json(found)
         return
     show_table("input formats", ("format", "tables", "description"),
-               ([f["format"], ", ".join(f["tables"]), f["description"]] for f in found))
+               ([f["format"], " + ".join(f["tables"]), f["description"]] for f in found))
 
 
 @command()

@@ -48,10 +48,9 @@ TEMPORARY_PREFIX = ".tmp-"
 """Hidden names of :func:`atomic_path`'s temporaries: under the writer lock, any left are a
 dead run's and are removed."""
 PARQUET_ZSTD_LEVEL = 1
-"""Parts are zstd-compressed at level 1: on hook CSV rows split by rank it made the same file
-sizes as the default level 3 with 2-4% less CPU; lz4 and snappy saved 6-7% of the write CPU
-for 1.4x and 4x larger files (most of the write is encoding, not compression;
-docs/ingest-performance.md)."""
+"""Parts are zstd-compressed at level 1: as small as the default level on collective rows, for
+less CPU; lz4 and snappy save a little CPU for much larger files (most of the write is
+encoding, not compression; docs/ingest-performance.md)."""
 
 
 def _now() -> str:

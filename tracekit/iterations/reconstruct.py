@@ -190,8 +190,7 @@ def _reconstruct_batch(
 ) -> list[tuple[pl.DataFrame, RankSummary]]:
     """One batch of ranks (each rank's calls as a lazy scan): a partition of the work, run in
     this process or on a Dask worker. The ranks are read one at a time, so a worker holds one
-    rank's calls (collecting 16 ranks at once took 3.6x their size: 870 MiB at 4,000
-    iterations)."""
+    rank's calls, not the batch's (collecting a batch at once holds several times its size)."""
     batch, scans = partition
     done = []
     for rank, scan in zip(batch, scans, strict=True):
@@ -230,9 +229,9 @@ class _RankCalls:
 def _calls(frame: pl.LazyFrame) -> _RankCalls:
     """The calls of one rank in issue order, each with its symbol code.
 
-    A symbol is found by the hash of its fields and coded from the few distinct symbols: a
-    dense rank over every call's fields cost 0.1 CPU-s of a rank's 540k calls, the hash 0.01
-    (a 64-bit hash collision among a rank's few dozen symbols is not a practical concern)."""
+    A symbol is found by the hash of its fields and coded from the few distinct symbols, a
+    tenth of the cost of a dense rank over every call's fields (a 64-bit hash collision among a
+    rank's few dozen symbols is not a practical concern)."""
     calls = frame.select(
         "job", "op", "nranks", "bytes", "peer", "pid", "t_start_ns",
         pl.coalesce("t_end_ns", "t_start_ns").alias("_mark_ns"),
@@ -566,9 +565,9 @@ def _boundary_points(rows: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
     ``ns``, ``index``: the iteration a point starts, ``point``: its number in time order),
     and the point each start and end is (``rows.height`` starts, then as many ends).
 
-    A stable sort and a look at the previous point dedupe them (a hash unique over 1.3M
-    points cost 4x as much); each start and end remembers its point, so the rows get their
-    boundaries back without a join."""
+    A stable sort and a look at the previous point dedupe them (cheaper than a hash unique);
+    each start and end remembers its point, so the rows get their boundaries back without a
+    join."""
     starts = rows.select("rank", pl.col("t_start_ns").alias("ns"), pl.col("iteration")
                          .alias("index"))
     ends = rows.select("rank", pl.col("t_end_ns").alias("ns"), (pl.col("iteration") + 1)
