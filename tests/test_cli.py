@@ -345,6 +345,14 @@ def test_a_detect_after_attribute_marks_it_stale_until_it_runs_again(detected):
     assert stale in runner.invoke(app, ["info", str(path)], terminal_width=300).stdout
     assert json.loads(runner.invoke(app, ["info", str(path), "--json"]).stdout)["stale"] == {
         "attribute": stale.removeprefix("stale: attribute: ")}
+    from tracekit import open_dataset
+    from tracekit.report.job import job_report
+
+    report = job_report(open_dataset(path))
+    paragraphs = [text for section in report.sections for text in section.paragraphs]
+    assert f"Out of date: attribute ({stale.removeprefix('stale: attribute: ')})." in paragraphs
+    assert all("(not attributed: the attribution is out of date, see the summary)" in text
+               for text in paragraphs if text.startswith("The job ran"))
     runner.invoke(app, ["attribute", str(path)])
     assert "stale" not in runner.invoke(app, ["info", str(path)], terminal_width=300).stdout
 
