@@ -351,8 +351,10 @@ def test_a_detect_after_attribute_marks_it_stale_until_it_runs_again(detected):
     report = job_report(open_dataset(path))
     paragraphs = [text for section in report.sections for text in section.paragraphs]
     assert f"Out of date: attribute ({stale.removeprefix('stale: attribute: ')})." in paragraphs
-    assert all("(not attributed: the attribution is out of date, see the summary)" in text
-               for text in paragraphs if text.startswith("The job ran"))
+    sentences = [text for text in paragraphs if text.startswith("The job ran")]
+    assert len(sentences) == 2 and all(
+        "(not attributed: the attribution is out of date, see the summary)" in text
+        for text in sentences)
     runner.invoke(app, ["attribute", str(path)])
     assert "stale" not in runner.invoke(app, ["info", str(path)], terminal_width=300).stdout
 
