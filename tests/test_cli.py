@@ -409,6 +409,11 @@ def test_analyze_shows_ingest_notes_and_takes_format_and_options(tmp_path):
     assert "enable NCCL_DEBUG_TIMESTAMP_LEVELS=INFO" in result.stderr
     assert (f"no verdict: detection did not run (no iterations to detect on); `tracekit info "
             f"{tmp_path / 'o'}` shows what was ingested") in result.stdout
+    as_json = runner.invoke(app, ["analyze", str(tmp_path / "nccl.log"), "-o",
+                                  str(tmp_path / "o2"), "--json"])
+    notes = json.loads(as_json.stdout)["notes"]
+    assert [n["source"] for n in notes] == [str(tmp_path / "nccl.log")] * len(notes)
+    assert any("NCCL_DEBUG_TIMESTAMP_LEVELS" in n["note"] for n in notes)
     refused = runner.invoke(app, ["analyze", str(tmp_path / "nccl.log"), "-o",
                                   str(tmp_path / "o"), "--option", "nonsense=1"])
     assert refused.exit_code == 2 and "--option nonsense: no format uses it" in refused.output

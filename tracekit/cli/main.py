@@ -510,6 +510,8 @@ def analyze(
         print_json({"dataset": str(result.dataset), "report": result.report_html,
                     "stages": [dataclasses.asdict(s) for s in result.stages],
                     "failed_sources": result.failed_sources, "detector": result.detector,
+                    "notes": [{"source": s.path, "note": note} for s in result.ingest.sources
+                              for note in s.notes],
                     "episodes": result.episodes.to_dicts() if detected else None})
     elif not detected:
         detect_stage = next(s for s in result.stages if s.name == "detect")
