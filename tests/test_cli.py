@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -108,9 +109,10 @@ def test_narrow_output_keeps_every_figure(dataset):
 
     result = runner.invoke(app, ["formats"], env={"COLUMNS": "80"})
     assert "…" not in result.stdout
-    for reader in readers():
-        assert f"  {reader.format}: tables {', '.join(reader.tables)}, description " \
+    for reader in readers():  # a format that feeds no table says "-", not "tables , "
+        assert f"  {reader.format}: tables {' + '.join(reader.tables) or '-'}, description " \
                f"{reader.description}" in result.stdout
+    assert "tables , " not in result.stdout
 
 
 def test_missing_path_is_one_line_and_status_2(tmp_path):
@@ -317,3 +319,193 @@ def test_a_target_that_cannot_be_written_is_one_line_naming_it(dataset, tmp_path
     assert result.exit_code == 2
     export = tmp_path / "file" / "rep" / "export"
     assert result.stderr.strip() == f"error: {export}: Not a directory"
+
+
+@pytest.fixture
+def detected(tmp_path):
+    """A dataset of iterations slowed twice, after one ``tracekit detect``."""
+    from tests.detect.test_episodes import write_iterations
+
+    write_iterations(tmp_path / "ds")
+    result = runner.invoke(app, ["detect", str(tmp_path / "ds")], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    return tmp_path / "ds", result.stdout
+
+
+def test_detect_shows_the_verdict_and_every_detector_on_request(detected):
+    path, shown = detected
+    titles = [line for line in shown.splitlines() if line.startswith("fail-slow episodes")]
+    assert titles == ["fail-slow episodes (bocd+b+peers)"]
+    assert shown.splitlines()[-1] == (
+        f"written to {path}: 60 change events and 8 episodes of every detector "
+        "(--all-detectors compares them)")
+    result = runner.invoke(app, ["detect", str(path), "--all-detectors"], terminal_width=200)
+    titles = [line for line in result.stdout.splitlines() if line.startswith("fail-slow")]
+    assert titles == [f"fail-slow episodes ({name})" for name in
+                      ("window", "bocd", "bocd+v", "bocd+b", "bocd+b+peers")]
+
+
+def test_attribute_shows_the_verdict_and_every_detector_on_request(detected):
+    path, _ = detected
+    result = runner.invoke(app, ["attribute", str(path)], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    heads = [line.split(":")[0] for line in result.stdout.splitlines() if "episode" in line]
+    assert heads == ["bocd+b+peers episode 1", "bocd+b+peers episode 2"]
+    result = runner.invoke(app, ["attribute", str(path), "--all-detectors"], terminal_width=200)
+    heads = [line.split(" episode")[0] for line in result.stdout.splitlines()
+             if " episode " in line]
+    assert sorted(set(heads)) == ["bocd", "bocd+b", "bocd+b+peers", "bocd+v", "window"]
+
+
+def test_a_detect_after_attribute_marks_it_stale_until_it_runs_again(detected):
+    path, _ = detected
+    assert runner.invoke(app, ["attribute", str(path)]).exit_code == 0
+    again = runner.invoke(app, ["detect", str(path)], terminal_width=300)
+    stale = (f"stale: attribute: detect ran again after it; bring it up to date with "
+             f"`tracekit attribute {path}` or a new `tracekit analyze`")
+    assert again.stderr.strip().splitlines()[-1] == stale
+    assert stale in runner.invoke(app, ["info", str(path)], terminal_width=300).stdout
+    assert json.loads(runner.invoke(app, ["info", str(path), "--json"]).stdout)["stale"] == {
+        "attribute": stale.removeprefix("stale: attribute: ")}
+    from tracekit import open_dataset
+    from tracekit.report.job import job_report
+
+    report = job_report(open_dataset(path))
+    paragraphs = [text for section in report.sections for text in section.paragraphs]
+    assert f"Out of date: attribute ({stale.removeprefix('stale: attribute: ')})." in paragraphs
+    sentences = [text for text in paragraphs if text.startswith("The job ran")]
+    assert len(sentences) == 2 and all(
+        "(not attributed: the attribution is out of date, see the summary)" in text
+        for text in sentences)
+    runner.invoke(app, ["attribute", str(path)])
+    assert "stale" not in runner.invoke(app, ["info", str(path)], terminal_width=300).stdout
+
+
+def test_an_error_under_json_is_a_json_object(tmp_path):
+    result = runner.invoke(app, ["info", str(tmp_path / "nope"), "--json"])
+    assert result.exit_code == 2
+    assert json.loads(result.stdout) == {"error": f"{tmp_path / 'nope'}: no such dataset folder",
+                                         "exit_status": 2}
+
+
+def test_a_table_inside_json_is_rows_not_its_printed_form(capsys):
+    import polars as pl
+
+    from tracekit.cli.support import print_json
+
+    print_json({"per_stage": pl.DataFrame({"pp_stage": [0, 1], "ratio": [1.0, 1.5]}),
+                "path": REPO})
+    assert json.loads(capsys.readouterr().out) == {
+        "per_stage": [{"pp_stage": 0, "ratio": 1.0}, {"pp_stage": 1, "ratio": 1.5}],
+        "path": str(REPO)}
+
+
+def test_analyze_of_nothing_readable_names_each_file_and_what_to_do(tmp_path):
+    (tmp_path / "empty").mkdir()
+    result = runner.invoke(app, ["analyze", str(tmp_path / "empty"), "-o", str(tmp_path / "o")],
+                           terminal_width=400)
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: {tmp_path / 'empty'}: nothing was ingested (no files under it); "
+        "`tracekit formats` lists the logs tracekit reads, --format forces one")
+    (tmp_path / "notes.txt").write_text("hello\nworld\n")
+    result = runner.invoke(app, ["analyze", str(tmp_path / "notes.txt"), "-o",
+                                 str(tmp_path / "o2")], terminal_width=400)
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 2 and len(lines) == 2
+    assert lines[0].startswith(f"error: {tmp_path / 'notes.txt'}: cannot tell the format of "
+                               "this file; force one with --format")
+    assert lines[1].endswith("nothing was ingested (1 source(s): 1 unreadable); `tracekit "
+                             "formats` lists the logs tracekit reads, --format forces one")
+
+
+def test_analyze_shows_ingest_notes_and_takes_format_and_options(tmp_path):
+    """An NCCL log without timestamps: ingest's note (which variable to set) reaches the user,
+    and the stage that could not run says where to look next."""
+    (tmp_path / "nccl.log").write_text(
+        "gpu01:1:1 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 4 "
+        "datatype 7 op 0 root 0 comm 0xa [nranks=2] stream 0x1\n")
+    result = runner.invoke(app, ["analyze", str(tmp_path / "nccl.log"), "-o", str(tmp_path / "o"),
+                                 "--format", "nccl-debug"], terminal_width=400)
+    assert result.exit_code == 0, result.output
+    assert "enable NCCL_DEBUG_TIMESTAMP_LEVELS=INFO" in result.stderr
+    assert (f"no verdict: detection did not run (no iterations to detect on); `tracekit info "
+            f"{tmp_path / 'o'}` shows what was ingested") in result.stdout
+    as_json = runner.invoke(app, ["analyze", str(tmp_path / "nccl.log"), "-o",
+                                  str(tmp_path / "o2"), "--json"])
+    notes = json.loads(as_json.stdout)["notes"]
+    assert [n["source"] for n in notes] == [str(tmp_path / "nccl.log")] * len(notes)
+    assert any("NCCL_DEBUG_TIMESTAMP_LEVELS" in n["note"] for n in notes)
+    refused = runner.invoke(app, ["analyze", str(tmp_path / "nccl.log"), "-o",
+                                  str(tmp_path / "o"), "--option", "nonsense=1"])
+    assert refused.exit_code == 2 and "--option nonsense: no format uses it" in refused.output
+
+
+def _verbs(group=None, path=()):
+    """Every command path of the CLI, the groups included (``()``, ``("synth",)``, ...)."""
+    import typer.main
+
+    group = group or typer.main.get_command(app)
+    yield path
+    for name, verb in getattr(group, "commands", {}).items():
+        yield from _verbs(verb, (*path, name))
+
+
+@pytest.mark.parametrize("verb", list(_verbs()), ids=lambda v: " ".join(v) or "tracekit")
+def test_every_help_fits_80_columns_with_every_word_whole(verb):
+    import re
+
+    import typer.main
+
+    result = runner.invoke(app, [*verb, "--help"], terminal_width=80, env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    page = result.stdout
+    assert max(map(len, page.splitlines())) <= 80, page
+    assert not re.search(r"<(str|int|float|path|bool|list\[)|\{\w+\}|…", page), page
+    command = typer.main.get_command(app)
+    for name in verb:
+        command = command.commands[name]
+    words = " ".join(page.split())
+    for param in command.params:
+        for word in (param.help or "").split():
+            assert word in words, f"{' '.join(verb)}: {word!r} of {param.name} is cut"
+
+
+def test_eval_with_nothing_detected_scores_the_verdict_as_missing_and_warns(tmp_path):
+    """Two labeled datasets without episodes: the verdict's row says both fail-slows were
+    missed (recall 0), and a warning says why the other detectors have no row."""
+    import polars as pl
+
+    from tracekit import create_dataset
+    from tracekit.core import schema
+    from tracekit.detect.verdict import VERDICT_DETECTOR
+
+    for job in ("a", "b"):
+        dataset = create_dataset(tmp_path / "corpus" / job, job=job)
+        dataset.write_table("labels", schema.conform("labels", pl.DataFrame({
+            "job": job, "episode": [1], "fail_slow": [True], "kind": ["compute"],
+            "cause": ["gpu-thermal"], "target": ["rank:0"], "t_start_ns": [T0_NS],
+            "t_end_ns": [T0_NS + 10**9]}, schema_overrides={"episode": pl.Int32})))
+        dataset.save_manifest()
+    result = runner.invoke(app, ["eval", str(tmp_path / "corpus"), "--work",
+                                 str(tmp_path / "work"), "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["job_level"]
+    assert [(r["detector"], r["category"], r["accuracy"], r["FNR"]) for r in rows] == [
+        (VERDICT_DETECTOR, "unknown", "0.0 (0/2)", "100.0 (2/2)"),
+        (VERDICT_DETECTOR, "all", "0.0 (0/2)", "100.0 (2/2)")]
+    assert "no detector found an episode in any of the 2 jobs of" in " ".join(
+        result.stderr.split())
+
+
+def test_a_healthy_job_is_labeled_with_an_empty_list(tmp_path):
+    (tmp_path / "dump").mkdir()
+    write_dump(tmp_path / "dump" / "ranks")
+    (tmp_path / "dump" / "labels.json").write_text("[]\n")
+    result = runner.invoke(app, ["ingest", str(tmp_path / "dump"), "-o", str(tmp_path / "ds"),
+                                 "--json"])
+    assert result.exit_code == 0, result.output
+    formats = {Path(s["path"]).name: (s["format"], s["status"])
+               for s in json.loads(result.stdout)["sources"]}
+    assert formats["labels.json"] == ("labels-json", "ingested")
+

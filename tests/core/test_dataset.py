@@ -10,6 +10,7 @@ import pytest
 from tracekit import create_dataset, open_dataset
 from tracekit.core import dataset as dataset_module
 from tracekit.core import schema
+from tracekit.core.dataset import stale_stages
 from tracekit.core.errors import InputError, SchemaError
 
 
@@ -266,3 +267,22 @@ def test_damaged_part_is_one_line_naming_it(tmp_path):
     with pytest.raises(InputError, match=r"iterations/a\.[0-9a-f]{12}\.parquet: damaged "
                                          r"Parquet part \("):
         open_dataset(tmp_path / "ds").ranks("iterations")
+
+
+def test_a_stage_run_again_marks_the_later_ones_stale_until_they_run(tmp_path):
+    dataset = create_dataset(tmp_path / "ds")
+    for stage in ("iterations", "detect", "attribute"):
+        dataset.record_build(stage, {"engine": "local"})
+    assert stale_stages(dataset) == {}
+    dataset.record_build("detect", {"engine": "local"})
+    assert stale_stages(dataset) == {"attribute": (
+        f"detect ran again after it; bring it up to date with `tracekit attribute "
+        f"{dataset.path}` or a new `tracekit analyze`")}
+    dataset.record_build("iterations", {"engine": "local"})
+    assert list(stale_stages(dataset)) == ["detect", "attribute"]
+    assert stale_stages(dataset)["attribute"].startswith("detect ran again")  # the first cause
+    dataset.record_build("detect", {"engine": "local"})
+    dataset.record_build("attribute", {"engine": "local"})
+    assert stale_stages(dataset) == {}
+    dataset.record_build("ingest", {"engine": "local"})  # not an analysis stage: marks nothing
+    assert stale_stages(dataset) == {}

@@ -114,3 +114,13 @@ def test_a_positive_series_reaches_them_unchanged():
     detector = make_detector("bocd+v")
     assert series_changepoints(series[:, None], detector).tolist() == \
         make_detector("bocd+v").detect(series).tolist() == [120]
+
+
+def test_a_csv_without_a_header_starts_at_its_first_line(tmp_path):
+    """A first line of numbers is row 0, not column names (the change point stays at 40)."""
+    csv = tmp_path / "bare.csv"
+    csv.write_text("\n".join(["1.0"] * 40 + ["5.0"] * 40) + "\n")
+    values, positions = read_series(csv)
+    assert values.shape == (80, 1) and positions[0] == 0 and values[0, 0] == 1.0
+    result = runner.invoke(app, ["changepoints", str(csv), "--detector", "pelt", "--json"])
+    assert json.loads(result.output) == [40]

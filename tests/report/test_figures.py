@@ -101,3 +101,10 @@ def test_small_multiples_per_host_from_four_hosts():
     assert all(len(ax.get_lines()) == 8 for ax in shown)
     assert host_multiples(gpu.filter(pl.col("host").is_in(["h0", "h1", "h2"])), episodes,
                           T0) is None
+
+
+def test_a_legend_counts_in_words():
+    from tracekit.report.figures import _counted
+
+    assert [_counted(1, "series"), _counted(2, "series"), _counted(1, "peer rank"),
+            _counted(3, "peer rank")] == ["1 series", "2 series", "1 peer rank", "3 peer ranks"]

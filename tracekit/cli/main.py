@@ -26,9 +26,11 @@ from tracekit.cli.support import (
     JsonOption,
     console,
     errors,
+    fail,
     format_ns,
     format_span,
     grouped_messages,
+    new_app,
     parse_options,
     plural,
     print_error,
@@ -41,11 +43,10 @@ from tracekit.cli.support import (
 )
 from tracekit.cli.support import command as command_on
 
-app = typer.Typer(
+app = new_app(
     name="tracekit",
     help="Find, measure and explain fail-slows in large hybrid-parallel training jobs.",
     no_args_is_help=True,
-    pretty_exceptions_enable=False,
 )
 command = functools.partial(command_on, app)
 """Register a top-level command (see :func:`tracekit.cli.support.command`)."""
@@ -71,10 +72,11 @@ def main(
 def info(dataset: Annotated[Path, typer.Argument(help="Dataset folder.")],
          as_json: JsonOption = False) -> None:
     """Summarise a dataset: its tables, rows, time span, ranks, hosts and sources."""
-    from tracekit.core.dataset import open_dataset
+    from tracekit.core.dataset import open_dataset, stale_stages
     from tracekit.core.identity import rank_gpus
 
     opened = open_dataset(dataset)
+    stale = stale_stages(opened)
     manifest = opened.manifest
     sources = manifest["sources"]
     quarantined = sum(s["quarantined"] for s in sources)
@@ -84,7 +86,7 @@ def info(dataset: Annotated[Path, typer.Argument(help="Dataset folder.")],
         print_json({"dataset": str(dataset), "job": opened.job, "tables": manifest["tables"],
                     "sources": len(sources), "quarantined_lines": quarantined,
                     "skipped_lines": skipped, "tracekit_version": manifest.get("tracekit_version"),
-                    "ranks": ranks.to_dicts()})
+                    "ranks": ranks.to_dicts(), "stale": stale})
         return
     show_table(f"dataset {dataset} — job {opened.job}",
                ("table", "rows", "time span", "ranks", "hosts"),
@@ -96,6 +98,8 @@ def info(dataset: Annotated[Path, typer.Argument(help="Dataset folder.")],
     say(f"{plural(len(sources), 'source')}, {plural(quarantined, 'quarantined line')}, "
         f"{plural(skipped, 'skipped line')}; tracekit {manifest.get('tracekit_version')}"
         + (" (`tracekit quarantine` lists them)" if quarantined else ""))
+    for stage, why in stale.items():
+        say(f"[yellow]stale:[/] {stage}: {why}")
     _print_rank_gpus(ranks)
 
 
@@ -151,6 +155,17 @@ ClusterOption = Annotated[str | None, typer.Option(
     "(a running scheduler); see docs/scale-out.md.")]
 
 
+AllDetectorsOption = Annotated[bool, typer.Option(
+    "--all-detectors", help="Also show each detector's episodes, to compare them with the "
+    "verdict's.")]
+
+FormatOption = Annotated[str | None, typer.Option(
+    "--format", help="Force a format instead of sniffing; see `tracekit formats`.")]
+
+ReaderOptions = Annotated[list[str] | None, typer.Option(
+    "--option", help="Reader option KEY=VALUE (repeatable).")]
+
+
 @command()
 def ingest(
     sources: Annotated[list[Path], typer.Argument(help="Files, folders or .tar(.gz) archives.")],
@@ -158,10 +173,8 @@ def ingest(
     job: Annotated[str | None, typer.Option(help="Job id (default: the dataset folder name); "
                                             "picks one job of a dump that holds several.")]
     = None,
-    format: Annotated[str | None, typer.Option("--format", help="Force a format instead of "
-                                               "sniffing; see `tracekit formats`.")] = None,
-    option: Annotated[list[str] | None, typer.Option("--option", help="Reader option KEY=VALUE "
-                                                     "(repeatable).")] = None,
+    format: FormatOption = None,
+    option: ReaderOptions = None,
     cluster: ClusterOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -227,12 +240,7 @@ def _print_ingest(summary, forced: str | None, as_json: bool) -> None:
                     "sources": [dataclasses.asdict(s) for s in summary.sources]})
     else:
         _print_ingest_table(summary)
-    for message, count, paths in grouped_messages((s.path, note) for s in summary.sources
-                                                  for note in s.notes):
-        errors.print(f"[yellow]note:[/] {_grouped(message, count, paths)}", highlight=False,
-                     soft_wrap=True)
-    for message, count, paths in grouped_messages((s.path, s.error) for s in summary.failed):
-        print_error(_grouped(message, count, paths))
+    _print_source_messages(summary)
     if not read:
         found = (f"none of its {plural(len(summary.sources), 'source')} held rows"
                  if summary.sources else "no files under the given paths")
@@ -245,6 +253,17 @@ def _print_ingest(summary, forced: str | None, as_json: bool) -> None:
         raise typer.Exit(2)
     if summary.failed or (forced and empty):
         raise typer.Exit(1)
+
+
+def _print_source_messages(summary) -> None:
+    """Ingest's notes and per-source errors on stderr, each distinct message once with a count
+    (``ingest`` and ``analyze`` both show them)."""
+    for message, count, paths in grouped_messages((s.path, note) for s in summary.sources
+                                                  for note in s.notes):
+        errors.print(f"[yellow]note:[/] {_grouped(message, count, paths)}", highlight=False,
+                     soft_wrap=True)
+    for message, count, paths in grouped_messages((s.path, s.error) for s in summary.failed):
+        print_error(_grouped(message, count, paths))
 
 
 def _mixed_jobs(path: Path) -> str | None:
@@ -328,7 +347,7 @@ def formats(as_json: JsonOption = False) -> None:
         print_json(found)
         return
     show_table("input formats", ("format", "tables", "description"),
-               ([f["format"], ", ".join(f["tables"]), f["description"]] for f in found))
+               ([f["format"], " + ".join(f["tables"]), f["description"]] for f in found))
 
 
 @command()
@@ -354,7 +373,9 @@ def iterations(
     opened = open_dataset(dataset)
     with open_executor(cluster) as executor, working("reconstructing iterations"):
         result = reconstruct_dataset(opened, threshold, executor)
-    comparison = compare_dataset(opened, compare, missing_ok=compare == "framework")
+    reconstructed = result.iterations.height > 0
+    comparison = compare_dataset(opened, compare, missing_ok=compare == "framework") \
+        if reconstructed else None
     ranks = result.ranks
     if as_json:
         print_json({"job": opened.job, "periods": result.periods, "warnings": result.warnings,
@@ -384,6 +405,11 @@ def iterations(
         say(f"note: {result.baseline_note}")
     for warning in result.warnings:
         say(f"[yellow]warning:[/] {warning}")
+    if not reconstructed:
+        say(f"[yellow]no iterations reconstructed:[/] no rank of {dataset} repeats a pattern of "
+            "collective calls; `tracekit detect` uses the framework's own iteration times "
+            "instead if a Megatron or MLPerf log was ingested")
+    _say_stale(dataset)
     if comparison is None:
         return
     median, p99 = comparison.rel_error_quantile(0.5), comparison.rel_error_quantile(0.99)
@@ -440,6 +466,9 @@ def analyze(
     detector: Annotated[str | None, typer.Option(help="Detector whose episodes to show "
                                                  "(default: the job verdict, bocd+b+peers).")]
     = None,
+    format: FormatOption = None,
+    option: ReaderOptions = None,
+    all_detectors: AllDetectorsOption = False,
     cluster: ClusterOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -447,9 +476,12 @@ def analyze(
     import dataclasses
 
     from tracekit.core.parallel import open_executor
-    from tracekit.pipeline.analyze import STAGES
+    from tracekit.pipeline.analyze import STAGES, NothingIngested
     from tracekit.pipeline.analyze import analyze as run_analyze
 
+    options = parse_options(option)
+    _check_options(options, format)
+    nothing = None
     with open_executor(cluster) as executor, Progress(
             TextColumn("[bold]{task.description:<10}"), BarColumn(),
             TextColumn("{task.fields[detail]}"), console=errors) as progress:
@@ -464,36 +496,63 @@ def analyze(
                 progress.update(tasks[stage], total=1, completed=1,
                                 detail=f"{info['status']}: {info['detail']}")
 
-        result = run_analyze(dump, output, job=job, report_dir=report, detector=detector,
-                             progress=advance, executor=executor)
-    for message, count, paths in grouped_messages(
-            (failure.partition(": ")[0], failure) for failure in result.failed_sources):
-        errors.print(f"[yellow]skipped source:[/] {_grouped(message, count, paths)}",
-                     highlight=False, soft_wrap=True)
+        try:
+            result = run_analyze(dump, output, job=job, report_dir=report, detector=detector,
+                                 progress=advance, executor=executor, format=format,
+                                 options=options)
+        except NothingIngested as error:
+            progress.live.transient = True  # no stages left "waiting" above the error
+            nothing = error
+    if nothing is not None:
+        _print_source_messages(nothing.summary)
+        raise nothing
+    _print_source_messages(result.ingest)
     detected = any(s.name == "detect" and s.status == "done" for s in result.stages)
     if as_json:
         print_json({"dataset": str(result.dataset), "report": result.report_html,
                     "stages": [dataclasses.asdict(s) for s in result.stages],
                     "failed_sources": result.failed_sources, "detector": result.detector,
+                    "notes": [{"source": s.path, "note": note} for s in result.ingest.sources
+                              for note in s.notes],
                     "episodes": result.episodes.to_dicts() if detected else None})
     elif not detected:
         detect_stage = next(s for s in result.stages if s.name == "detect")
-        say(f"detection did not run ({detect_stage.detail}): no verdict")
-    elif result.episodes.height == 0:
-        say(f"verdict ({result.detector}): none")
+        say(f"no verdict: detection did not run ({detect_stage.detail}); "
+            f"`tracekit info {result.dataset}` shows what was ingested")
     else:
-        _show_episodes(result.episodes, f"fail-slow episodes ({result.detector})")
+        if all_detectors:
+            _show_every_detector(result.dataset)
+        _show_verdict(result.episodes, result.detector)
     if not as_json:
         say(f"dataset: {result.dataset}\nreport:  {result.report_html}")
     mixed = _mixed_jobs(result.dataset)
     if mixed:
-        print_error(mixed)
-        raise typer.Exit(2)
+        fail(mixed, as_json)
     failed = [s for s in result.stages if s.status == "failed"]
     for stage in failed:
         print_error(f"stage {stage.name} failed: {stage.detail}")
     if failed or result.failed_sources:
         raise typer.Exit(1)
+
+
+def _show_verdict(episodes, name: str) -> None:
+    """The episodes of the verdict (or of the detector asked for), or one line saying none."""
+    if episodes.is_empty():
+        say(f"verdict ({name}): none")
+    else:
+        _show_episodes(episodes.sort("start_iteration"), f"fail-slow episodes ({name})")
+
+
+def _show_every_detector(dataset: Path) -> None:
+    """Each detector's episodes, one table each, for ``--all-detectors``."""
+    import polars as pl
+
+    from tracekit.core.dataset import open_dataset
+
+    episodes = open_dataset(dataset).table("episodes").collect()
+    for name in episodes["detector"].unique(maintain_order=True).to_list():
+        _show_episodes(episodes.filter(pl.col("detector") == name),
+                       f"fail-slow episodes ({name})")
 
 
 @command()
@@ -541,10 +600,16 @@ def eval_command(
         "--update-baseline", help="Write the measured metrics as the new baseline file.")] = None,
     attribute: Annotated[bool, typer.Option(help="Attribute episodes (culprit and cause "
                                             "accuracy).")] = True,
+    all_detectors: AllDetectorsOption = False,
     as_json: JsonOption = False,
 ) -> None:
     """Accuracy, FPR, FNR, culprit and cause accuracy per category and detector; episode
-    precision, recall, delay."""
+    precision, recall, delay.
+
+    Shows the verdict's rows; --all-detectors (and --json) every detector's. The label format:
+    docs/labels.md."""
+    import polars as pl
+
     from tracekit.core.errors import InputError
     from tracekit.detect.verdict import VERDICT_DETECTOR
     from tracekit.evaluate.scoring import (
@@ -565,9 +630,18 @@ def eval_command(
         raise InputError("no such corpus folder", str(corpus))
     work = work or Path("build") / "corpus" / corpus.name
     expected = read_baseline(baseline) if baseline else None
+    # the verdict always has rows: a corpus where nothing was detected scores it as missing
+    # every labeled fail-slow instead of printing empty tables
+    scored = [VERDICT_DETECTOR, *(expected["metrics"]["job"] if expected else [])]
     with working(f"analysing and scoring the jobs of {corpus}"):
-        _, result = evaluate_corpus(corpus, work, include_detectors=list(
-            expected["metrics"]["job"]) if expected else None, attribute=attribute)
+        loaded, result = evaluate_corpus(corpus, work, include_detectors=scored,
+                                         attribute=attribute)
+    if loaded.episodes.is_empty():
+        errors.print(f"[yellow]warning:[/] no detector found an episode in any of the "
+                     f"{plural(loaded.jobs.height, 'job')} of {corpus}: every labeled "
+                     "fail-slow counts as missed (`tracekit info` on a job's dataset under "
+                     f"{work} shows whether it has iterations to detect on)",
+                     highlight=False, soft_wrap=True)
     job_level = job_level_table(result.job_table, result.episode_table)
     episode_level = episode_accuracy_table(result.episode_table)
     by_cause = cause_accuracy_table(result.cause_table, VERDICT_DETECTOR)
@@ -580,8 +654,9 @@ def eval_command(
                     "by_cause": by_cause.to_dicts(), "metrics": result.metrics(),
                     "improvements": better, "regressions": worse})
     else:
-        _show_frame(job_level, "job level")
-        _show_frame(episode_level, "episode level")
+        shown = pl.lit(True) if all_detectors else pl.col("detector") == VERDICT_DETECTOR
+        _show_frame(job_level.filter(shown), "job level")
+        _show_frame(episode_level.filter(shown), "episode level")
         _show_frame(by_cause, f"by labeled cause ({VERDICT_DETECTOR})")
         if update_baseline:
             say(f"baseline written: {update_baseline}")
@@ -609,10 +684,13 @@ def detect(
     = None,
     param: Annotated[list[str] | None, typer.Option(
         "--param", help="Detector parameter KEY=VALUE (repeatable).")] = None,
+    all_detectors: AllDetectorsOption = False,
     cluster: ClusterOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Find change points and fail-slow episodes; writes the events and episodes tables."""
+    """Find change points and fail-slow episodes; writes the events and episodes tables.
+
+    Shows the job's verdict; --all-detectors (or --detector) shows each detector's episodes."""
     import polars as pl
 
     from tracekit.core.parallel import open_executor
@@ -630,14 +708,26 @@ def detect(
         return
     for note in found.notes:
         errors.print(f"[dim]note: {note}[/]", highlight=False, soft_wrap=True)
-    for shown in found.episodes["detector"].unique(maintain_order=True).to_list():
-        _show_episodes(found.episodes.filter(pl.col("detector") == shown),
-                       f"fail-slow episodes ({shown})")
-    say(f"{plural(found.events.height, 'change event')}, "
-        f"{plural(found.episodes.height, 'episode')} written to {dataset}")
+    ran = found.episodes["detector"].unique(maintain_order=True).to_list()
+    if all_detectors or verdict is None:
+        for shown in ran:
+            _show_episodes(found.episodes.filter(pl.col("detector") == shown),
+                           f"fail-slow episodes ({shown})")
     if verdict is not None:
-        say(f"verdict ({name}): "
-            + (plural(verdict.height, "episode") if verdict.height else "none"))
+        _show_verdict(verdict, name)
+    compared = "" if all_detectors or verdict is None else " (--all-detectors compares them)"
+    say(f"written to {dataset}: {plural(found.events.height, 'change event')} and "
+        f"{plural(found.episodes.height, 'episode')} of "
+        f"{'every detector' if detector is None else ', '.join(detector)}{compared}")
+    _say_stale(dataset)
+
+
+def _say_stale(dataset: Path) -> None:
+    """One line per later stage this run left out of date (its results no longer match)."""
+    from tracekit.core.dataset import open_dataset, stale_stages
+
+    for stage, why in stale_stages(open_dataset(dataset)).items():
+        errors.print(f"[yellow]stale:[/] {stage}: {why}", highlight=False, soft_wrap=True)
 
 
 @command()
@@ -676,22 +766,31 @@ app.add_typer(validate_app, name="validate")
 def attribute(
     dataset: Annotated[Path, typer.Argument(help="Dataset folder with episodes (tracekit detect) "
                                             "or op traces.")],
+    all_detectors: AllDetectorsOption = False,
     cluster: ClusterOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Name each episode's culprit (rank, GPU, host, link) and cause, with the evidence."""
+    """Name each episode's culprit (rank, GPU, host, link) and cause, with the evidence.
+
+    Shows the verdict's episodes; --all-detectors shows every detector's."""
     import dataclasses
+
+    import polars as pl
 
     from tracekit.attribute import attribute_dataset
     from tracekit.core.parallel import open_executor
+    from tracekit.detect.verdict import VERDICT_DETECTOR, with_verdict
 
     with open_executor(cluster) as executor, working("attributing episodes"):
         result = attribute_dataset(dataset, executor)
+    episodes = with_verdict(result.episodes)
+    verdict = episodes.filter(pl.col("detector") == VERDICT_DETECTOR)
     if as_json:
-        print_json({"episodes": result.episodes.to_dicts(), "stages": None if result.stages
-                    is None else dataclasses.asdict(result.stages)})
+        print_json({"episodes": result.episodes.to_dicts(), "verdict": verdict.to_dicts(),
+                    "stages": None if result.stages is None
+                    else dataclasses.asdict(result.stages)})
         return
-    for row in result.episodes.iter_rows(named=True):
+    for row in (episodes if all_detectors else verdict).iter_rows(named=True):
         say(f"[bold]{row['detector']} episode {row['episode']}[/]: {row['kind']}, "
             f"{row['cause']}, {row['target'] or 'no culprit'} (confidence "
             f"{row['confidence']:.2f}, JCT +{row['jct_slowdown'] or 0:.1%})\n  "
@@ -703,5 +802,9 @@ def attribute(
         from tracekit.core.dataset import open_dataset
 
         detected = "detect" in open_dataset(dataset).manifest.get("build", {})
-        say("no episodes to attribute: " + ("detection found no fail-slow" if detected else
-                                            "run `tracekit detect` first"))
+        say("no episodes to attribute: " + (
+            "detection found no fail-slow" if detected else
+            f"detection has not run; run `tracekit detect {dataset}`, then this again"))
+    elif verdict.is_empty() and not all_detectors and not result.episodes.is_empty():
+        say(f"verdict ({VERDICT_DETECTOR}): none; {plural(result.episodes.height, 'episode')} "
+            "of other detectors attributed (--all-detectors shows them)")

@@ -7,8 +7,11 @@ import cycle through the main app.
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import logging
+import shutil
+import textwrap
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,6 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
+from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from tracekit.core.errors import TracekitError
 
@@ -28,9 +32,131 @@ state = {"debug": False}
 """Set by the main app's ``--debug``: re-raise errors instead of printing one line."""
 
 
+METAVARS = {"Path": "PATH", "str": "TEXT", "int": "N", "float": "NUMBER"}
+"""Help placeholders by value type (typer's own are ``<str>``, ``<list[Path]>``)."""
+
+NAMED_METAVARS = {"option": "K=V", "param": "K=V", "cluster": "SPEC", "format": "FORMAT",
+                  "detector": "NAME", "job": "ID", "job_id": "ID"}
+"""Placeholders of options whose value is not just a type (``--option K=V``)."""
+
+
+def _metavar(param: Any) -> str:
+    """What the help shows for a parameter's value: the argument's name in capitals
+    (``DATASET``, ``DUMP...``), ``K=V`` for reader and detector options, else its type."""
+    if isinstance(param, TyperArgument):
+        return param.name.upper() + ("..." if param.nargs == -1 else "")
+    if param.name in NAMED_METAVARS:
+        return NAMED_METAVARS[param.name]
+    value_type = param.bare_type().removeprefix("list[").removesuffix("]")
+    return METAVARS.get(value_type, value_type.upper())
+
+
+def _one_paragraph(text: str | None) -> str | None:
+    """A docstring's first paragraph as one line, for the verb list."""
+    if not text:
+        return None
+    return " ".join(inspect.cleandoc(text).split("\n\n", 1)[0].split())
+
+
+HELP_WIDTH = 80
+"""``--help`` is wrapped at the terminal's width, at most this."""
+
+TERM_COLUMN = 30
+"""Widest first column of the options and verbs lists; a longer term gets its own line."""
+
+
+def _wrap(text: str, width: int, indent: str = "") -> list[str]:
+    """Lines of ``text`` within ``width``, broken between words only (a path such as
+    ``docs/scale-out.md`` or a syntax such as ``CAUSE[:TARGET]@START`` stays whole)."""
+    return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent,
+                         break_on_hyphens=False, break_long_words=False) or [indent]
+
+
+def _definitions(rows: list[tuple[str, str]], width: int) -> list[str]:
+    """Terms and their help as two columns; the help wraps in its column."""
+    column = min(max((len(term) for term, _ in rows), default=0), TERM_COLUMN)
+    lines = []
+    for term, text in rows:
+        wrapped = _wrap(text, width - column - 4) if text else []
+        if len(term) > column:
+            lines.append(f"  {term}")
+        else:
+            lines.append(f"  {term:<{column}}  {wrapped.pop(0) if wrapped else ''}".rstrip())
+        lines += [" " * (column + 4) + line for line in wrapped]
+    return lines
+
+
+def _help_page(command: Any, ctx: Any, sections: list[tuple[str, list[tuple[str, str]]]]
+               ) -> str:
+    """A whole ``--help`` page: usage, the description's paragraphs, then ``sections``."""
+    width = min(shutil.get_terminal_size((HELP_WIDTH, 24)).columns, HELP_WIDTH)
+    usage = f"{ctx.command_path} {' '.join(command.collect_usage_pieces(ctx))}"
+    lines = _wrap(usage, width, "") and [f"Usage: {line}" if i == 0 else f"  {line}"
+                                         for i, line in enumerate(_wrap(usage, width - 7))]
+    for paragraph in inspect.cleandoc(command.help or "").split("\n\n"):
+        if paragraph.strip():
+            lines += ["", *_wrap(" ".join(paragraph.split()), width - 2, "  ")]
+    for title, rows in sections:
+        if rows:
+            lines += ["", f"{title}:", *_definitions(rows, width)]
+    return "\n".join(lines) + "\n"
+
+
+def _option_rows(command: Any, ctx: Any) -> list[tuple[str, str]]:
+    return [record for param in command.get_params(ctx)
+            if not isinstance(param, TyperArgument)
+            and (record := param.get_help_record(ctx)) is not None]
+
+
+class HelpCommand(TyperCommand):
+    """A command whose ``--help`` is written for people: placeholders such as ``PATH``,
+    ``K=V`` and ``DUMP...`` (not typer's ``<list[Path]>``), wrapped between words at the
+    terminal's width (80 columns at most), never cut."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["rich_markup_mode"] = None
+        kwargs["short_help"] = kwargs.get("short_help") or _one_paragraph(kwargs.get("help"))
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if param.metavar is None and not getattr(param, "is_flag", False):
+                param.metavar = _metavar(param)
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        arguments = [p.metavar for p in self.params if isinstance(p, TyperArgument)]
+        return [self.options_metavar, *arguments]
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        arguments = [(p.metavar, p.help or "") for p in self.params
+                     if isinstance(p, TyperArgument)]
+        formatter.write(_help_page(self, ctx, [("Arguments", arguments),
+                                               ("Options", _option_rows(self, ctx))]))
+
+
+class HelpGroup(TyperGroup):
+    """The main app and its sub-apps, with :class:`HelpCommand`'s help layout; the verb list
+    shows each verb's first docstring paragraph whole."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["rich_markup_mode"] = None
+        super().__init__(*args, **kwargs)
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        verbs = [(name, _one_paragraph(verb.help) or "") for name in self.list_commands(ctx)
+                 if (verb := self.get_command(ctx, name)) is not None and not verb.hidden]
+        formatter.write(_help_page(self, ctx, [("Options", _option_rows(self, ctx)),
+                                               ("Commands", verbs)]))
+
+
+def new_app(**settings) -> typer.Typer:
+    """A typer app (the main one or a sub-app) with tracekit's help layout."""
+    return typer.Typer(cls=HelpGroup, rich_markup_mode=None, pretty_exceptions_enable=False,
+                       **settings)
+
+
 def command(on: typer.Typer, *args, **kwargs):
     """Register a command on ``on`` whose TracekitErrors print as one line and exit with
-    status 2, as do an OSError naming a file and a damaged Parquet part."""
+    status 2, as do an OSError naming a file and a damaged Parquet part. Under ``--json`` the
+    error is also one JSON object on stdout: ``{"error": message, "exit_status": 2}``."""
 
     def decorate(function):
         @functools.wraps(function)
@@ -40,23 +166,33 @@ def command(on: typer.Typer, *args, **kwargs):
             except TracekitError as error:
                 if state["debug"]:
                     raise
-                print_error(str(error))
-                raise typer.Exit(2) from None
+                fail(str(error), kw.get("as_json", False))
             except OSError as error:  # a read-only or full target, a folder that is a file
                 if state["debug"] or error.filename is None:
                     raise
-                print_error(f"{error.filename}: {error.strerror or error}")
-                raise typer.Exit(2) from None
+                fail(f"{error.filename}: {error.strerror or error}", kw.get("as_json", False))
             except Exception as error:
                 damaged = damaged_parquet(error, [*a, *kw.values()])
                 if damaged is None or state["debug"]:
                     raise
-                print_error(damaged)
-                raise typer.Exit(2) from None
+                fail(damaged, kw.get("as_json", False))
 
-        return on.command(*args, **kwargs)(wrapper)
+        return on.command(*args, cls=HelpCommand, **kwargs)(wrapper)
 
     return decorate
+
+
+ERROR_STATUS = 2
+"""Exit status of a command refused or stopped by an error tracekit raised on purpose."""
+
+
+def fail(message: str, as_json: bool = False, status: int = ERROR_STATUS):
+    """Stop the command: the message as one line on stderr (and, under ``--json``, as
+    ``{"error", "exit_status"}`` on stdout, so a script reads a document either way)."""
+    if as_json:
+        print_json({"error": message, "exit_status": status})
+    print_error(message)
+    raise typer.Exit(status) from None
 
 
 PARQUET_MAGIC = b"PAR1"
@@ -90,8 +226,16 @@ JsonOption = Annotated[bool, typer.Option(
 
 def print_json(document: Any) -> None:
     """One JSON document on plain stdout: rich would wrap it at the terminal width (80 columns
-    in a pipe), which breaks the document."""
-    print(json.dumps(document, default=str))
+    in a pipe), which breaks the document. A table inside it (a polars frame) is a list of
+    rows, not its printed form."""
+    print(json.dumps(document, default=_json_value))
+
+
+def _json_value(value: Any) -> Any:
+    """What ``json`` cannot encode itself: tables as rows, anything else (paths, times) as
+    its text."""
+    to_dicts = getattr(value, "to_dicts", None)
+    return to_dicts() if callable(to_dicts) else str(value)
 
 
 UNBOUNDED_WIDTH = 100_000
@@ -103,7 +247,7 @@ def show_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[str]]
     """A table where it fits the terminal; otherwise (a narrow terminal, a pipe, a CI log) one
     line per row, ``first: column value, column value, ...``, that the terminal may wrap but
     never cuts: no name or figure is lost."""
-    rows = [["-" if value is None else str(value) for value in row] for row in rows]
+    rows = [["-" if value is None or value == "" else str(value) for value in row] for row in rows]
     table = Table(title=title)
     for column in columns:
         table.add_column(column, justify="right" if column in set(right) else "left")

@@ -10,8 +10,8 @@ import typer
 
 from tracekit.cli import support as cli_support
 
-synth_app = typer.Typer(name="synth", no_args_is_help=True,
-                        help="Generate labeled synthetic jobs in the real raw formats.")
+synth_app = cli_support.new_app(name="synth", no_args_is_help=True,
+                                help="Generate labeled synthetic jobs in the real raw formats.")
 
 
 _command = functools.partial(cli_support.command, synth_app)
@@ -25,9 +25,10 @@ def job(
     layout: Annotated[str, typer.Option(help="Parallel layout, e.g. tp2-dp4-pp1.")] = "tp2-dp2-pp1",
     iterations: Annotated[int, typer.Option(help="Training iterations.")] = 3000,
     inject: Annotated[list[str] | None, typer.Option(
-        help="Fail-slow to inject (repeatable): CAUSE[:TARGET]@START+DURATION[xSEVERITY[~STEPS]]"
-             ", e.g. congestion:link=0-1@900+600x1.4, thermal@20m+10mx1.3; decoy@300+200x2 is "
-             "a benign CNP surge that does not slow the job.")] = None,
+        help="Fail-slow to inject (repeatable), written CAUSE[:TARGET]@START+DURATION and "
+             "optionally xSEVERITY[~STEPS], e.g. congestion:link=0-1@900+600x1.4, "
+             "thermal@20m+10mx1.3; decoy@300+200x2 is a benign CNP surge that does not slow "
+             "the job.")] = None,
     scenario: Annotated[str | None, typer.Option(
         help="Preset scenario (see docs/synth.md): thermal, cpu, congestion, compound, "
              "gradual, blips, decoy, thermal-decoy, clean.")] = None,

@@ -13,7 +13,7 @@ from tracekit.cli import support as cli_support
 from tracekit.core.errors import TracekitError
 from tracekit.validate.backend import require_torch
 
-validate_app = typer.Typer(
+validate_app = cli_support.new_app(
     name="validate",
     help="Confirm suspects on hardware: GEMM and P2P micro-benchmarks shaped like the job.",
     no_args_is_help=True,

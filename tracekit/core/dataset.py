@@ -48,10 +48,9 @@ TEMPORARY_PREFIX = ".tmp-"
 """Hidden names of :func:`atomic_path`'s temporaries: under the writer lock, any left are a
 dead run's and are removed."""
 PARQUET_ZSTD_LEVEL = 1
-"""Parts are zstd-compressed at level 1: on hook CSV rows split by rank it made the same file
-sizes as the default level 3 with 2-4% less CPU; lz4 and snappy saved 6-7% of the write CPU
-for 1.4x and 4x larger files (most of the write is encoding, not compression;
-docs/ingest-performance.md)."""
+"""Parts are zstd-compressed at level 1: as small as the default level on collective rows, for
+less CPU; lz4 and snappy save a little CPU for much larger files (most of the write is
+encoding, not compression; docs/ingest-performance.md)."""
 
 
 def _now() -> str:
@@ -413,6 +412,17 @@ class Dataset:
             yield self
             self.save_manifest()
 
+    def record_build(self, stage: str, entry: dict[str, Any]) -> None:
+        """Note in the manifest's ``build`` section what ran ``stage`` (saved with the
+        manifest), and mark every later analysis stage that ran before it as stale: its
+        results were computed from what this run replaced (:func:`stale_stages`)."""
+        build = self.manifest.setdefault("build", {})
+        build[stage] = entry
+        if stage in ANALYSIS_STAGES:
+            for later in ANALYSIS_STAGES[ANALYSIS_STAGES.index(stage) + 1:]:
+                if later in build:
+                    build[later].setdefault("stale", f"{stage} ran again after it")
+
     def save_manifest(self) -> None:
         """Unlist replaced sources' files, refresh table statistics and replace the manifest
         by one rename: what was written since the last save becomes visible at once."""
@@ -426,6 +436,20 @@ class Dataset:
             # streamed: json.dumps held every piece of the text at once, 4.3 KB per source
             json.dump(self.manifest, out, indent=2, sort_keys=True)
             out.write("\n")
+
+
+ANALYSIS_STAGES = ("iterations", "detect", "attribute")
+"""The stages that derive a dataset's tables, in order: each reads what the one before wrote
+(``detect`` rewrites ``episodes`` without the culprits and causes ``attribute`` added)."""
+
+
+def stale_stages(dataset: Dataset) -> dict[str, str]:
+    """Each stage whose results are out of date (an earlier stage ran again after it), with
+    why and the command that brings it up to date; empty when every result is current."""
+    build = dataset.manifest.get("build", {})
+    return {stage: f"{build[stage]['stale']}; bring it up to date with `tracekit {stage} "
+                   f"{dataset.path}` or a new `tracekit analyze`"
+            for stage in ANALYSIS_STAGES if "stale" in build.get(stage, {})}
 
 
 PART_STATS_KEY = "tracekit.stats"

@@ -452,7 +452,7 @@ def per_rank(rows: pl.LazyFrame | RankScans, ranks: Iterable[int]) -> dict[int, 
 
 def record_build(dataset: Dataset, stage: str, executor: Executor, **details: Any) -> None:
     """Note in the manifest's ``build`` section what ran ``stage`` (saved with the manifest)."""
-    dataset.manifest.setdefault("build", {})[stage] = {**executor.description, **details}
+    dataset.record_build(stage, {**executor.description, **details})
 
 
 def _local_workers(spec: str) -> int:

@@ -68,8 +68,16 @@ of GC pauses, a checkpoint then a pause) spread by tens of percent and wait unti
 class SegmentVerifier:
     """Judges BOCD candidates of one series against the segment before them.
 
-    ``pending`` holds candidates in order; the first is being judged, the others are checked,
-    once ``min_points`` of their points are in, for whether they end its segment."""
+    The schedule: ``pending`` holds candidates in order; the first is being judged, at looks
+    ``min_points``, then twice, four times as many points after it (``look``); each later
+    one is checked, once its own ``min_points`` points are in, for whether it ends the first
+    one's segment (``checked`` of them did not). Judgements fall due at fixed points and are
+    made in order (:meth:`advance_to`), so the online and the offline detector agree.
+
+    The methods come in four groups: the schedule, the judgements, the excursion a fall
+    ends, and measures of a stretch of points."""
+
+    # -- the schedule
 
     def __init__(self, detector: BocdVerify, values, sums):
         self.detector = detector
@@ -83,32 +91,6 @@ class SegmentVerifier:
 
     def add(self, candidate: int) -> None:
         self.pending.append(candidate)
-
-    def segment_start(self) -> int:
-        return self.accepted[-1] if self.accepted else 0
-
-    def healthy_noise(self) -> float:
-        """Relative noise of the warm-up (floored), the least spread any level can have."""
-        if self.noise is None:
-            warmup = np.asarray(self.values[: self.detector.warmup], dtype=np.float64)
-            self.noise = float(reference_level(warmup[None, :], self.detector.min_noise)[1][0])
-        return self.noise
-
-    def level(self, start: int, stop: int) -> float:
-        return median(self.values[start:stop])
-
-    def mean(self, start: int, stop: int) -> float:
-        return (self.sums[stop] - self.sums[start]) / (stop - start)
-
-    def previous_level(self, candidate: int) -> float:
-        """Median of the segment before ``candidate`` (at most ``baseline_window`` points)."""
-        first = max(self.segment_start(), candidate - self.detector.baseline_window)
-        return self.level(first, candidate) if first < candidate else float(self.values[0])
-
-    def end_candidate(self) -> int | None:
-        """The next pending candidate to check for ending the first one's segment."""
-        index = self.checked + 1
-        return self.pending[index] if index < len(self.pending) else None
 
     def next_due(self) -> int | None:
         """Index of the point at which the next judgement falls due (None when idle)."""
@@ -128,108 +110,56 @@ class SegmentVerifier:
         return kept
 
     def on_due(self, due: int) -> list[int]:
+        """Make the judgement due at point ``due``: the first candidate is a repeat of the last
+        kept change, or the next candidate's first points say whether it ends the first one's
+        segment, or the first candidate's look is in."""
         first, following = self.pending[0], self.end_candidate()
         if self.accepted and first < self.segment_start() + self.detector.min_points:
             self.next_candidate()  # the same transition as the last kept change (a step the
             return []  # ACF smears over an iteration or two), or dated before it
         if following is not None and due == following + self.detector.min_points - 1:
-            end = self.segment_end(first, following)
-            if end is None:
-                self.checked += 1
-                return []
-            return self.close_segment(first, following, returned=end == "return")
-        verdict = self.verdict(first, due + 1)
+            return self.check_end(first, following)
+        return self.look_at(first, due + 1)
+
+    def check_end(self, first: int, following: int) -> list[int]:
+        """Whether ``following`` ends ``first``'s segment; if so, judge the segment whole."""
+        end = self.segment_end(first, following)
+        if end is None:
+            self.checked += 1
+            return []
+        return self.close_segment(first, following, returned=end == "return")
+
+    def look_at(self, first: int, stop: int) -> list[int]:
+        """Judge ``first`` on its points up to ``stop``; undecided, look again at twice as
+        many."""
+        verdict = self.verdict(first, stop)
         if verdict is None:
             self.look *= 2
             return []
         self.next_candidate()
-        return self.keep(first, due + 1) if verdict else self.dropped(first, due + 1)
+        return self.keep(first, stop) if verdict else self.dropped(first, stop)
 
     def next_candidate(self, drop: int = 1) -> None:
         del self.pending[:drop]
         self.look, self.checked = self.detector.min_points, 0
 
-    def segment_end(self, first: int, following: int) -> str | None:
-        """How ``following`` ends the segment opened by ``first``, judged on its first
-        ``min_points`` points: ``"return"`` when they are back within half the opening shift of
-        the level before ``first``, ``"new"`` when they left the segment's level by more than
-        ``min_change``; None when it is a disturbance inside the segment."""
-        d = self.detector
-        if following - first < d.min_points:
-            return None
-        after = self.level(following, following + d.min_points)
-        before, level = self.previous_level(first), self.level(first, following)
-        if abs(after - before) < abs(level - before) / 2:
-            return "return"
-        if abs(after - level) / min(after, level) > d.min_change:
-            return "new"
-        return None
+    def end_candidate(self) -> int | None:
+        """The next pending candidate to check for ending the first one's segment."""
+        index = self.checked + 1
+        return self.pending[index] if index < len(self.pending) else None
 
-    def close_segment(self, first: int, following: int, returned: bool) -> list[int]:
-        """Judge ``first`` on its whole segment, which ``following`` ends. A return is kept
-        with the segment or dropped with it; a new level is judged next on its own."""
-        self.next_candidate(self.pending.index(following) + returned)
-        if following - first < self.detector.min_duration or \
-                not self.realised_slowdown(first, following) > self.detector.min_change:
-            return []
-        before = self.previous_level(first)
-        if self.level(first, following) > before and self.slow_points(
-                first, following, before, self.local_noise(first)) < self.detector.min_duration:
-            return []  # a burst of disturbances, however much time it took
-        kept = self.keep(first, following)
-        if returned:
-            kept += self.keep(following, following + self.detector.min_points)
+    def finish(self, points: int) -> list[int]:
+        """End of the series: make the judgements due by its last point, then judge the first
+        pending candidate on its whole segment (to the end); those with fewer than
+        ``min_points`` points stay unconfirmed (one slow last iteration would pass)."""
+        kept = self.advance_to(points - 1)
+        if self.pending and points - self.pending[0] >= self.detector.min_points and \
+                self.realised_slowdown(self.pending[0], points) > self.detector.min_change:
+            kept += self.keep(self.pending[0], points)
+        self.pending.clear()
         return kept
 
-    def excursion_start(self, candidate: int, reference: float) -> int | None:
-        """First point of the slow excursion that a fall at ``candidate`` to ``reference``
-        ends: after the last zero, before ``candidate``, of a tabular CUSUM (Page 1954) of the
-        excess over ``reference`` since the last kept change (the whole segment when it never
-        returned to zero). None when the CUSUM stayed within its decision interval, or fewer
-        than ``min_duration`` of the excursion's points are ``CONFIDENCE_Z`` noise deviations
-        above ``reference`` (a burst of GC pauses, an evaluation step and a checkpoint, whose
-        clipped steps hold the CUSUM up for a few points: no fail-slow lasts so little). A
-        gradual ramp starts at its first step, even one BOCD missed."""
-        first = self.segment_start()
-        steps = cusum_steps(self.values[first:candidate], reference, self.healthy_noise())
-        zero, cusum = last_zero(steps)
-        start = first + zero
-        slow = self.slow_points(start, candidate, reference, self.healthy_noise())
-        return start if cusum > CUSUM_INTERVAL and slow >= self.detector.min_duration else None
-
-    def slow_points(self, start: int, stop: int, level: float, noise: float) -> int:
-        """How many points from ``start`` to ``stop`` are more than ``CONFIDENCE_Z`` relative
-        ``noise`` deviations above ``level``: a fail-slow has at least ``min_duration``."""
-        points = np.asarray(self.values[start:stop], dtype=np.float64)
-        return int(np.count_nonzero(points / level - 1.0 > CONFIDENCE_Z * noise))
-
-    def fallen_from(self, candidate: int, stop: int) -> int | None:
-        """When the points from ``candidate`` to ``stop`` fell below the recent level, the
-        first point of the stretch the fall ends: the whole excursion, so its slowdown is the
-        excursion's (a ramp's), not only its last steps' (the top of a ramp); else the recent
-        window. None when they did not fall."""
-        after = self.level(candidate, stop)
-        if after >= self.previous_level(candidate):
-            return None
-        start = self.excursion_start(candidate, after)
-        return max(self.segment_start(), candidate - self.detector.baseline_window) \
-            if start is None else start
-
-    def before_level(self, candidate: int, stop: int) -> float:
-        """Level of the stretch before ``candidate`` it is compared with: the recent window,
-        or the whole excursion a fall ends."""
-        start = self.fallen_from(candidate, stop)
-        return self.previous_level(candidate) if start is None else self.level(start, candidate)
-
-    def realised_slowdown(self, candidate: int, stop: int) -> float:
-        """The labels' measure of the segment from ``candidate`` to ``stop`` (or of the
-        stretch before it when the level fell): total time over total time less the time the
-        shift added, minus one."""
-        start = self.fallen_from(candidate, stop)
-        before, after = self.before_level(candidate, stop), self.level(candidate, stop)
-        slow_mean = self.mean(candidate, stop) if start is None else self.mean(start, candidate)
-        healthy_mean = slow_mean - abs(after - before)
-        return math.inf if healthy_mean <= 0 else slow_mean / healthy_mean - 1.0
+    # -- judgements
 
     def verdict(self, candidate: int, stop: int) -> bool | None:
         """Keep (True) or drop (False) ``candidate`` on the points up to ``stop`` when the
@@ -278,20 +208,37 @@ class SegmentVerifier:
         return points.size >= d.min_duration or \
             np.ptp(slowed) / median(slowed) <= CLEAN_STEP_RANGE * noise
 
-    def local_noise(self, candidate: int) -> float:
-        """Relative noise (floored) of the points ``previous_level`` takes before ``candidate``:
-        the spread the job had just before, whatever its warm-up was."""
-        first = max(self.segment_start(), candidate - self.detector.baseline_window)
-        before = np.asarray(self.values[first:candidate], dtype=np.float64)
-        return max(self.spread(before), self.detector.min_noise) if before.size else \
-            self.detector.min_noise
+    def segment_end(self, first: int, following: int) -> str | None:
+        """How ``following`` ends the segment opened by ``first``, judged on its first
+        ``min_points`` points: ``"return"`` when they are back within half the opening shift of
+        the level before ``first``, ``"new"`` when they left the segment's level by more than
+        ``min_change``; None when it is a disturbance inside the segment."""
+        d = self.detector
+        if following - first < d.min_points:
+            return None
+        after = self.level(following, following + d.min_points)
+        before, level = self.previous_level(first), self.level(first, following)
+        if abs(after - before) < abs(level - before) / 2:
+            return "return"
+        if abs(after - level) / min(after, level) > d.min_change:
+            return "new"
+        return None
 
-    @staticmethod
-    def spread(points: np.ndarray) -> float:
-        """Robust relative spread of ``points``: their MAD as a Gaussian deviation, over their
-        median."""
-        level = median(points)
-        return MAD_TO_SIGMA * median(np.abs(points - level)) / level
+    def close_segment(self, first: int, following: int, returned: bool) -> list[int]:
+        """Judge ``first`` on its whole segment, which ``following`` ends. A return is kept
+        with the segment or dropped with it; a new level is judged next on its own."""
+        self.next_candidate(self.pending.index(following) + returned)
+        if following - first < self.detector.min_duration or \
+                not self.realised_slowdown(first, following) > self.detector.min_change:
+            return []
+        before = self.previous_level(first)
+        if self.level(first, following) > before and self.slow_points(
+                first, following, before, self.local_noise(first)) < self.detector.min_duration:
+            return []  # a burst of disturbances, however much time it took
+        kept = self.keep(first, following)
+        if returned:
+            kept += self.keep(following, following + self.detector.min_points)
+        return kept
 
     def keep(self, candidate: int, stop: int) -> list[int]:
         """Keep ``candidate`` (judged on the points up to ``stop``). A fall that ends an
@@ -308,16 +255,95 @@ class SegmentVerifier:
         BOCD+B follows it as a possible drift."""
         return []
 
-    def finish(self, points: int) -> list[int]:
-        """End of the series: make the judgements due by its last point, then judge the first
-        pending candidate on its whole segment (to the end); those with fewer than
-        ``min_points`` points stay unconfirmed (one slow last iteration would pass)."""
-        kept = self.advance_to(points - 1)
-        if self.pending and points - self.pending[0] >= self.detector.min_points and \
-                self.realised_slowdown(self.pending[0], points) > self.detector.min_change:
-            kept += self.keep(self.pending[0], points)
-        self.pending.clear()
-        return kept
+    # -- the excursion a fall ends
+
+    def fallen_from(self, candidate: int, stop: int) -> int | None:
+        """When the points from ``candidate`` to ``stop`` fell below the recent level, the
+        first point of the stretch the fall ends: the whole excursion, so its slowdown is the
+        excursion's (a ramp's), not only its last steps' (the top of a ramp); else the recent
+        window. None when they did not fall."""
+        after = self.level(candidate, stop)
+        if after >= self.previous_level(candidate):
+            return None
+        start = self.excursion_start(candidate, after)
+        return max(self.segment_start(), candidate - self.detector.baseline_window) \
+            if start is None else start
+
+    def excursion_start(self, candidate: int, reference: float) -> int | None:
+        """First point of the slow excursion that a fall at ``candidate`` to ``reference``
+        ends: after the last zero, before ``candidate``, of a tabular CUSUM (Page 1954) of the
+        excess over ``reference`` since the last kept change (the whole segment when it never
+        returned to zero). None when the CUSUM stayed within its decision interval, or fewer
+        than ``min_duration`` of the excursion's points are ``CONFIDENCE_Z`` noise deviations
+        above ``reference`` (a burst of GC pauses, an evaluation step and a checkpoint, whose
+        clipped steps hold the CUSUM up for a few points: no fail-slow lasts so little). A
+        gradual ramp starts at its first step, even one BOCD missed."""
+        first = self.segment_start()
+        steps = cusum_steps(self.values[first:candidate], reference, self.healthy_noise())
+        zero, cusum = last_zero(steps)
+        start = first + zero
+        slow = self.slow_points(start, candidate, reference, self.healthy_noise())
+        return start if cusum > CUSUM_INTERVAL and slow >= self.detector.min_duration else None
+
+    def before_level(self, candidate: int, stop: int) -> float:
+        """Level of the stretch before ``candidate`` it is compared with: the recent window,
+        or the whole excursion a fall ends."""
+        start = self.fallen_from(candidate, stop)
+        return self.previous_level(candidate) if start is None else self.level(start, candidate)
+
+    def realised_slowdown(self, candidate: int, stop: int) -> float:
+        """The labels' measure of the segment from ``candidate`` to ``stop`` (or of the
+        stretch before it when the level fell): total time over total time less the time the
+        shift added, minus one."""
+        start = self.fallen_from(candidate, stop)
+        before, after = self.before_level(candidate, stop), self.level(candidate, stop)
+        slow_mean = self.mean(candidate, stop) if start is None else self.mean(start, candidate)
+        healthy_mean = slow_mean - abs(after - before)
+        return math.inf if healthy_mean <= 0 else slow_mean / healthy_mean - 1.0
+
+    # -- measures of a stretch of points
+
+    def segment_start(self) -> int:
+        return self.accepted[-1] if self.accepted else 0
+
+    def previous_level(self, candidate: int) -> float:
+        """Median of the segment before ``candidate`` (at most ``baseline_window`` points)."""
+        first = max(self.segment_start(), candidate - self.detector.baseline_window)
+        return self.level(first, candidate) if first < candidate else float(self.values[0])
+
+    def level(self, start: int, stop: int) -> float:
+        return median(self.values[start:stop])
+
+    def mean(self, start: int, stop: int) -> float:
+        return (self.sums[stop] - self.sums[start]) / (stop - start)
+
+    def slow_points(self, start: int, stop: int, level: float, noise: float) -> int:
+        """How many points from ``start`` to ``stop`` are more than ``CONFIDENCE_Z`` relative
+        ``noise`` deviations above ``level``: a fail-slow has at least ``min_duration``."""
+        points = np.asarray(self.values[start:stop], dtype=np.float64)
+        return int(np.count_nonzero(points / level - 1.0 > CONFIDENCE_Z * noise))
+
+    def local_noise(self, candidate: int) -> float:
+        """Relative noise (floored) of the points ``previous_level`` takes before ``candidate``:
+        the spread the job had just before, whatever its warm-up was."""
+        first = max(self.segment_start(), candidate - self.detector.baseline_window)
+        before = np.asarray(self.values[first:candidate], dtype=np.float64)
+        return max(self.spread(before), self.detector.min_noise) if before.size else \
+            self.detector.min_noise
+
+    def healthy_noise(self) -> float:
+        """Relative noise of the warm-up (floored), the least spread any level can have."""
+        if self.noise is None:
+            warmup = np.asarray(self.values[: self.detector.warmup], dtype=np.float64)
+            self.noise = float(reference_level(warmup[None, :], self.detector.min_noise)[1][0])
+        return self.noise
+
+    @staticmethod
+    def spread(points: np.ndarray) -> float:
+        """Robust relative spread of ``points``: their MAD as a Gaussian deviation, over their
+        median."""
+        level = median(points)
+        return MAD_TO_SIGMA * median(np.abs(points - level)) / level
 
 
 @dataclass

@@ -27,8 +27,7 @@ def read_series(path: str | Path, column: str | None = None) -> tuple[np.ndarray
         if suffix == ".json":
             columns = _json_columns(path, column)
         else:
-            frame = pl.read_parquet(path) if suffix in (".parquet", ".pq") else \
-                pl.read_csv(path, infer_schema_length=10_000)
+            frame = pl.read_parquet(path) if suffix in (".parquet", ".pq") else _read_csv(path)
             columns = _frame_columns(frame, column, path)
         matrix = np.column_stack([np.asarray(c, dtype=np.float64) for c in columns])
     except (OSError, ValueError, TypeError, pl.exceptions.PolarsError) as error:
@@ -37,6 +36,23 @@ def read_series(path: str | Path, column: str | None = None) -> tuple[np.ndarray
     if positions.size < 2:
         raise InputError("fewer than two rows with every value numeric", str(path))
     return matrix[positions], positions
+
+
+def _read_csv(path: Path) -> pl.DataFrame:
+    """A CSV with or without a header: a first line of numbers only is the first row, not
+    column names (which would shift every change point by one)."""
+    frame = pl.read_csv(path, infer_schema_length=10_000)
+    if frame.columns and all(_is_number(name) for name in frame.columns):
+        frame = pl.read_csv(path, has_header=False, infer_schema_length=10_000)
+    return frame
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 ITERATION_TIME_DETECTORS = frozenset({"window", "bocd", "bocd+v", "bocd+b"})

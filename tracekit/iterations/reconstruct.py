@@ -190,8 +190,7 @@ def _reconstruct_batch(
 ) -> list[tuple[pl.DataFrame, RankSummary]]:
     """One batch of ranks (each rank's calls as a lazy scan): a partition of the work, run in
     this process or on a Dask worker. The ranks are read one at a time, so a worker holds one
-    rank's calls (collecting 16 ranks at once took 3.6x their size: 870 MiB at 4,000
-    iterations)."""
+    rank's calls, not the batch's (collecting a batch at once holds several times its size)."""
     batch, scans = partition
     done = []
     for rank, scan in zip(batch, scans, strict=True):
@@ -230,9 +229,9 @@ class _RankCalls:
 def _calls(frame: pl.LazyFrame) -> _RankCalls:
     """The calls of one rank in issue order, each with its symbol code.
 
-    A symbol is found by the hash of its fields and coded from the few distinct symbols: a
-    dense rank over every call's fields cost 0.1 CPU-s of a rank's 540k calls, the hash 0.01
-    (a 64-bit hash collision among a rank's few dozen symbols is not a practical concern)."""
+    A symbol is found by the hash of its fields and coded from the few distinct symbols, a
+    tenth of the cost of a dense rank over every call's fields (a 64-bit hash collision among a
+    rank's few dozen symbols is not a practical concern)."""
     calls = frame.select(
         "job", "op", "nranks", "bytes", "peer", "pid", "t_start_ns",
         pl.coalesce("t_end_ns", "t_start_ns").alias("_mark_ns"),
@@ -541,59 +540,93 @@ def _cluster_boundaries(rows: pl.DataFrame) -> pl.DataFrame | None:
     neighbouring boundaries lie as many iterations as the ranks that see both count at the
     least (a gap holds two; an evaluation window that one stage counts as two is one; a
     restart, between the last boundary of one run and the first of the next, holds none)."""
+    # The idea: every iteration's start and end is a point (rank, time). Sorted by time, the
+    # points fall into groups separated by gaps; groups become boundaries; the boundaries are
+    # numbered by how many iterations lie between them; each row then takes its end point's
+    # number and its points' boundary times.
     gap_ns = BOUNDARY_MERGE * float(rows["duration_s"].median()) * 1e9
-    everyone = rows["rank"].n_unique()
-    # every row's start then every row's end, one point per rank and time: a stable sort and
-    # a look at the previous point (a hash unique over 1.3M points cost 4x as much); each
-    # start and end remembers its point, so the rows get their boundaries without a join
+    points, point_of = _boundary_points(rows)
+    groups = points.with_columns(_group=((pl.col("ns").diff() > gap_ns).fill_null(False)
+                                         .cum_sum()))
+    ranks_of_group = groups.group_by("_group", maintain_order=True).agg(pl.col("rank").unique())
+    boundary_of_group = _merge_partial_groups([set(ranks) for ranks in ranks_of_group["rank"]],
+                                              rows["rank"].n_unique())
+    points = groups.join(ranks_of_group.select(
+        "_group", pl.Series("boundary", boundary_of_group, pl.Int64)), on="_group")
+    if points.select("rank", "boundary").is_duplicated().any():
+        return None  # a rank reaches one boundary twice: its iterations are not the others'
+    points = points.with_columns(at_ns=pl.col("ns").max().over("boundary"))
+    points = points.join(_boundary_numbers(points), on="boundary")
+    return _renumbered(rows, points, point_of)
+
+
+def _boundary_points(rows: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
+    """Every row's start then every row's end as points, one per rank and time (``rank``,
+    ``ns``, ``index``: the iteration a point starts, ``point``: its number in time order),
+    and the point each start and end is (``rows.height`` starts, then as many ends).
+
+    A stable sort and a look at the previous point dedupe them (cheaper than a hash unique);
+    each start and end remembers its point, so the rows get their boundaries back without a
+    join."""
+    starts = rows.select("rank", pl.col("t_start_ns").alias("ns"), pl.col("iteration")
+                         .alias("index"))
+    ends = rows.select("rank", pl.col("t_end_ns").alias("ns"), (pl.col("iteration") + 1)
+                       .alias("index"))
     ordered = (
-        pl.concat([rows.select("rank", pl.col("t_start_ns").alias("_ns"),
-                               pl.col("iteration").alias("_index")),
-                   rows.select("rank", pl.col("t_end_ns").alias("_ns"),
-                               (pl.col("iteration") + 1).alias("_index"))])
-        .with_row_index("_start_or_end")
-        .sort("_ns", "rank", maintain_order=True)
-        .with_columns((pl.col("_ns").ne_missing(pl.col("_ns").shift(1))
-                       | pl.col("rank").ne_missing(pl.col("rank").shift(1))).alias("_new"))
-        .with_columns((pl.col("_new").cum_sum() - 1).alias("_point"))
+        pl.concat([starts, ends]).with_row_index("start_or_end")
+        .sort("ns", "rank", maintain_order=True)
+        .with_columns(new=pl.col("ns").ne_missing(pl.col("ns").shift(1))
+                      | pl.col("rank").ne_missing(pl.col("rank").shift(1)))
+        .with_columns(point=pl.col("new").cum_sum() - 1)
     )
     point_of = np.empty(ordered.height, dtype=np.int64)
-    point_of[ordered["_start_or_end"].to_numpy()] = ordered["_point"].to_numpy()
-    points = (ordered.filter("_new").drop("_start_or_end", "_new")
-              .with_columns((pl.col("_ns").diff() > gap_ns).fill_null(False).cum_sum()
-                            .alias("_near")))
-    groups = points.group_by("_near", maintain_order=True).agg(pl.col("rank").unique())
-    boundary, reached, numbers = -1, set(), []
-    for ranks in map(set, groups["rank"].to_list()):
-        if not (boundary >= 0 and len(reached) < everyone and len(ranks) < everyone
-                and not reached & ranks):
+    point_of[ordered["start_or_end"].to_numpy()] = ordered["point"].to_numpy()
+    return ordered.filter("new").drop("start_or_end", "new"), point_of
+
+
+def _merge_partial_groups(group_ranks: list[set[int]], everyone: int) -> list[int]:
+    """The boundary of each group of near points, in time order. A group joins the boundary
+    before it when both miss some ranks and they share none (the ranks reaching a barrier
+    seconds apart after a checkpoint); otherwise it starts a new one."""
+    numbers: list[int] = []
+    boundary, reached = -1, set()  # the current boundary and the ranks seen at it
+    for ranks in group_ranks:
+        partial = len(reached) < everyone and len(ranks) < everyone
+        if not (reached and partial and reached.isdisjoint(ranks)):
             boundary, reached = boundary + 1, set()
         reached |= ranks
         numbers.append(boundary)
-    points = points.join(groups.select("_near", pl.Series("_boundary", numbers, pl.Int64)),
-                         on="_near")
-    if points.select("rank", "_boundary").is_duplicated().any():
-        return None
-    points = points.with_columns(pl.col("_ns").max().over("_boundary").alias("_at")).sort(
-        "rank", "_ns")
+    return numbers
+
+
+def _boundary_numbers(points: pl.DataFrame) -> pl.DataFrame:
+    """Each boundary's iteration number (``boundary``, ``number``): the count of iterations
+    before it, where between neighbours lie as many as the ranks that see both count at the
+    least (none when no rank sees both: one iteration)."""
+    by_rank = points.sort("rank", "ns")
     steps = (
-        points.with_columns(
-            (pl.col("_boundary").shift(-1).over("rank") - pl.col("_boundary")).alias("_apart"),
-            (pl.col("_index").shift(-1).over("rank") - pl.col("_index")).alias("_step"))
-        .filter(pl.col("_apart") == 1)
-        .group_by("_boundary").agg(pl.col("_step").min())
+        by_rank.with_columns(
+            apart=pl.col("boundary").shift(-1).over("rank") - pl.col("boundary"),
+            step=pl.col("index").shift(-1).over("rank") - pl.col("index"))
+        .filter(pl.col("apart") == 1)
+        .group_by("boundary").agg(pl.col("step").min())
     )
-    numbering = (
-        points.select("_boundary").unique().join(steps, on="_boundary", how="left")
-        .sort("_boundary")
-        .with_columns(pl.col("_step").fill_null(1).clip(0).cum_sum().shift(1).fill_null(0)
-                      .alias("_number"))
+    return (
+        points.select("boundary").unique().join(steps, on="boundary", how="left")
+        .sort("boundary")
+        .select("boundary", number=pl.col("step").fill_null(1).clip(0).cum_sum().shift(1)
+                .fill_null(0))
     )
-    points = points.join(numbering.select("_boundary", "_number"), on="_boundary")
+
+
+def _renumbered(rows: pl.DataFrame, points: pl.DataFrame, point_of: np.ndarray
+                ) -> pl.DataFrame:
+    """``rows`` with the number of their end point's boundary (less one) and their points'
+    boundary times."""
     at_ns = np.empty(points.height, dtype=np.int64)
     number = np.empty(points.height, dtype=np.int64)
-    at_ns[points["_point"].to_numpy()] = points["_at"].to_numpy()
-    number[points["_point"].to_numpy()] = points["_number"].to_numpy()
+    at_ns[points["point"].to_numpy()] = points["at_ns"].to_numpy()
+    number[points["point"].to_numpy()] = points["number"].to_numpy()
     start, end = point_of[:rows.height], point_of[rows.height:]
     return rows.with_columns(
         pl.Series("iteration", number[end] - 1), pl.Series("t_start_ns", at_ns[start]),

@@ -23,7 +23,7 @@ from tracekit.core.errors import InputError
 from tracekit.core.parallel import Executor, LocalExecutor
 from tracekit.detect import detect_dataset
 from tracekit.detect.verdict import shown_episodes
-from tracekit.ingest.pipeline import ingest
+from tracekit.ingest.pipeline import IngestSummary, ingest
 from tracekit.iterations import reconstruct_dataset
 from tracekit.report.document import write_report
 from tracekit.report.job import job_report
@@ -64,6 +64,23 @@ class Analysis:
     report_html: Path | None = None
     report_markdown: Path | None = None
     failed_sources: list[str] = field(default_factory=list)
+    ingest: IngestSummary | None = None
+    """Ingest's summary: each source's notes and errors, for the caller to show."""
+
+
+class NothingIngested(InputError):
+    """No source of the dump gave a row; ``summary`` holds each source's error and notes (a
+    log without timestamps says which NCCL variable to set)."""
+
+    def __init__(self, summary: IngestSummary, dump: Path):
+        sources, failed = len(summary.sources), len(summary.failed)
+        found = ", ".join(part for part in (f"{failed} unreadable" if failed else "",
+                                            f"{sources - failed} without rows"
+                                            if sources > failed else "") if part)
+        found = f"{sources} source(s): {found}" if sources else "no files under it"
+        super().__init__(f"nothing was ingested ({found}); `tracekit formats` lists the logs "
+                         "tracekit reads, --format forces one", str(dump))
+        self.summary = summary
 
 
 def _rows(dataset: Dataset, name: str) -> int:
@@ -83,15 +100,16 @@ def _skip_reason(stage: str, dataset: Dataset) -> str | None:
     return None
 
 
-def _describe(stage: str, value: Any, dataset: Dataset) -> str:
+def _describe(stage: str, value: Any, dataset: Dataset, detector: str | None) -> str:
     if stage == "iterations":
         return f"{_rows(dataset, 'iterations'):,} iteration rows"
+    # count the verdict's episodes, those the command shows (the table holds every detector's)
+    name, verdict = shown_episodes(dataset.table("episodes").collect(), detector)
     if stage == "detect":
-        return f"{_rows(dataset, 'episodes')} episode(s)"
+        return f"{verdict.height} episode(s) of {name}"
     if stage == "attribute":
-        attributed = dataset.table("episodes").filter(pl.col("cause").is_not_null()).select(
-            pl.len()).collect().item()
-        return f"{attributed} episode(s) attributed"
+        attributed = verdict.filter(pl.col("cause").is_not_null()).height
+        return f"{attributed} of {verdict.height} episode(s) attributed"
     return ""
 
 
@@ -105,12 +123,14 @@ def analyze(
     write_job_report: bool = True,
     skip: Collection[str] = (),
     executor: Executor | None = None,
+    format: str | None = None,
+    options: dict[str, str] | None = None,
 ) -> Analysis:
     """Run every stage on ``dump`` into the dataset ``output``; the report goes to
     ``report_dir`` (default ``output/report``) unless ``write_job_report`` is false (corpus
     evaluation). Analysis stages named in ``skip`` are skipped ("not asked for").
-    ``executor`` runs every stage's partitions (default: a local loop). Re-running is
-    idempotent like ingest."""
+    ``executor`` runs every stage's partitions (default: a local loop); ``format`` and
+    ``options`` go to ingest. Re-running is idempotent like ingest."""
     def notify(stage: str, event: str, **info: Any) -> None:
         if progress is not None:
             progress(stage, event, info)
@@ -123,14 +143,15 @@ def analyze(
     started = time.perf_counter()
     notify("ingest", "start")
     executor = executor or LocalExecutor()
-    summary = ingest(list(dump), Path(output), job=job, executor=executor,
+    summary = ingest(list(dump), Path(output), job=job, format=format, options=options,
+                     executor=executor,
                      progress=lambda name, done, rows: notify(
                          "ingest", "advance", source=name, bytes=done, rows=rows))
     result.failed_sources = [s.error or s.path for s in summary.failed]
+    result.ingest = summary
     dataset = create_dataset(output)
     if not dataset.tables:
-        raise InputError("nothing usable was ingested (see the errors above); check the dump "
-                         "holds logs tracekit reads (`tracekit formats`)", str(dump[0]))
+        raise NothingIngested(summary, dump[0])
     ingested = sum(s.total_rows for s in summary.sources)
     _finish(result, notify, "ingest", started, "done",
             f"{len(summary.sources)} source(s), {ingested:,} rows, "
@@ -145,7 +166,8 @@ def analyze(
         else:
             value = function(dataset, executor=executor)
             dataset = create_dataset(output)
-            _finish(result, notify, stage, started, "done", _describe(stage, value, dataset))
+            _finish(result, notify, stage, started, "done",
+                    _describe(stage, value, dataset, detector))
 
     started = time.perf_counter()
     notify("report", "start")

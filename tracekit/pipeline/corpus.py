@@ -51,7 +51,8 @@ def analyze_corpus(corpus: Path, work: Path,
         raise InputError("a corpus is a folder with one sub-folder per job", str(corpus))
     jobs = corpus_jobs(corpus)
     if not jobs:
-        raise InputError("no job folders in this corpus", str(corpus))
+        raise InputError("no job folders in this corpus: a corpus holds one folder per job, "
+                         "or dumps/ beside truth/ (docs/labels.md)", str(corpus))
     datasets = []
     for done, (name, sources) in enumerate(jobs, start=1):
         if len(sources) == 1 and is_dataset(sources[0]):

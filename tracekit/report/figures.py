@@ -86,10 +86,16 @@ def _versus_peers(ax: Axes, frame: pl.DataFrame, value: str, series: str, marked
         span = max(frame["t_min"].max() - frame["t_min"].min(), 1e-9)
         binned = peers.with_columns(
             step=((pl.col("t_min") - frame["t_min"].min()) / span * BAND_BINS).floor())
-        _band(ax, binned, value, "step", f"{len(names) - len(set(names) & marked)} peer {noun}s")
+        _band(ax, binned, value, "step",
+              _counted(len(names) - len(set(names) & marked), f"peer {noun}"))
     for name in sorted(set(names) & marked):
         part = frame.filter(pl.col(series) == name).sort("t_min")
         ax.plot(part["t_min"], part[value], color=EPISODE_COLOUR, lw=1.2, label=f"{noun} {name}")
+
+
+def _counted(count: int, noun: str) -> str:
+    """``1 rank``, ``3 ranks``; ``1 series``, ``2 series`` (a legend's count)."""
+    return f"{count} {noun}" if count == 1 or noun.endswith("series") else f"{count} {noun}s"
 
 
 def _rank_series(iterations: pl.DataFrame) -> tuple[pl.DataFrame, str]:
@@ -119,7 +125,7 @@ def _iteration_panel(ax: Axes, iterations: pl.DataFrame, episodes: pl.DataFrame,
     bottom = min(series["duration_s"].quantile(1 - AXIS_QUANTILE) / AXIS_HEADROOM, top / 2)
     names = series["series"].unique().to_list()
     _band(ax, peers, "duration_s", "iteration",
-          f"{len(names) - len(set(names) & ranks) or len(names)} {noun}s", top)
+          _counted(len(names) - len(set(names) & ranks) or len(names), noun), top)
     for name in sorted(set(names) & ranks, key=lambda n: (len(n), n)):
         part = series.filter(pl.col("series") == name).sort("t_min")
         ax.plot(part["t_min"], _gaps(part["duration_s"], top), color=EPISODE_COLOUR, lw=1.2,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracekit.attribute.evidence import CONGESTION_COUNTERS
-from tracekit.core.dataset import Dataset
+from tracekit.core.dataset import Dataset, stale_stages
 from tracekit.detect.verdict import change_point_detector, shown_episodes, with_verdict
 from tracekit.evaluate.scoring import NOT_ATTRIBUTED, episode_matches
 from tracekit.report.document import Report, ReportFigure, ReportTable
@@ -104,6 +104,15 @@ def _evidence(dataset: Dataset, t_min_ns: int, t_max_ns: int) -> tuple[pl.DataFr
     return gpu, nic
 
 
+def _why_unattributed(dataset: Dataset, stale: dict[str, str]) -> str:
+    """Why an episode has no cause: attribution found none, is out of date, or never ran."""
+    if "attribute" in stale:
+        return "the attribution is out of date, see the summary"
+    if "attribute" not in dataset.manifest.get("build", {}):
+        return f"attribution has not run; run `tracekit attribute {dataset.path}`"
+    return "no culprit or cause was found"
+
+
 def job_report(dataset: Dataset, detector: str | None = None) -> Report:
     """The report of the job in ``dataset``: summary, episodes, timeline with evidence, and,
     when the dataset holds labels, how the detection compares with the ground truth."""
@@ -118,18 +127,24 @@ def job_report(dataset: Dataset, detector: str | None = None) -> Report:
     timed = iterations.filter(pl.col("t_start_ns").is_not_null(), pl.col("t_end_ns").is_not_null())
     job_s = (timed["t_end_ns"].max() - timed["t_start_ns"].min()) / 1e9 if timed.height else None
     detected = "detect" in dataset.manifest.get("build", {}) or all_episodes.height > 0
+    stale = stale_stages(dataset)
     if iterations.height and detected:
         verdict = report.section(f"Verdict ({detector})")
         verdict.lead = True
-        verdict.paragraphs += verdict_sentences(episodes, iterations["duration_s"].median())
+        verdict.paragraphs += verdict_sentences(episodes, iterations["duration_s"].median(),
+                                                _why_unattributed(dataset, stale))
         verdict.items += [f"#{row['episode']}: {clause}"
                           for row in episodes.sort("t_start_ns").iter_rows(named=True)
                           for clause in evidence_clauses(row["evidence"])]
 
     summary = report.section("Summary")
+    summary.paragraphs += [f"Out of date: {stage} ({why})." for stage, why in stale.items()]
     if iterations.height == 0:
-        summary.paragraphs.append("No iterations in this dataset: run `tracekit analyze` (or the "
-                                  "iterations stage) first.")
+        summary.paragraphs.append(
+            "No iterations in this dataset: no rank repeats a pattern of collective calls and "
+            f"no framework log gives iteration times (`tracekit info {dataset.path}` shows what "
+            "was ingested)." if "iterations" in dataset.manifest.get("build", {}) else
+            f"No iterations in this dataset: run `tracekit iterations {dataset.path}`.")
     else:
         span = "" if job_s is None else f" over {job_s / 60:.1f} min"
         median_s = iterations["duration_s"].median()

@@ -70,8 +70,9 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 120 else f"{seconds:.0f} s"
 
 
-def episode_sentence(row: dict) -> str:
-    """One episode as a sentence: when, how much, how long, who and why, what it cost."""
+def episode_sentence(row: dict, unattributed: str = "no culprit or cause was found") -> str:
+    """One episode as a sentence: when, how much, how long, who and why, what it cost;
+    ``unattributed`` says why an episode without a cause has none."""
     start = datetime.fromtimestamp(row["t_start_ns"] / 1e9, UTC).strftime("%H:%M:%S UTC")
     slower = f"{100 * (row['slowdown'] - 1):.0f} % slower" if row.get("slowdown") else "slower"
     span = f" for {_duration(row['duration_s'])}" if row.get("duration_s") is not None else ""
@@ -89,7 +90,7 @@ def episode_sentence(row: dict) -> str:
         if quoted:
             text += " (" + "; ".join(quoted[:QUOTED_CLAUSES]) + ")"
     else:
-        text += " (not attributed: no culprit or cause was found)"
+        text += f" (not attributed: {unattributed})"
     if row.get("lost_s") is None:
         return text + "; its cost was not measured."
     share = (f" ({100 * row['jct_slowdown']:.1f} % of the job)"
@@ -97,7 +98,8 @@ def episode_sentence(row: dict) -> str:
     return text + f"; it cost {row['lost_s']:.1f} s{share}."
 
 
-def verdict_sentences(episodes: pl.DataFrame, median_iteration_s: float | None) -> list[str]:
+def verdict_sentences(episodes: pl.DataFrame, median_iteration_s: float | None,
+                      unattributed: str = "no culprit or cause was found") -> list[str]:
     """The verdict: a sentence per episode (by start) and, for several, their total; a job
     without episodes says it ran at its own pace."""
     if episodes.is_empty():
@@ -105,7 +107,7 @@ def verdict_sentences(episodes: pl.DataFrame, median_iteration_s: float | None) 
                 if median_iteration_s is not None else "")
         return [f"No fail-slow: the job ran at its own pace{pace}."]
     rows = list(episodes.sort("t_start_ns").iter_rows(named=True))
-    sentences = [episode_sentence(row) for row in rows]
+    sentences = [episode_sentence(row, unattributed) for row in rows]
     if len(rows) > 1:
         lost = sum(r["lost_s"] or 0.0 for r in rows)
         share = sum(r["jct_slowdown"] or 0.0 for r in rows)
