@@ -93,7 +93,8 @@ def _attribute(dataset: Dataset, episodes: pl.DataFrame,
         if not job.instance_count:
             verdicts = [Verdict("unknown", INSUFFICIENT, None, 0.0,
                                 "no collective calls with timestamps: no timing per group or "
-                                "rank (ingest NCCL logs or the hook CSV)")] * episodes.height
+                                "rank, so the cause is not observable from step times alone "
+                                "(ingest NCCL logs or the hook CSV)")] * episodes.height
         else:
             trace_start, trace_end = _trace_span(dataset, job.span_ns)
             # A verdict depends on its window only, and the detectors often agree on an
@@ -148,7 +149,7 @@ def with_detected_culprits(detected: pl.DataFrame, attributed: pl.DataFrame,
             ranks = [int(r) for r in found["ranks"].split(",")]
             split = op_split(op_traces, ranks, row["start_iteration"], row["end_iteration"])
             why = NOT_OBSERVABLE if split is None else (
-                f"{split.text(ranks)}; no telemetry on the steps' clock says why")
+                f"{split.text(ranks)}, and no telemetry on the steps' clock says why")
             row |= {"kind": "unknown" if split is None else split.kind, "cause": INSUFFICIENT,
                     "target": "+".join(f"rank:{r}" for r in ranks),
                     "confidence": BASE_CONFIDENCE,

@@ -60,11 +60,13 @@ def episode_table(episodes: pl.DataFrame, axis: SeriesAxis = CLOCKED) -> pl.Data
     )
 
 
-def detector_comparison(episodes: pl.DataFrame) -> pl.DataFrame:
-    """Per detector: its episodes, the iterations they span and the time they lost."""
+def detector_comparison(episodes: pl.DataFrame, axis: SeriesAxis = CLOCKED) -> pl.DataFrame:
+    """Per detector: its episodes, the iterations they span and the time they lost (in
+    seconds when the series is; else as a share of the logged steps' time)."""
+    lost = (pl.col("lost_s").sum().round(1).alias("lost (s)") if axis.seconds
+            else percent(pl.col("jct_slowdown").sum(), 2).alias("share of logged time"))
     return (episodes.group_by("detector")
-            .agg(pl.len().alias("episodes"), pl.col("iterations").sum(),
-                 pl.col("lost_s").sum().round(1).alias("lost (s)"),
+            .agg(pl.len().alias("episodes"), pl.col("iterations").sum(), lost,
                  pl.col("ranks").drop_nulls().unique().sort().str.join("; ").alias("ranks"))
             .sort("detector"))
 
@@ -276,7 +278,7 @@ def job_report(dataset: Dataset, detector: str | None = None) -> Report:
         comparison.paragraphs.append(
             f"Episodes of every detector that ran; the verdict above is {detector}'s.")
         comparison.tables.append(ReportTable("Episodes per detector",
-                                             detector_comparison(with_verdict(all_episodes))))
+                                             detector_comparison(with_verdict(all_episodes), axis)))
     validations = _collect(dataset, "validations")
     if validations.height:
         _validation_section(report, validations)

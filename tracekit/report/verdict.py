@@ -142,6 +142,8 @@ def episode_sentence(row: dict, axis: SeriesAxis = CLOCKED) -> str:
         reason = clauses[-1] if clauses else ""
         text += (f" ({reason})" if reason.startswith("cause ")
                  else f" (cause not attributed: {reason})" if reason else " (cause not attributed)")
+    elif cause in NOT_FOUND and clauses:
+        text += f" (not attributed: {clauses[-1]})"
     else:
         text += " (not attributed: no culprit or cause was found)"
     return f"{text}; {_cost(row.get('lost_s'), row.get('jct_slowdown'), axis)}."
