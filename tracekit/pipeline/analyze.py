@@ -28,6 +28,9 @@ from tracekit.iterations import reconstruct_dataset
 from tracekit.report.document import write_report
 from tracekit.report.job import job_report
 
+SHOWN_FAILURES = 3
+"""Failed sources named in the error when nothing was ingested (the rest are counted)."""
+
 STAGES = ("ingest", "iterations", "detect", "attribute", "report")
 
 STAGE_FUNCTIONS: dict[str, Callable[..., Any]] = {
@@ -129,7 +132,10 @@ def analyze(
     result.failed_sources = [s.error or s.path for s in summary.failed]
     dataset = create_dataset(output)
     if not dataset.tables:
-        raise InputError("nothing usable was ingested (see the errors above); check the dump "
+        reasons = "; ".join(result.failed_sources[:SHOWN_FAILURES]) or "no source held rows"
+        more = len(result.failed_sources) - SHOWN_FAILURES
+        raise InputError(f"nothing usable was ingested ({reasons}"
+                         + (f"; and {more} more" if more > 0 else "") + "); check the dump "
                          "holds logs tracekit reads (`tracekit formats`)", str(dump[0]))
     ingested = sum(s.total_rows for s in summary.sources)
     _finish(result, notify, "ingest", started, "done",
