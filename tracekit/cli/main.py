@@ -410,14 +410,32 @@ def export_whatif(
         say(f"wrote {path}")
 
 
-def _show_episodes(episodes, title: str) -> None:
-    """Episodes as the terminal shows them: times, slowdown, culprit, cause (never cut)."""
+def _culprit_cell(row: dict) -> str:
+    """The attributed culprit, else the ranks a peer comparison found (its own culprit)."""
+    from tracekit.detect.peers import NAME as PEER_DETECTOR
+
+    if row["target"]:
+        return row["target"]
+    return f"rank(s) {row['ranks']}" if row["detector"] == PEER_DETECTOR and row["ranks"] else "-"
+
+
+def _show_episodes(episodes, title: str, dataset: Path) -> None:
+    """Episodes as the terminal shows them: times, slowdown, culprit, cause (never cut); by
+    iteration, without seconds or a JCT share, where the series has no clock, no unit or gaps
+    (:mod:`tracekit.report.series`)."""
+    from tracekit.core.dataset import open_dataset
+    from tracekit.report.series import series_axis
+
+    axis = series_axis(open_dataset(dataset).table("iterations").collect())
     show_table(title, ("#", "start (UTC)", "duration", "slowdown", "JCT", "culprit", "cause"),
-               ([row["episode"], format_ns(row["t_start_ns"]),
-                 "-" if row["duration_s"] is None else f"{row['duration_s']:.0f} s",
+               ([row["episode"], format_ns(row["t_start_ns"]) if row["t_start_ns"] is not None
+                 else f"iteration {row['start_iteration']}",
+                 f"{row['iterations']} {axis.noun()}s" if row["duration_s"] is None
+                 or not axis.whole_job else f"{row['duration_s']:.0f} s",
                  "-" if row["slowdown"] is None else f"x{row['slowdown']:.2f}",
-                 "-" if row["jct_slowdown"] is None else f"{row['jct_slowdown']:.2%}",
-                 row["target"] or "-", row["cause"] or "not attributed"]
+                 "-" if row["jct_slowdown"] is None or not axis.whole_job
+                 else f"{row['jct_slowdown']:.2%}",
+                 _culprit_cell(row), row["cause"] or "not attributed"]
                 for row in episodes.iter_rows(named=True)),
                right=("#", "duration", "slowdown", "JCT"))
 
@@ -480,7 +498,8 @@ def analyze(
     elif result.episodes.height == 0:
         say(f"verdict ({result.detector}): none")
     else:
-        _show_episodes(result.episodes, f"fail-slow episodes ({result.detector})")
+        _show_episodes(result.episodes, f"fail-slow episodes ({result.detector})",
+                       result.dataset)
     if not as_json:
         say(f"dataset: {result.dataset}\nreport:  {result.report_html}")
     mixed = _mixed_jobs(result.dataset)
@@ -630,7 +649,7 @@ def detect(
         errors.print(f"[dim]note: {note}[/]", highlight=False, soft_wrap=True)
     for shown in found.episodes["detector"].unique(maintain_order=True).to_list():
         _show_episodes(found.episodes.filter(pl.col("detector") == shown),
-                       f"fail-slow episodes ({shown})")
+                       f"fail-slow episodes ({shown})", dataset)
     say(f"{plural(found.events.height, 'change event')}, "
         f"{plural(found.episodes.height, 'episode')} written to {dataset}")
     if verdict is not None:
