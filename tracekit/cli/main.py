@@ -708,10 +708,16 @@ def attribute(
         print_json({"episodes": result.episodes.to_dicts(), "stages": None if result.stages
                     is None else dataclasses.asdict(result.stages)})
         return
+    if result.episodes.height:
+        from tracekit.core.dataset import open_dataset
+        from tracekit.report.series import series_axis
+
+        axis = series_axis(open_dataset(dataset).table("iterations").collect())
     for row in result.episodes.iter_rows(named=True):
+        share = "JCT" if axis.whole_job else "share of logged time"
         say(f"[bold]{row['detector']} episode {row['episode']}[/]: {row['kind']}, "
             f"{row['cause']}, {row['target'] or 'no culprit'} (confidence "
-            f"{row['confidence']:.2f}, JCT +{row['jct_slowdown'] or 0:.1%})\n  "
+            f"{row['confidence']:.2f}, {share} +{row['jct_slowdown'] or 0:.1%})\n  "
             f"{row['evidence']}")
     if result.stages is not None:
         say(f"[bold]pipeline stages[/]: {result.stages.cause}, "
