@@ -132,7 +132,9 @@ def analyze(
     result.failed_sources = [s.error or s.path for s in summary.failed]
     dataset = create_dataset(output)
     if not dataset.tables:
-        reasons = "; ".join(result.failed_sources[:SHOWN_FAILURES]) or "no source held rows"
+        named = str(dump[0]) + ": "
+        reasons = "; ".join(f.removeprefix(named) for f in result.failed_sources[:SHOWN_FAILURES]
+                            ) or "no source held rows"
         more = len(result.failed_sources) - SHOWN_FAILURES
         raise InputError(f"nothing usable was ingested ({reasons}"
                          + (f"; and {more} more" if more > 0 else "") + "); check the dump "
