@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 
+import jsonschema
 import polars as pl
 import pytest
 from typer.testing import CliRunner
@@ -19,6 +20,7 @@ from tracekit.report.document import write_report
 from tracekit.report.export import export_job, job_summary
 from tracekit.report.job import job_report
 
+from ..report.test_export import TRACE_SCHEMA
 from . import shapes
 
 NOT_OBSERVABLE = ("cause not observable from step times alone: no collective calls, op traces "
@@ -127,6 +129,7 @@ def test_every_verb_on_every_shape(analysed, shape, tmp_path):
         assert out.exit_code == 0, (verb, out.output)
     exported = export_job(open_dataset(path), tmp_path / "export")
     trace = json.loads((exported.folder / "trace.json").read_text())
+    jsonschema.validate(trace, TRACE_SCHEMA)
     assert trace["otherData"]["clock"].startswith("steps laid end to end")
     slices = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] == "iteration"]
     assert slices and all(e["ts"] >= 0 and e["dur"] >= 0 for e in slices)
