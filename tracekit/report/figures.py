@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogLocator, PercentFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, PercentFormatter
 
 from tracekit.attribute.evidence import CONGESTION_COUNTERS
 from tracekit.characterise.jobs import ecdf
@@ -147,7 +147,8 @@ def _iteration_panel(ax: Axes, iterations: pl.DataFrame, episodes: pl.DataFrame,
     bottom = min(series["duration_s"].quantile(1 - AXIS_QUANTILE) / AXIS_HEADROOM, top / 2)
     names = series["series"].unique().to_list()
     _band(ax, peers, "duration_s", "iteration",
-          f"{len(names) - len(set(names) & ranks) or len(names)} {noun}s", top)
+          f"{len(names) - len(set(names) & ranks) or len(names)} "
+          f"{noun if noun.endswith('s') else noun + 's'}", top)
     for name in sorted(set(names) & ranks, key=lambda n: (len(n), n)):
         part = series.filter(pl.col("series") == name).sort("t_min")
         ax.plot(part["t_min"], _gaps(part["duration_s"], top), color=EPISODE_COLOUR, lw=1.2,
@@ -255,6 +256,8 @@ def iteration_timeline(iterations: pl.DataFrame, events: pl.DataFrame, episodes:
     for ax in axes:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0), frameon=False)
     axes[-1].set_xlabel(x.label)
+    if not x.clock:
+        axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
     figure.suptitle(title)
     return figure
 
