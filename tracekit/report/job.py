@@ -230,8 +230,8 @@ def job_report(dataset: Dataset, detector: str | None = None) -> Report:
                                           episode_table(episodes, axis).drop("evidence")))
     if iterations.height and iterations["duration_s"].is_not_null().any():
         gpu, nic = (_evidence(dataset, timed["t_start_ns"].min(), timed["t_end_ns"].max())
-                    if timed.height else (_collect(dataset, "gpu_metrics").clear(),
-                                          _collect(dataset, "nic_counters").clear()))
+                    if timed.height else (dataset.table("gpu_metrics").head(0).collect(),
+                                          dataset.table("nic_counters").head(0).collect()))
         figure = iteration_timeline(timed if timed.height else iterations, events, episodes,
                                     gpu, nic, title=f"Job {dataset.job}: iteration time and "
                                     "evidence", small_changes=small,
