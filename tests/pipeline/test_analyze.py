@@ -118,3 +118,15 @@ def test_missing_dump_is_a_clear_error(tmp_path):
 def test_corpus_of_nothing_is_a_clear_error(tmp_path):
     with pytest.raises(InputError, match="no job folders"):
         analyze_corpus(tmp_path, tmp_path / "work")
+
+
+def test_nothing_ingested_says_why_in_one_line(tmp_path):
+    """The reason of each failed source is in the error (it said "see the errors above" with
+    none above: analyze stops before the CLI prints skipped sources)."""
+    dump = tmp_path / "notes.txt"
+    dump.write_text("nothing a reader knows\n")
+    with pytest.raises(InputError) as stopped:
+        pipeline.analyze([dump], tmp_path / "ds")
+    assert str(stopped.value).startswith(
+        f"{dump}: nothing usable was ingested (cannot tell the format of this file; force one "
+        "with --format")

@@ -19,10 +19,16 @@ import polars as pl
 
 from tracekit.attribute.evidence import SCRAPE_NS, Window, scrape_interval_ns
 from tracekit.attribute.job_signals import JobSignals, scratch_folder, signals_in_windows
-from tracekit.attribute.stages import StageVerdict, stage_imbalance
+from tracekit.attribute.stages import StageVerdict, op_split, stage_imbalance
 from tracekit.attribute.telemetry import monitoring_reach
 from tracekit.attribute.timing import episode_timings, shared_reads
-from tracekit.attribute.verdict import INSUFFICIENT, Signals, Verdict, decide
+from tracekit.attribute.verdict import (
+    BASE_CONFIDENCE,
+    INSUFFICIENT,
+    Signals,
+    Verdict,
+    decide,
+)
 from tracekit.core import schema
 from tracekit.core.dataset import Dataset, open_dataset
 from tracekit.core.identity import rank_gpus
@@ -54,11 +60,13 @@ def attribute_dataset(dataset: Dataset | str | Path,
     if not isinstance(dataset, Dataset):
         dataset = open_dataset(dataset)
     episodes = dataset.table("episodes").collect()
-    stages = stage_imbalance(dataset.table("op_traces").collect())
+    op_traces = dataset.table("op_traces").collect()
     if episodes.is_empty():
-        return Attribution(episodes, stages)
+        return Attribution(episodes, stage_imbalance(op_traces))
     executor = executor or LocalExecutor()
     attributed, partitions = _attribute(dataset, episodes, executor)
+    attributed = with_detected_culprits(episodes, attributed, op_traces)
+    stages = stage_imbalance(op_traces, _named_ranks(attributed))
     with dataset.updating():
         dataset.write_table("episodes", attributed)
         record_build(dataset, "attribute", executor, partitions=partitions)
@@ -83,7 +91,8 @@ def _attribute(dataset: Dataset, episodes: pl.DataFrame,
         if not job.instance_count:
             verdicts = [Verdict("unknown", INSUFFICIENT, None, 0.0,
                                 "no collective calls with timestamps: no timing per group or "
-                                "rank (ingest NCCL logs or the hook CSV)")] * episodes.height
+                                "rank, so the cause is not observable from step times alone "
+                                "(ingest NCCL logs or the hook CSV)")] * episodes.height
         else:
             trace_start, trace_end = _trace_span(dataset, job.span_ns)
             # A verdict depends on its window only, and the detectors often agree on an
@@ -113,6 +122,44 @@ def _attribute(dataset: Dataset, episodes: pl.DataFrame,
     attributed = (_with_cost(dataset, episodes.drop(VERDICT_COLUMNS).hstack(filled))
                   .select(schema.EPISODES.column_names))
     return attributed, {**job.partitions, "episodes": episodes.height}
+
+
+LOCALISING_DETECTORS = ("peers",)
+"""Detectors whose episodes name their culprit ranks (``ranks``): the peer comparison of
+:mod:`tracekit.detect.peers` finds a rank slower than its peers, so its rank is the culprit even
+where attribution has nothing to time (stages import only ``core``, hence the name here)."""
+
+NOT_OBSERVABLE = ("cause not observable from step times alone: no collective calls, op traces "
+                  "or monitoring on the steps' clock say whether its compute or its "
+                  "communication grew")
+
+
+def with_detected_culprits(detected: pl.DataFrame, attributed: pl.DataFrame,
+                           op_traces: pl.DataFrame) -> pl.DataFrame:
+    """``attributed`` where a :data:`LOCALISING_DETECTORS` episode got no culprit: its
+    detector's ranks as the target, with where their extra time went when op traces tell
+    (compute against communication), else that step times cannot tell the cause. One answer:
+    the verdict never drops the rank its detector found."""
+    rows = []
+    for found, row in zip(detected.iter_rows(named=True), attributed.iter_rows(named=True),
+                          strict=True):
+        if row["detector"] in LOCALISING_DETECTORS and not row["target"] and found["ranks"]:
+            ranks = [int(r) for r in found["ranks"].split(",")]
+            split = op_split(op_traces, ranks, row["start_iteration"], row["end_iteration"])
+            why = NOT_OBSERVABLE if split is None else (
+                f"{split.text(ranks)}, and no telemetry on the steps' clock says why")
+            row |= {"kind": "unknown" if split is None else split.kind, "cause": INSUFFICIENT,
+                    "target": "+".join(f"rank:{r}" for r in ranks),
+                    "confidence": BASE_CONFIDENCE,
+                    "evidence": f"{(found['evidence'] or '').split('; ')[0]}; {why}"}
+        rows.append(row)
+    return pl.DataFrame(rows, schema=attributed.schema)
+
+
+def _named_ranks(episodes: pl.DataFrame) -> list[int]:
+    """Ranks the episodes' targets name (``rank:N``)."""
+    targets = episodes["target"].drop_nulls().str.split("+").explode()
+    return sorted({int(t.removeprefix("rank:")) for t in targets if t.startswith("rank:")})
 
 
 def _widest_window(start: int, end: int | None) -> tuple[int | None, int | None]:

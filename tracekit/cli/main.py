@@ -437,14 +437,32 @@ def export_whatif(
         say(f"wrote {path}")
 
 
-def _show_episodes(episodes, title: str) -> None:
-    """Episodes as the terminal shows them: times, slowdown, culprit, cause (never cut)."""
+def _culprit_cell(row: dict) -> str:
+    """The attributed culprit, else the ranks a peer comparison found (its own culprit)."""
+    from tracekit.detect.peers import NAME as PEER_DETECTOR
+
+    if row["target"]:
+        return row["target"]
+    return f"rank(s) {row['ranks']}" if row["detector"] == PEER_DETECTOR and row["ranks"] else "-"
+
+
+def _show_episodes(episodes, title: str, dataset: Path) -> None:
+    """Episodes as the terminal shows them: times, slowdown, culprit, cause (never cut); by
+    iteration, without seconds or a JCT share, where the series has no clock, no unit or gaps
+    (:mod:`tracekit.report.series`)."""
+    from tracekit.core.dataset import open_dataset
+    from tracekit.report.series import series_axis
+
+    axis = series_axis(open_dataset(dataset).table("iterations").collect())
     show_table(title, ("#", "start (UTC)", "duration", "slowdown", "JCT", "culprit", "cause"),
-               ([row["episode"], format_ns(row["t_start_ns"]),
-                 "-" if row["duration_s"] is None else f"{row['duration_s']:.0f} s",
+               ([row["episode"], format_ns(row["t_start_ns"]) if row["t_start_ns"] is not None
+                 else f"iteration {row['start_iteration']}",
+                 f"{row['iterations']} {axis.noun()}s" if row["duration_s"] is None
+                 or not axis.whole_job else f"{row['duration_s']:.0f} s",
                  "-" if row["slowdown"] is None else f"x{row['slowdown']:.2f}",
-                 "-" if row["jct_slowdown"] is None else f"{row['jct_slowdown']:.2%}",
-                 row["target"] or "-", row["cause"] or "not attributed"]
+                 "-" if row["jct_slowdown"] is None or not axis.whole_job
+                 else f"{row['jct_slowdown']:.2%}",
+                 _culprit_cell(row), row["cause"] or "not attributed"]
                 for row in episodes.iter_rows(named=True)),
                right=("#", "duration", "slowdown", "JCT"))
 
@@ -522,7 +540,7 @@ def analyze(
     else:
         if all_detectors:
             _show_every_detector(result.dataset)
-        _show_verdict(result.episodes, result.detector)
+        _show_verdict(result.episodes, result.detector, result.dataset)
     if not as_json:
         say(f"dataset: {result.dataset}\nreport:  {result.report_html}")
     mixed = _mixed_jobs(result.dataset)
@@ -535,12 +553,13 @@ def analyze(
         raise typer.Exit(1)
 
 
-def _show_verdict(episodes, name: str) -> None:
+def _show_verdict(episodes, name: str, dataset: Path) -> None:
     """The episodes of the verdict (or of the detector asked for), or one line saying none."""
     if episodes.is_empty():
         say(f"verdict ({name}): none")
     else:
-        _show_episodes(episodes.sort("start_iteration"), f"fail-slow episodes ({name})")
+        _show_episodes(episodes.sort("start_iteration"), f"fail-slow episodes ({name})",
+                       dataset)
 
 
 def _show_every_detector(dataset: Path) -> None:
@@ -552,7 +571,7 @@ def _show_every_detector(dataset: Path) -> None:
     episodes = open_dataset(dataset).table("episodes").collect()
     for name in episodes["detector"].unique(maintain_order=True).to_list():
         _show_episodes(episodes.filter(pl.col("detector") == name),
-                       f"fail-slow episodes ({name})")
+                       f"fail-slow episodes ({name})", dataset)
 
 
 @command()
@@ -712,9 +731,9 @@ def detect(
     if all_detectors or verdict is None:
         for shown in ran:
             _show_episodes(found.episodes.filter(pl.col("detector") == shown),
-                           f"fail-slow episodes ({shown})")
+                           f"fail-slow episodes ({shown})", dataset)
     if verdict is not None:
-        _show_verdict(verdict, name)
+        _show_verdict(verdict, name, dataset)
     compared = "" if all_detectors or verdict is None else " (--all-detectors compares them)"
     say(f"written to {dataset}: {plural(found.events.height, 'change event')} and "
         f"{plural(found.episodes.height, 'episode')} of "
@@ -790,10 +809,17 @@ def attribute(
                     "stages": None if result.stages is None
                     else dataclasses.asdict(result.stages)})
         return
-    for row in (episodes if all_detectors else verdict).iter_rows(named=True):
+    shown = episodes if all_detectors else verdict
+    if shown.height:
+        from tracekit.core.dataset import open_dataset
+        from tracekit.report.series import series_axis
+
+        axis = series_axis(open_dataset(dataset).table("iterations").collect())
+    for row in shown.iter_rows(named=True):
+        share = "JCT" if axis.whole_job else "share of logged time"
         say(f"[bold]{row['detector']} episode {row['episode']}[/]: {row['kind']}, "
             f"{row['cause']}, {row['target'] or 'no culprit'} (confidence "
-            f"{row['confidence']:.2f}, JCT +{row['jct_slowdown'] or 0:.1%})\n  "
+            f"{row['confidence']:.2f}, {share} +{row['jct_slowdown'] or 0:.1%})\n  "
             f"{row['evidence']}")
     if result.stages is not None:
         say(f"[bold]pipeline stages[/]: {result.stages.cause}, "

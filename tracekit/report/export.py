@@ -21,7 +21,9 @@ import polars as pl
 from tracekit.core.dataset import Dataset, atomic_path
 from tracekit.detect.verdict import shown_episodes
 from tracekit.evaluate.scoring import Corpus, Evaluation
-from tracekit.report.verdict import culprits, evidence_clauses, verdict_sentences
+from tracekit.report.job import job_verdict
+from tracekit.report.series import NORMALISED, series_axis
+from tracekit.report.verdict import by_start, culprits, evidence_clauses
 
 EXPORT_FOLDER = "export"
 """Where a report's exports go, beside ``index.html``."""
@@ -43,9 +45,44 @@ def _us(column: str, t0_ns: int) -> pl.Expr:
     return ((pl.col(column) - t0_ns) / NS_PER_US)
 
 
+def laid_end_to_end(iterations: pl.DataFrame, episodes: pl.DataFrame
+                    ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Iterations and episodes on a clock made of the steps themselves, for data without one:
+    each job step (its slowest rank's duration, in the series' unit as seconds) starts where
+    the previous one ended, every rank's slice at its step's start."""
+    steps = (iterations.group_by("iteration")
+             .agg(pl.col("duration_s").filter(pl.col("duration_s").is_finite()).max()
+                  .fill_null(0.0).alias("step_s"))
+             .sort("iteration")
+             .with_columns((pl.col("step_s").cum_sum() * 1e9).cast(pl.Int64).alias("_end"))
+             .with_columns((pl.col("_end") - (pl.col("step_s") * 1e9).cast(pl.Int64))
+                           .alias("_start")))
+    laid = (iterations.drop("t_start_ns", "t_end_ns")
+            .join(steps.select("iteration", "_start"), on="iteration", how="left")
+            .with_columns(pl.col("_start").alias("t_start_ns"),
+                          (pl.col("_start") + (pl.col("duration_s").fill_nan(0.0).fill_null(0.0)
+                                               * 1e9).cast(pl.Int64)).alias("t_end_ns"))
+            .drop("_start"))
+    starts = dict(steps.select("iteration", "_start").iter_rows())
+    ends = dict(steps.select("iteration", "_end").iter_rows())
+    placed = episodes.with_columns(
+        pl.col("start_iteration").replace_strict(starts, default=None, return_dtype=pl.Int64)
+        .alias("t_start_ns"),
+        pl.col("end_iteration").replace_strict(ends, default=None, return_dtype=pl.Int64)
+        .alias("t_end_ns"))
+    return laid, placed
+
+
 def chrome_trace(iterations: pl.DataFrame, episodes: pl.DataFrame, job: str) -> dict:
-    """The job's iterations per rank and its episodes as a Chrome trace event document."""
+    """The job's iterations per rank and its episodes as a Chrome trace event document; data
+    without a clock is drawn on its steps laid end to end (``otherData.clock`` says which)."""
     timed = iterations.filter(pl.col("t_start_ns").is_not_null(), pl.col("t_end_ns").is_not_null())
+    clock = "wall clock"
+    if timed.is_empty() and iterations.height:
+        timed, episodes = laid_end_to_end(iterations, episodes)
+        clock = ("steps laid end to end (the data has no wall clock; "
+                 + ("durations in seconds)" if series_axis(iterations).seconds
+                    else "normalised durations drawn as seconds)"))
     per_rank = timed.filter(pl.col("rank").is_not_null())
     if per_rank.is_empty():  # a job-level framework series: one track
         per_rank = timed.with_columns(pl.lit(0, pl.Int32).alias("rank"))
@@ -69,7 +106,9 @@ def chrome_trace(iterations: pl.DataFrame, episodes: pl.DataFrame, job: str) -> 
         pl.struct(pl.col("duration_s"), pl.col("quality")).alias("args")).to_dicts()
     t_end_ns = int(timed["t_end_ns"].max()) if timed.height else t0_ns
     marks = []
-    for row in episodes.sort("t_start_ns").iter_rows(named=True):
+    for row in by_start(episodes).iter_rows(named=True):
+        if row["t_start_ns"] is None:
+            continue
         end_ns = row["t_end_ns"] if row["t_end_ns"] is not None else t_end_ns
         name = f"#{row['episode']} {row['cause'] or 'not attributed'}"
         args = {"culprit": row["target"], "cause": row["cause"], "slowdown": row["slowdown"],
@@ -84,7 +123,8 @@ def chrome_trace(iterations: pl.DataFrame, episodes: pl.DataFrame, job: str) -> 
                           "name": f"culprit of {name}", "cat": "fail-slow", "ts": ts,
                           "args": args})
     return {"traceEvents": meta + slices + marks, "displayTimeUnit": "ms",
-            "otherData": {"job": job, "t0_unix_ns": t0_ns}}
+            "otherData": {"job": job, "t0_unix_ns": t0_ns if clock == "wall clock" else None,
+                          "clock": clock}}
 
 
 def evidence_table(episodes: pl.DataFrame) -> pl.DataFrame:
@@ -97,22 +137,40 @@ def evidence_table(episodes: pl.DataFrame) -> pl.DataFrame:
 
 
 def job_summary(dataset: Dataset, detector: str | None = None) -> dict:
-    """The job in one JSON-ready object: size, span, the verdict in words and its episodes."""
+    """The job in one JSON-ready object: size, span, what its series allows (clock, unit,
+    coverage), the verdict in words and its episodes. ``lost_s`` is null unless the series is
+    in seconds, ``jct_slowdown`` unless every iteration is logged (``logged_share`` is the
+    episodes' share of the logged steps' time)."""
     iterations = dataset.table("iterations").collect()
-    detector, episodes = shown_episodes(dataset.table("episodes").collect(), detector)
+    all_episodes = dataset.table("episodes").collect()
+    detector, episodes = shown_episodes(all_episodes, detector)
+    said = job_verdict(iterations, episodes, all_episodes, dataset.table("events").collect(),
+                       dataset.table("op_traces").collect(), detector)
+    axis = said.axis
     timed = iterations.drop_nulls(["t_start_ns", "t_end_ns"])
     median = iterations["duration_s"].median() if iterations.height else None
+    share = episodes["jct_slowdown"].sum()
     return {
         "job": dataset.job, "detector": detector,
         "iterations": iterations["iteration"].n_unique(),
         "ranks": iterations["rank"].drop_nulls().n_unique(),
         "span_s": (timed["t_end_ns"].max() - timed["t_start_ns"].min()) / 1e9
         if timed.height else None,
-        "median_iteration_s": median,
-        "lost_s": episodes["lost_s"].sum(), "jct_slowdown": episodes["jct_slowdown"].sum(),
-        "verdict": verdict_sentences(episodes, median),
+        "axis": {"clock": axis.clock, "unit": "s" if axis.seconds else NORMALISED,
+                 "first_iteration": axis.first, "last_iteration": axis.last,
+                 "coverage": axis.coverage},
+        "median_iteration": median,
+        "median_iteration_s": median if axis.seconds else None,
+        "lost_s": episodes["lost_s"].sum() if axis.seconds else None,
+        "jct_slowdown": share if axis.whole_job else None,
+        "logged_share": share,
+        "verdict": said.sentences,
+        "below_threshold": said.below_threshold.to_dicts(),
+        "stages": None if said.stages is None else {
+            "cause": said.stages.cause, "target": said.stages.target,
+            "ranks": said.stages.ranks, "evidence": said.stages.evidence},
         "episodes": [row | {"evidence": evidence_clauses(row["evidence"])}
-                     for row in episodes.sort("t_start_ns").to_dicts()],
+                     for row in by_start(episodes).to_dicts()],
     }
 
 

@@ -11,15 +11,17 @@ telemetry panels show the very series the evidence quotes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import polars as pl
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogLocator, PercentFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, PercentFormatter
 
 from tracekit.attribute.evidence import CONGESTION_COUNTERS
 from tracekit.characterise.jobs import ecdf
-from tracekit.report.verdict import culprits
+from tracekit.report.verdict import NOT_FOUND, culprits
 
 SPREAD_QUANTILES = (0.05, 0.95)
 """The peers' band: 5th-95th percentile per time step (a min-max band at 1,024 ranks is the
@@ -52,6 +54,33 @@ temperature rise on the culprit GPU."""
 
 def _minutes(column: str, t0_ns: int) -> pl.Expr:
     return ((pl.col(column) - t0_ns) / NS_PER_MIN).alias("t_min")
+
+
+@dataclass(frozen=True)
+class _XAxis:
+    """The timeline's x axis: minutes since the job's first iteration when the iterations carry
+    a clock, else the iteration number (what-if traces, step tables, Megatron logs without
+    timestamps)."""
+
+    clock: bool
+    t0_ns: int | None
+
+    def start(self) -> pl.Expr:
+        return (_minutes("t_start_ns", self.t0_ns) if self.clock
+                else pl.col("iteration").cast(pl.Float64).alias("t_min"))
+
+    def end(self) -> pl.Expr:
+        return (((pl.col("t_end_ns") - self.t0_ns) / NS_PER_MIN) if self.clock
+                else pl.col("iteration").cast(pl.Float64) + 1).alias("t_end_min")
+
+    def at(self, ts_ns: int | None, iteration: int | None) -> float | None:
+        if self.clock:
+            return None if ts_ns is None else (ts_ns - self.t0_ns) / NS_PER_MIN
+        return None if iteration is None else float(iteration)
+
+    @property
+    def label(self) -> str:
+        return "time since job start (min)" if self.clock else "iteration (no clock in the log)"
 
 
 def _gaps(values: pl.Series, top: float | None) -> np.ndarray:
@@ -107,12 +136,11 @@ def _rank_series(iterations: pl.DataFrame) -> tuple[pl.DataFrame, str]:
 
 
 def _iteration_panel(ax: Axes, iterations: pl.DataFrame, episodes: pl.DataFrame,
-                     ranks: set[str], t0_ns: int) -> None:
+                     ranks: set[str], x: _XAxis, unit: str) -> None:
     """Culprit ranks against the peers' band, on an axis the interludes do not set; off-scale
     iterations are marked at the top edge with their count and the longest one."""
-    series, noun = _rank_series(iterations)
-    series = series.with_columns(_minutes("t_start_ns", t0_ns),
-                                 ((pl.col("t_end_ns") - t0_ns) / NS_PER_MIN).alias("t_end_min"))
+    series, noun = _rank_series(iterations.filter(pl.col("duration_s").is_finite()))
+    series = series.with_columns(x.start(), x.end())
     peers = series.filter(~pl.col("series").is_in(list(ranks)))
     if peers.is_empty():
         peers = series
@@ -137,7 +165,7 @@ def _iteration_panel(ax: Axes, iterations: pl.DataFrame, episodes: pl.DataFrame,
         ax.plot(off["t_min"], np.full(off.height, top), ls="none", marker="v", ms=5,
                 color=INTERLUDE_COLOUR, clip_on=False,
                 label=f"{off.height} interlude(s) off scale, shaded grey (eval, checkpoint; "
-                      f"longest {off['duration_s'].max():.1f} s)")
+                      f"longest {off['duration_s'].max():.1f} {unit})")
     ax.set_ylim(bottom, top)
 
 
@@ -169,57 +197,85 @@ def _telemetry_panels(gpu_metrics: pl.DataFrame, congestion: pl.DataFrame,
 
 def iteration_timeline(iterations: pl.DataFrame, events: pl.DataFrame, episodes: pl.DataFrame,
                        gpu_metrics: pl.DataFrame, nic_counters: pl.DataFrame,
-                       title: str) -> Figure:
-    """Iteration time per rank (culprit against its peers) with change points and shaded,
-    labeled episodes; below it, the telemetry the evidence reads (SM clock, GPU temperature,
-    CNP rate), the culprit's GPU or hosts against their peers."""
-    t0_ns = iterations["t_start_ns"].min()
+                       title: str, small_changes: pl.DataFrame | None = None,
+                       unit: str = "s") -> Figure:
+    """Iteration time per rank (culprit against its peers) with change points, changes below
+    the fail-slow threshold (dotted) and shaded, labeled episodes; below it, the telemetry the
+    evidence reads (SM clock, GPU temperature, CNP rate), the culprit's GPU or hosts against
+    their peers. Iterations without a clock are drawn on the iteration axis, without telemetry
+    (nothing places its samples among the steps); ``unit`` is the durations' unit."""
+    clock = iterations["t_start_ns"].is_not_null().all() and iterations["t_end_ns"].is_not_null(
+    ).all()
+    x = _XAxis(clock, iterations["t_start_ns"].min() if clock else None)
+    if not clock:
+        gpu_metrics, nic_counters = gpu_metrics.clear(), nic_counters.clear()
     gpu_metrics = gpu_metrics.filter(pl.col("ts_ns").is_not_null())
-    congestion = congestion_per_host(nic_counters).with_columns(_minutes("ts_ns", t0_ns))
-    panels = [("iterations", "iteration time (s)", "Iteration time per rank"),
+    congestion = congestion_per_host(nic_counters).with_columns(
+        _minutes("ts_ns", x.t0_ns or 0))
+    panels = [("iterations", f"iteration time ({unit})", "Iteration time per rank"),
               *_telemetry_panels(gpu_metrics, congestion, episodes)]
     figure = Figure(figsize=(11, 2.2 + 2.0 * len(panels)), layout="constrained")
     axes = figure.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
     named = culprits(episodes)
     for ax, (kind, ylabel, panel_title) in zip(axes, panels, strict=True):
         if kind == "iterations":
-            _iteration_panel(ax, iterations, episodes, named["rank"], t0_ns)
+            _iteration_panel(ax, iterations, episodes, named["rank"], x, unit)
         elif kind == "cnp":
             _versus_peers(ax, congestion, "rate_per_s", "host", named["host"], "host")
             ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
         else:
             metric = (gpu_metrics.filter(pl.col("metric") == kind)
-                      .with_columns(_minutes("ts_ns", t0_ns),
+                      .with_columns(_minutes("ts_ns", x.t0_ns),
                                     series=pl.format("{}/{}", "host", "gpu")))
             _versus_peers(ax, metric, "value", "series", named["gpu"], "GPU")
         ax.set_ylabel(ylabel)
         ax.set_title(panel_title, loc="left", fontsize=10)
         ax.grid(alpha=0.3)
-    for ts in events["ts_ns"].drop_nulls().unique().sort().to_list():
+    marks = [(events, "--", "change point")]
+    if small_changes is not None:
+        marks.append((small_changes, ":", "change below the fail-slow threshold"))
+    for frame, style, label in marks:
+        where = {x.at(row.get("ts_ns"), row.get("iteration"))
+                 for row in frame.iter_rows(named=True)}
+        for position in sorted(w for w in where if w is not None):
+            for ax in axes:
+                ax.axvline(position, color=CHANGE_POINT_COLOUR, ls=style, lw=0.8)
+        if frame.height:
+            axes[0].plot([], [], color=CHANGE_POINT_COLOUR, ls=style, lw=0.8, label=label)
+    t_last = iterations.select(x.end()).to_series().max()
+    for number, row in enumerate(episodes.iter_rows(named=True)):
+        start = x.at(row.get("t_start_ns"), row.get("start_iteration"))
+        last = row.get("end_iteration")
+        end = x.at(row.get("t_end_ns"), None if last is None else last + 1)
+        if start is None:
+            continue
         for ax in axes:
-            ax.axvline((ts - t0_ns) / NS_PER_MIN, color=CHANGE_POINT_COLOUR, ls="--", lw=0.8)
-    if events.height:
-        axes[0].plot([], [], color=CHANGE_POINT_COLOUR, ls="--", lw=0.8, label="change point")
-    t_last = (iterations["t_end_ns"].max() - t0_ns) / NS_PER_MIN
-    for row in episodes.iter_rows(named=True):
-        start = (row["t_start_ns"] - t0_ns) / NS_PER_MIN
-        end = t_last if row["t_end_ns"] is None else (row["t_end_ns"] - t0_ns) / NS_PER_MIN
-        for ax in axes:
-            ax.axvspan(start, end, color=EPISODE_COLOUR, alpha=0.10, lw=0)
+            ax.axvspan(start, t_last if end is None else end, color=EPISODE_COLOUR, alpha=0.10,
+                       lw=0)
         axes[0].annotate(_episode_label(row), xy=(start, 1.0), xycoords=("data", "axes fraction"),
-                         xytext=(3, -12), textcoords="offset points", fontsize=9,
+                         xytext=(3, -12 - LABEL_STEP * (number % LABEL_ROWS)),
+                         textcoords="offset points", fontsize=9,
                          color=EPISODE_COLOUR, fontweight="bold")
     if episodes.height:
         axes[0].fill_between([], [], color=EPISODE_COLOUR, alpha=0.10, label="fail-slow episode")
     for ax in axes:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0), frameon=False)
-    axes[-1].set_xlabel("time since job start (min)")
+    axes[-1].set_xlabel(x.label)
+    if not x.clock:
+        axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
     figure.suptitle(title)
     return figure
 
 
+LABEL_ROWS = 3
+LABEL_STEP = 11
+"""Episode labels step down by this many points over this many rows, so that the labels of
+nearby episodes do not print over each other."""
+
+
 def _episode_label(row: dict) -> str:
     cause = row.get("cause") or "not attributed"
+    cause = "cause unknown" if cause in NOT_FOUND else cause
     target = f" @ {row['target']}" if row.get("target") else ""
     slowdown = f" x{row['slowdown']:.2f}" if row.get("slowdown") is not None else ""
     return f"#{row['episode']} {cause}{target}{slowdown}"
@@ -250,7 +306,7 @@ def host_multiples(gpu_metrics: pl.DataFrame, episodes: pl.DataFrame, t0_ns: int
     marked = culprits(episodes)["gpu"]
     spans = [((r["t_start_ns"] - t0_ns) / NS_PER_MIN,
               None if r["t_end_ns"] is None else (r["t_end_ns"] - t0_ns) / NS_PER_MIN)
-             for r in episodes.iter_rows(named=True)]
+             for r in episodes.iter_rows(named=True) if r["t_start_ns"] is not None]
     for ax, host in zip(axes, hosts, strict=False):
         mine = frame.filter(pl.col("host") == host)
         for name, part in sorted(mine.partition_by("series", as_dict=True).items()):

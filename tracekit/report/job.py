@@ -6,33 +6,53 @@ episodes it says so; without attribution every episode reads "not attributed".
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import polars as pl
 
 from tracekit.attribute.evidence import CONGESTION_COUNTERS
+from tracekit.attribute.stages import StageVerdict, stage_imbalance
 from tracekit.core.dataset import Dataset, stale_stages
 from tracekit.detect.verdict import change_point_detector, shown_episodes, with_verdict
 from tracekit.evaluate.scoring import NOT_ATTRIBUTED, episode_matches
+from tracekit.report.below_threshold import below_threshold_changes, below_threshold_sentence
 from tracekit.report.document import Report, ReportFigure, ReportTable
 from tracekit.report.figures import EVIDENCE_PANELS, host_multiples, iteration_timeline
+from tracekit.report.series import SeriesAxis, series_axis
 from tracekit.report.tables import percent
-from tracekit.report.verdict import evidence_clauses, verdict_sentences
+from tracekit.report.verdict import (
+    CLOCKED,
+    NOT_ATTRIBUTED_REASON,
+    by_start,
+    culprits,
+    evidence_clauses,
+    verdict_sentences,
+)
 
 
 def _utc(column: str) -> pl.Expr:
     return pl.from_epoch(pl.col(column), time_unit="ns").dt.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def episode_table(episodes: pl.DataFrame) -> pl.DataFrame:
-    """Episodes as a reader wants them: times, cost, culprit, cause, evidence; unattributed
-    episodes say so instead of leaving blanks."""
-    return episodes.sort("t_start_ns").select(
-        pl.col("episode").alias("#"),
-        _utc("t_start_ns").alias("start (UTC)"),
-        pl.col("duration_s").round(1).alias("duration (s)"),
-        pl.format("{}-{}", "start_iteration", "end_iteration").alias("iterations"),
-        pl.format("x{}", pl.col("slowdown").round(3)).alias("slowdown"),
-        pl.col("lost_s").round(1).alias("lost (s)"),
-        percent(pl.col("jct_slowdown"), 2).alias("JCT slowdown"),
+def episode_table(episodes: pl.DataFrame, axis: SeriesAxis = CLOCKED) -> pl.DataFrame:
+    """Episodes as a reader wants them: when (clock time, else iterations only), cost in the
+    series' unit, culprit, cause, evidence; unattributed episodes say so instead of leaving
+    blanks. Seconds and the JCT share appear only where the series allows them (:mod:`.series`)."""
+    columns = [pl.col("episode").alias("#")]
+    if axis.clock:
+        columns.append(_utc("t_start_ns").alias("start (UTC)"))
+    if axis.whole_job:
+        columns.append(pl.col("duration_s").round(1).alias("duration (s)"))
+    columns.append(pl.format("{}-{}", "start_iteration", "end_iteration").alias("iterations"))
+    if axis.sampled:
+        columns.append(pl.col("iterations").alias("logged iterations"))
+    columns.append(pl.format("x{}", pl.col("slowdown").round(3)).alias("slowdown"))
+    if axis.seconds:
+        columns.append(pl.col("lost_s").round(1).alias("lost (s)"))
+    columns.append(percent(pl.col("jct_slowdown"), 2).alias(
+        "JCT slowdown" if axis.whole_job else "share of logged time"))
+    return by_start(episodes).select(
+        *columns,
         pl.col("kind").fill_null("-"),
         pl.col("cause").fill_null(NOT_ATTRIBUTED),
         pl.col("target").fill_null("-").alias("culprit"),
@@ -41,11 +61,13 @@ def episode_table(episodes: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def detector_comparison(episodes: pl.DataFrame) -> pl.DataFrame:
-    """Per detector: its episodes, the iterations they span and the time they lost."""
+def detector_comparison(episodes: pl.DataFrame, axis: SeriesAxis = CLOCKED) -> pl.DataFrame:
+    """Per detector: its episodes, the iterations they span and the time they lost (in
+    seconds when the series is; else as a share of the logged steps' time)."""
+    lost = (pl.col("lost_s").sum().round(1).alias("lost (s)") if axis.seconds
+            else percent(pl.col("jct_slowdown").sum(), 2).alias("share of logged time"))
     return (episodes.group_by("detector")
-            .agg(pl.len().alias("episodes"), pl.col("iterations").sum(),
-                 pl.col("lost_s").sum().round(1).alias("lost (s)"),
+            .agg(pl.len().alias("episodes"), pl.col("iterations").sum(), lost,
                  pl.col("ranks").drop_nulls().unique().sort().str.join("; ").alias("ranks"))
             .sort("detector"))
 
@@ -88,6 +110,50 @@ def _validation_section(report: Report, validations: pl.DataFrame) -> None:
     section.tables.append(ReportTable("Validation verdicts", validation_table(validations)))
 
 
+@dataclass(frozen=True)
+class JobVerdict:
+    """What a job's verdict says, in the words of its series' axis: the report's verdict
+    section and the export's summary read the same one."""
+
+    axis: SeriesAxis
+    sentences: list[str]
+    below_threshold: pl.DataFrame
+    """:func:`.below_threshold.below_threshold_changes`"""
+    stages: StageVerdict | None
+
+
+def job_verdict(iterations: pl.DataFrame, episodes: pl.DataFrame, all_episodes: pl.DataFrame,
+                events: pl.DataFrame, op_traces: pl.DataFrame, detector: str,
+                unattributed: str = NOT_ATTRIBUTED_REASON) -> JobVerdict:
+    """The verdict of ``detector``'s ``episodes``: a sentence per episode, per change below
+    the fail-slow threshold, the pipeline stages of op traces, and what a gapped or normalised
+    series cannot tell; ``unattributed`` says why an episode without a cause has none."""
+    axis = series_axis(iterations)
+    small = below_threshold_changes(events, iterations, episodes,
+                                    change_point_detector(detector))
+    stages = stage_imbalance(op_traces, named_ranks(all_episodes))
+    median_s = iterations["duration_s"].median() if iterations.height else None
+    sentences = verdict_sentences(episodes, median_s, axis, unattributed)
+    sentences += [below_threshold_sentence(row, axis) for row in small.iter_rows(named=True)]
+    if stages is not None:
+        sentences.append(stage_sentence(stages))
+    sentences += [s for s in (axis.coverage_sentence(), axis.units_sentence()) if s]
+    return JobVerdict(axis, sentences, small, stages)
+
+
+def stage_sentence(stages: StageVerdict) -> str:
+    """The pipeline-stage verdict of op traces as the report's verdict says it."""
+    if stages.target is None:
+        return f"Pipeline stages: {stages.evidence}."
+    return (f"The job's pace is set by a pipeline imbalance from its first step (a property of "
+            f"its layout, not a fail-slow): {stages.evidence}.")
+
+
+def named_ranks(episodes: pl.DataFrame) -> list[int]:
+    """Ranks the episodes' culprits name."""
+    return sorted(int(r) for r in culprits(episodes)["rank"])
+
+
 def _collect(dataset: Dataset, name: str) -> pl.DataFrame:
     return dataset.table(name).collect()
 
@@ -119,22 +185,26 @@ def job_report(dataset: Dataset, detector: str | None = None) -> Report:
     iterations = _collect(dataset, "iterations")
     all_episodes = _collect(dataset, "episodes")
     detector, episodes = shown_episodes(all_episodes, detector)
-    events = _collect(dataset, "events").filter(
-        pl.col("detector") == change_point_detector(detector))
+    events_all = _collect(dataset, "events")
+    events = events_all.filter(pl.col("detector") == change_point_detector(detector))
     labels = _collect(dataset, "labels")
     report = Report(f"tracekit report: job {dataset.job}")
-    # per-step traces (what-if) and normalised step tables carry no clock: no timeline then
+    axis = series_axis(iterations)
     timed = iterations.filter(pl.col("t_start_ns").is_not_null(), pl.col("t_end_ns").is_not_null())
     job_s = (timed["t_end_ns"].max() - timed["t_start_ns"].min()) / 1e9 if timed.height else None
     detected = "detect" in dataset.manifest.get("build", {}) or all_episodes.height > 0
     stale = stale_stages(dataset)
+    median_s = iterations["duration_s"].median() if iterations.height else None
+    said = job_verdict(iterations, episodes, all_episodes, events_all,
+                       _collect(dataset, "op_traces"), detector,
+                       _why_unattributed(dataset, stale))
+    small = said.below_threshold
     if iterations.height and detected:
         verdict = report.section(f"Verdict ({detector})")
         verdict.lead = True
-        verdict.paragraphs += verdict_sentences(episodes, iterations["duration_s"].median(),
-                                                _why_unattributed(dataset, stale))
+        verdict.paragraphs += said.sentences
         verdict.items += [f"#{row['episode']}: {clause}"
-                          for row in episodes.sort("t_start_ns").iter_rows(named=True)
+                          for row in by_start(episodes).iter_rows(named=True)
                           for clause in evidence_clauses(row["evidence"])]
 
     summary = report.section("Summary")
@@ -147,35 +217,51 @@ def job_report(dataset: Dataset, detector: str | None = None) -> Report:
             f"No iterations in this dataset: run `tracekit iterations {dataset.path}`.")
     else:
         span = "" if job_s is None else f" over {job_s / 60:.1f} min"
-        median_s = iterations["duration_s"].median()
         timing = ("no iteration has a duration" if median_s is None
-                  else f"median iteration time {median_s:.3f} s")
-        summary.paragraphs.append(
-            f"{iterations['iteration'].n_unique():,} iterations{span} on "
-            f"{iterations['rank'].drop_nulls().n_unique()} ranks; {timing}.")
+                  else f"median iteration time {axis.value(median_s)}")
+        logged = (f"{axis.logged:,} logged iterations of {axis.first}-{axis.last}"
+                  if axis.sampled else f"{axis.logged:,} iterations")
+        who = (f"on {axis.ranks} ranks" if axis.ranks
+               else "as one job-level series (no per-rank times)")
+        summary.paragraphs.append(f"{logged}{span} {who}; {timing}.")
     if not detected:
         summary.paragraphs.append("Detection has not run on this dataset: run `tracekit detect`.")
     else:
         verdict = f"{episodes.height} fail-slow episode(s)" if episodes.height else "none"
+        below = f"; {small.height} change(s) below the fail-slow threshold" if small.height else ""
         summary.paragraphs.append(f"Verdict ({detector}): {verdict}; {events.height} change "
-                                  f"point(s) of {change_point_detector(detector)}.")
+                                  f"point(s) of {change_point_detector(detector)}{below}.")
     if episodes.height:
         lost, jct = episodes["lost_s"].sum(), episodes["jct_slowdown"].sum()
-        summary.paragraphs.append(f"Time lost to fail-slows: {lost:.1f} s "
-                                  f"(JCT slowdown {100 * jct:.2f} %).")
+        if axis.whole_job:
+            summary.paragraphs.append(f"Time lost to fail-slows: {lost:.1f} s "
+                                      f"(JCT slowdown {100 * jct:.2f} %).")
+        else:
+            summary.paragraphs.append(
+                f"Fail-slows took {100 * jct:.2f} % of the logged steps' time"
+                + (f" ({lost:.1f} s)" if axis.seconds else "")
+                + "; the job's own lost time is not known from "
+                + ("a sample of its steps." if axis.sampled else "normalised step times."))
         summary.tables.append(ReportTable(f"Fail-slow episodes ({detector}); their evidence is "
                                           "listed under the verdict",
-                                          episode_table(episodes).drop("evidence")))
-    if timed.height:
-        gpu, nic = _evidence(dataset, timed["t_start_ns"].min(), timed["t_end_ns"].max())
-        figure = iteration_timeline(timed, events, episodes, gpu, nic,
-                                    title=f"Job {dataset.job}: iteration time and evidence")
+                                          episode_table(episodes, axis).drop("evidence")))
+    if iterations.height and iterations["duration_s"].is_not_null().any():
+        gpu, nic = (_evidence(dataset, timed["t_start_ns"].min(), timed["t_end_ns"].max())
+                    if timed.height else (dataset.table("gpu_metrics").head(0).collect(),
+                                          dataset.table("nic_counters").head(0).collect()))
+        figure = iteration_timeline(timed if timed.height else iterations, events, episodes,
+                                    gpu, nic, title=f"Job {dataset.job}: iteration time and "
+                                    "evidence", small_changes=small,
+                                    unit="s" if axis.seconds else "normalised")
+        axis_words = "" if timed.height else " on the iteration axis (the log has no clock)"
         report.section("Timeline").figures.append(ReportFigure(
             "timeline", figure,
-            f"Iteration time per rank with {change_point_detector(detector)} change points "
-            "(dashed) and fail-slow episodes (shaded, labeled with cause, culprit and "
-            "slowdown), over the evidence recorded at the time."))
-        multiples = host_multiples(gpu, episodes, timed["t_start_ns"].min())
+            f"Iteration time per rank{axis_words} with {change_point_detector(detector)} change "
+            "points (dashed), changes below the fail-slow threshold (dotted) and fail-slow "
+            "episodes (shaded, labeled with cause, culprit and slowdown), over the evidence "
+            "recorded at the time."))
+        multiples = (host_multiples(gpu, episodes, timed["t_start_ns"].min())
+                     if timed.height else None)
         if multiples is not None:
             report.sections[-1].figures.append(ReportFigure(
                 "sm_clock_per_host", multiples,
@@ -209,7 +295,7 @@ def job_report(dataset: Dataset, detector: str | None = None) -> Report:
         comparison.paragraphs.append(
             f"Episodes of every detector that ran; the verdict above is {detector}'s.")
         comparison.tables.append(ReportTable("Episodes per detector",
-                                             detector_comparison(with_verdict(all_episodes))))
+                                             detector_comparison(with_verdict(all_episodes), axis)))
     validations = _collect(dataset, "validations")
     if validations.height:
         _validation_section(report, validations)

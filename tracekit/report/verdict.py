@@ -9,9 +9,10 @@ evidence follows as a list of the clauses attribution joined with ``"; "``.
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
 
 import polars as pl
+
+from tracekit.report.series import SeriesAxis
 
 EVIDENCE_SEPARATOR = "; "
 """How attribution joins the clauses of an episode's ``evidence``."""
@@ -22,6 +23,10 @@ the rest are in the evidence list."""
 
 _CHANGE = re.compile(r"->")
 _GPU = re.compile(r"\bgpu[: ]([\w.-]+/\d+)", re.IGNORECASE)
+
+CLOCKED = SeriesAxis(clock=True, seconds=True, logged=0, first=None, last=None, covered=0,
+                     ranks=0)
+"""The axis a sentence assumes when the caller gives none: a clock, seconds, every iteration."""
 
 CAUSE_WORDS = {"gpu-thermal": "GPU thermal throttling", "gpu-degradation": "GPU degradation",
                "cpu-contention": "CPU contention", "network-congestion": "network congestion"}
@@ -46,19 +51,26 @@ def culprits(episodes: pl.DataFrame) -> dict[str, set[str]]:
 
 
 def culprit_in_words(target: str | None) -> str | None:
-    """``link:gpu01-gpu02`` -> ``the link gpu01–gpu02``, ``rank:13`` -> ``rank 13``, ..."""
+    """``link:gpu01-gpu02`` -> ``the link gpu01–gpu02``, ``rank:13`` -> ``rank 13``,
+    ``rank:6+rank:7+rank:9`` -> ``ranks 6, 7 and 9``, ..."""
     if not target:
         return None
-    parts = []
+    parts, ranks = [], []
     for part in target.split("+"):
         kind, _, name = part.partition(":")
-        if kind == "link":
+        if kind == "rank" and name:
+            if not ranks:
+                parts.append(None)  # the ranks, in words, where the first one was
+            ranks.append(name)
+        elif kind == "link":
             parts.append("the link " + name.replace("-", "–"))
         elif kind == "gpu":
             parts.append(f"GPU {name}")
         else:
             parts.append(f"{kind} {name}" if name else kind)
-    return " and ".join(parts)
+    named = (f"rank {ranks[0]}" if len(ranks) == 1
+             else f"ranks {', '.join(ranks[:-1])} and {ranks[-1]}" if ranks else None)
+    return " and ".join(named if p is None else p for p in parts)
 
 
 def evidence_clauses(evidence: str | None) -> list[str]:
@@ -70,15 +82,56 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 120 else f"{seconds:.0f} s"
 
 
-def episode_sentence(row: dict, unattributed: str = "no culprit or cause was found") -> str:
+NOT_ATTRIBUTED_REASON = "no culprit or cause was found"
+"""Why an episode has no cause, when nothing more specific is known."""
+
+
+NOT_FOUND = ("insufficient-evidence", "unknown")
+"""Causes that name no cause: attribution found a culprit but not why, or nothing."""
+
+KIND_WORDS = {"compute": "own compute", "communication": "communication"}
+"""Where a culprit's extra time went, as a sentence says it when the cause is not known."""
+
+
+def _when(row: dict, axis: SeriesAxis) -> str:
+    """How long and from when: ``for 4.5 min from 09:04:15 UTC`` on a clock, else ``for 28
+    iterations (42 s) from iteration 62 to 89``."""
+    start = axis.at(row.get("start_iteration"), row.get("t_start_ns"))
+    if axis.clock and row.get("t_start_ns") is not None:
+        span = f" for {_duration(row['duration_s'])}" if row.get("duration_s") is not None else ""
+        return f"{span} from {start}"
+    count = row.get("iterations")
+    seconds = (f" ({_duration(row['duration_s'])})"
+               if axis.whole_job and row.get("duration_s") is not None else "")
+    span = f" for {count} {axis.noun()}{'s' if count != 1 else ''}{seconds}" if count else ""
+    end = row.get("end_iteration")
+    return f"{span} from {start}" + (f" to {end}" if end is not None else "")
+
+
+def _cost(lost: float | None, share: float | None, axis: SeriesAxis) -> str:
+    """What a slowdown cost in the series' unit: seconds and the job's share when every
+    iteration is logged in seconds; else the share of the logged steps' time, and why."""
+    if lost is None:
+        return "its cost was not measured"
+    if axis.whole_job:
+        return f"it cost {lost:.1f} s" + (f" ({100 * share:.1f} % of the job)"
+                                          if share is not None else "")
+    logged = f"{100 * share:.1f} % of the logged steps' time" if share is not None else None
+    if not axis.seconds:
+        return f"it cost {logged}" if logged else "its cost in time is not known (normalised)"
+    return (f"it cost {lost:.1f} s over the logged iterations"
+            + (f" ({logged})" if logged else ""))
+
+
+def episode_sentence(row: dict, axis: SeriesAxis = CLOCKED,
+                     unattributed: str = NOT_ATTRIBUTED_REASON) -> str:
     """One episode as a sentence: when, how much, how long, who and why, what it cost;
     ``unattributed`` says why an episode without a cause has none."""
-    start = datetime.fromtimestamp(row["t_start_ns"] / 1e9, UTC).strftime("%H:%M:%S UTC")
     slower = f"{100 * (row['slowdown'] - 1):.0f} % slower" if row.get("slowdown") else "slower"
-    span = f" for {_duration(row['duration_s'])}" if row.get("duration_s") is not None else ""
-    text = f"The job ran {slower}{span} from {start}"
+    text = f"The job ran {slower}{_when(row, axis)}"
     cause, who = row.get("cause"), culprit_in_words(row.get("target"))
-    if cause:
+    clauses = evidence_clauses(row.get("evidence"))
+    if cause and cause not in NOT_FOUND:
         text += " because of " + " and ".join(CAUSE_WORDS.get(c, c.replace("-", " "))
                                               for c in cause.split("+"))
         if who:
@@ -86,31 +139,42 @@ def episode_sentence(row: dict, unattributed: str = "no culprit or cause was fou
             named = row.get("target") or ""
             text += f" on {who}" + (f", GPU {', '.join(gpus)}"
                                     if gpus and "gpu:" not in named else "")
-        quoted = [c for c in evidence_clauses(row.get("evidence")) if _CHANGE.search(c)]
+        quoted = [c for c in clauses if _CHANGE.search(c)]
         if quoted:
             text += " (" + "; ".join(quoted[:QUOTED_CLAUSES]) + ")"
+    elif who:
+        where = KIND_WORDS.get(row.get("kind") or "")
+        text += f" on {who}" + (f", in its {where}" if where else "")
+        reason = clauses[-1] if clauses else ""
+        text += (f" ({reason})" if reason.startswith("cause ")
+                 else f" (cause not attributed: {reason})" if reason else " (cause not attributed)")
+    elif cause in NOT_FOUND and clauses:
+        text += f" (not attributed: {clauses[-1]})"
     else:
         text += f" (not attributed: {unattributed})"
-    if row.get("lost_s") is None:
-        return text + "; its cost was not measured."
-    share = (f" ({100 * row['jct_slowdown']:.1f} % of the job)"
-             if row.get("jct_slowdown") is not None else "")
-    return text + f"; it cost {row['lost_s']:.1f} s{share}."
+    return f"{text}; {_cost(row.get('lost_s'), row.get('jct_slowdown'), axis)}."
+
+
+def by_start(episodes: pl.DataFrame) -> pl.DataFrame:
+    """Episodes in the order they started: by iteration, which every episode has, then by
+    time (episodes of step-only data have none)."""
+    return episodes.sort([c for c in ("start_iteration", "t_start_ns") if c in episodes.columns])
 
 
 def verdict_sentences(episodes: pl.DataFrame, median_iteration_s: float | None,
-                      unattributed: str = "no culprit or cause was found") -> list[str]:
+                      axis: SeriesAxis = CLOCKED,
+                      unattributed: str = NOT_ATTRIBUTED_REASON) -> list[str]:
     """The verdict: a sentence per episode (by start) and, for several, their total; a job
     without episodes says it ran at its own pace."""
     if episodes.is_empty():
-        pace = (f" (median iteration {median_iteration_s:.3f} s)"
+        pace = (f" (median iteration {axis.value(median_iteration_s)})"
                 if median_iteration_s is not None else "")
         return [f"No fail-slow: the job ran at its own pace{pace}."]
-    rows = list(episodes.sort("t_start_ns").iter_rows(named=True))
-    sentences = [episode_sentence(row, unattributed) for row in rows]
+    rows = list(by_start(episodes).iter_rows(named=True))
+    sentences = [episode_sentence(row, axis, unattributed) for row in rows]
     if len(rows) > 1:
         lost = sum(r["lost_s"] or 0.0 for r in rows)
         share = sum(r["jct_slowdown"] or 0.0 for r in rows)
-        sentences.append(f"In all, {len(rows)} episodes cost {lost:.1f} s "
-                         f"({100 * share:.1f} % of the job).")
+        sentences.append(f"In all, {len(rows)} episodes "
+                         f"{_cost(lost, share, axis).removeprefix('it ')}.")
     return sentences
