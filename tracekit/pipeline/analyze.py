@@ -28,7 +28,6 @@ from tracekit.iterations import reconstruct_dataset
 from tracekit.report.document import write_report
 from tracekit.report.job import job_report
 
-
 STAGES = ("ingest", "iterations", "detect", "attribute", "report")
 
 STAGE_FUNCTIONS: dict[str, Callable[..., Any]] = {
