@@ -42,6 +42,7 @@ from tracekit.ingest.base import (
     cores_shared,
     quarantine_overlong,
 )
+from tracekit.ingest.hosts import agree_hosts
 from tracekit.ingest.limits import Limits, refuse_compressed
 from tracekit.ingest.sources import input_files, is_archive, iter_sources
 
@@ -131,6 +132,10 @@ def ingest(
     with dataset_writer(output, job) as dataset:
         summaries = _ingest_files(dataset, files, format, options, limits, progress,
                                   executor or LocalExecutor())
+        host_notes = agree_hosts(dataset, options.get("host"))
+        dataset.save_manifest()
+    for summary in summaries:
+        summary.notes.extend(host_notes.get(summary.path, ()))
     return IngestSummary(output, summaries)
 
 

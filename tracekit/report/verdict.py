@@ -13,6 +13,8 @@ from datetime import UTC, datetime
 
 import polars as pl
 
+from tracekit.core.identity import link_hosts
+
 EVIDENCE_SEPARATOR = "; "
 """How attribution joins the clauses of an episode's ``evidence``."""
 
@@ -38,7 +40,8 @@ def culprits(episodes: pl.DataFrame) -> dict[str, set[str]]:
             if kind == "rank":
                 found["rank"].add(name)
             elif kind in ("link", "host", "nic"):
-                found["host"].update(name.split("-") if kind == "link" else [name])
+                found["host"].update((link_hosts(name) or (name,)) if kind == "link"
+                                     else [name])
         found["gpu"].update(_GPU.findall(f"{row.get('target') or ''} {row.get('evidence') or ''}"))
     found["host"].update(g.split("/")[0] for g in found["gpu"])
     return found
@@ -46,14 +49,15 @@ def culprits(episodes: pl.DataFrame) -> dict[str, set[str]]:
 
 
 def culprit_in_words(target: str | None) -> str | None:
-    """``link:gpu01-gpu02`` -> ``the link gpu01–gpu02``, ``rank:13`` -> ``rank 13``, ..."""
+    """``link:gpu01<->gpu02`` -> ``the link gpu01–gpu02``, ``rank:13`` -> ``rank 13``, ..."""
     if not target:
         return None
     parts = []
     for part in target.split("+"):
         kind, _, name = part.partition(":")
         if kind == "link":
-            parts.append("the link " + name.replace("-", "–"))
+            hosts = link_hosts(name)
+            parts.append("the link " + ("–".join(hosts) if hosts else name))
         elif kind == "gpu":
             parts.append(f"GPU {name}")
         else:

@@ -51,7 +51,8 @@ def job_spec(*, layout: str, iterations: int, inject: list[str], scenario: str |
              model: str, hardware: str, gpus_per_host: int, sequence_parallel: bool,
              distributed_optimizer: bool, collectives: str, monitoring: bool, seed: int,
              job: str, nccl_timestamps: bool = True,
-             monitoring_files: str = "series") -> JobSpec:
+             monitoring_files: str = "series", dump_layout: str = "per-host",
+             host_prefix: str = "gpu") -> JobSpec:
     """A job spec from command-line style arguments."""
     if model not in MODELS:
         raise TracekitError(f"unknown model {model!r}; known: {', '.join(MODELS)}")
@@ -66,7 +67,8 @@ def job_spec(*, layout: str, iterations: int, inject: list[str], scenario: str |
         injections = scenario_injections(scenario, iterations) + injections
     return JobSpec(parsed, iterations, seed, tuple(injections), collectives=collectives,
                    nccl_timestamps=nccl_timestamps, monitoring=monitoring,
-                   monitoring_files=monitoring_files, job=job)
+                   monitoring_files=monitoring_files, dump_layout=dump_layout, job=job,
+                   host_prefix=host_prefix)
 
 
 @dataclass(frozen=True)
@@ -171,7 +173,8 @@ def _decoy(preset: CorpusPreset, iteration_s: float, rng: np.random.Generator) -
 def generate_corpus(out: Path, preset_name: str, jobs: int, seed: int,
                     iterations: int | None = None, collectives: str | None = None,
                     pack: bool = False, decoys: int | None = None,
-                    monitoring_files: str = "series") -> pl.DataFrame:
+                    monitoring_files: str = "series",
+                    dump_layout: str = "per-host", host_prefix: str = "gpu") -> pl.DataFrame:
     """Write ``jobs`` job folders under ``out`` and ``corpus.csv`` (job, category, seed);
     return that summary."""
     from tracekit.synth.run import JobRun
@@ -193,7 +196,8 @@ def generate_corpus(out: Path, preset_name: str, jobs: int, seed: int,
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     base = JobSpec(preset.layout, preset.iterations, collectives=collectives or preset.collectives,
-                   monitoring_files=monitoring_files)
+                   monitoring_files=monitoring_files, dump_layout=dump_layout,
+                   host_prefix=host_prefix)
     iteration_s = JobRun(base).iteration_s
     rows = []
     width = len(str(jobs - 1))
