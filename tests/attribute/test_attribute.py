@@ -155,8 +155,8 @@ def test_compound_names_both_culprits_and_causes(verdicts):
 
 def test_ring_links_told_apart_by_congestion_notifications(verdicts):
     evidence = verdicts["congestion-ring"][0]["evidence"]
-    assert ("link:gpu01<->gpu02, link:gpu01<->gpu04, link:gpu02<->gpu03, link:gpu03<->gpu04 explain "
-            "the 3 slow groups equally well") in evidence
+    assert ("link:gpu01<->gpu02, link:gpu01<->gpu04, link:gpu02<->gpu03, link:gpu03<->gpu04 "
+            "explain the 3 slow groups equally well") in evidence
     assert "only link:gpu01<->gpu04 has congestion notifications at both ends" in evidence
 
 
