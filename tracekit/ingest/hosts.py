@@ -43,9 +43,10 @@ after agreement (absent until one differed), so a later ingest decides again fro
 
 
 def agree_hosts(dataset: Dataset, host_option: str | None = None) -> dict[str, list[str]]:
-    """Give every monitoring source whose host came from its name the host the job agrees on
-    (rewriting its parts where that differs; saved with the manifest by the caller); return
-    the notes by source path. ``--option host=`` names the host itself: nothing is changed."""
+    """Give every monitoring source whose host came from its name the host the job agrees on,
+    rewriting its parts where that differs (the manifest saved then, under the caller's writer
+    lock); return the notes by source path. ``--option host=`` names the host itself: nothing
+    is changed."""
     if host_option:
         return {}
     files_of = _files_by_owner(dataset)
@@ -62,15 +63,19 @@ def agree_hosts(dataset: Dataset, host_option: str | None = None) -> dict[str, l
     if not known:
         return {}
     notes: dict[str, list[str]] = {}
+    changed = False
     for record, read, held in named:
         agreed, note = _agreed_host(record["path"], read, known)
         if agreed != held:
             _rewrite_host(dataset, source_record_key(record), files_of, held, agreed)
             record[READ_HOST], record[AGREED_HOST] = read, agreed
+            changed = True
         if note:
             notes.setdefault(record["path"], []).append(note)
             if note not in record.get("notes", ()):  # a new list: a summary may hold the old
                 record["notes"] = [*record.get("notes", ()), note]
+    if changed:
+        dataset.save_manifest()
     return notes
 
 

@@ -133,7 +133,6 @@ def ingest(
         summaries = _ingest_files(dataset, files, format, options, limits, progress,
                                   executor or LocalExecutor())
         host_notes = agree_hosts(dataset, options.get("host"))
-        dataset.save_manifest()
     for summary in summaries:
         summary.notes.extend(host_notes.get(summary.path, ()))
     return IngestSummary(output, summaries)
