@@ -18,6 +18,7 @@ from tracekit.attribute.job_signals import signals_in_windows
 from tracekit.attribute.links import localise
 from tracekit.core import schema
 from tracekit.core.dataset import create_dataset, open_dataset
+from tracekit.core.identity import link_hosts
 from tracekit.detect import detect_dataset
 from tracekit.ingest.pipeline import ingest
 from tracekit.iterations import reconstruct_dataset
@@ -91,7 +92,8 @@ def _monitoring(dataset: Path, labels: pl.DataFrame, hosts: list[str], per_host:
             cpu = 97.0 if "cpu-contention" in causes and faults["target_host"] == host else 35.0
             rows_host.append((int(t), host, "node-exporter", "cpu_util_pct", cpu, "%", None))
             link = (faults or {}).get("target_link") or ""
-            cnp = 5000.0 if "network-congestion" in causes and host in link.split("-") else 10.0
+            cnp = 5000.0 if "network-congestion" in causes and host in (link_hosts(link) or ()) \
+                else 10.0
             sent += int(cnp)
             rows_nic.append((int(t), host, "mlx5_0", 1, "np_cnp_sent", sent, cnp))
             for gpu in range(per_host):
