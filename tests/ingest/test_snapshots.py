@@ -36,6 +36,7 @@ TS = 1782736574
     (f"eth0_{TS}.txt", None),
     (f"gpu-a17_mlx5_0_{TS}.txt", "gpu-a17"),
     (f"node.node-1.{TS}.prom", "node-1"),  # "1" alone is a number, not a host
+    (f"node.10.20.3.17.{TS}.prom", "10.20.3.17"),  # an identity map may name it
 ])
 def test_host_and_time_from_the_file_name(name, host):
     source = Source(name, 0, lambda: None)

@@ -45,11 +45,14 @@ EXPORTER_WORDS = frozenset({
 })
 """Collector, sysfs and dump words: never a host, in a file name or as a folder."""
 
-_GENERIC_TOKEN = re.compile(r"^(?:\d+|mlx\d+(?:_\d+)?|(?:eth|ib|bond|hca)\d+)$", re.IGNORECASE)
-"""Tokens that name a device, a port or a number, never a host (``mlx5_0``, ``eth0``, ``1``)."""
+_DEVICE = r"mlx\d+(?:_\d+)?|(?:eth|ib|bond|hca)\d+"
+_GENERIC_TOKEN = re.compile(rf"^(?:{_DEVICE})$", re.IGNORECASE)
+"""Tokens that name a device, never a host (``mlx5_0``, ``eth0``)."""
 
 _DATE_FOLDER = re.compile(r"^\d{4}-?\d\d-?\d\d(?:$|[T_ -])")
 _HOST_CHARS = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_IPV4 = re.compile(r"^\d{1,3}(?:\.\d{1,3}){3}$")
+_WORD_NUMBER = re.compile(r"^[A-Za-z]+-\d+$")
 _TOKEN_SEPARATORS = re.compile(r"[._-]")
 
 _EXTENSION = re.compile(r"(?:\.(?:prom|txt|log|json|csv|out|metrics|gz|xz|zst|bz2))+$",
@@ -182,7 +185,8 @@ def folder_host_readings(path: str) -> list[str]:
 
 def _strip_trailing_word(text: str) -> str:
     """``gpu-a17_dcgm`` -> ``gpu-a17``: trailing collector words after a ``.`` or ``_``."""
-    while (trail := re.match(r"^(.+)[._]([A-Za-z0-9]+)$", text)) and _is_generic(trail.group(2)):
+    while (trail := re.match(rf"^(.+?)[._]({_DEVICE})$", text, re.IGNORECASE)
+           or re.match(r"^(.+)[._]([A-Za-z0-9]+)$", text)) and _is_generic(trail.group(2)):
         text = trail.group(1)
     return text
 
@@ -192,12 +196,15 @@ def _is_generic(word: str) -> bool:
 
 
 def _may_be_host(text: str) -> bool:
-    """Host name characters, a letter, and not only collector or device tokens (a number
-    beside a collector word may be a host: ``node-1``)."""
-    if not _HOST_CHARS.match(text) or not re.search(r"[A-Za-z]", text) or _is_generic(text):
+    """An IPv4 address, a word and a number (``node-1``, though ``node`` names a collector), or
+    host name characters with a word that names no collector or device (``mlx5_0``,
+    ``0_ports_1`` are none)."""
+    if _IPV4.match(text) or _WORD_NUMBER.match(text):
+        return True
+    if not _HOST_CHARS.match(text) or _is_generic(text):
         return False
-    return not all(_is_generic(t) and not t.isdigit()
-                   for t in _TOKEN_SEPARATORS.split(text) if t)
+    return any(re.search(r"[A-Za-z]", t) and not _is_generic(t)
+               for t in _TOKEN_SEPARATORS.split(text))
 
 
 def option_ts_ns(options: dict[str, str], source: Source, key: str = "ts") -> int | None:
