@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
+from typer.testing import CliRunner
 
+from tracekit.cli import app
 from tracekit.core import schema
 from tracekit.core.dataset import create_dataset, open_dataset
 from tracekit.ingest.hosts import hosts_without_ranks
@@ -106,3 +108,7 @@ def test_info_warns_of_monitoring_hosts_without_ranks(tmp_path, monitoring_hosts
          "counter": ["np_cnp_sent"] * 2, "value": [1, 2]})))
     dataset.save_manifest()
     assert hosts_without_ranks(open_dataset(tmp_path / "ds")) == warnings
+    shown = CliRunner().invoke(app, ["info", str(tmp_path / "ds")], terminal_width=400)
+    assert shown.exit_code == 0
+    assert [line.removeprefix("warning: ") for line in shown.output.splitlines()
+            if line.startswith("warning:")] == warnings
