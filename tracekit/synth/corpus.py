@@ -109,11 +109,17 @@ PRESETS: dict[str, CorpusPreset] = {
                model=replace(PROBE_MODEL, layers=2, micro_batches=2), hardware=CI_HOST),
         300, {"clean": 2, "cpu-contention": 1, "gpu-degradation": 1, "network-congestion": 2,
               "network-congestion+gpu-thermal": 1}),
+    "congestion-4host": CorpusPreset(
+        Layout(tp=2, dp=4, pp=1, gpus_per_host=2,
+               model=replace(PROBE_MODEL, layers=2, micro_batches=2), hardware=CI_HOST),
+        300, {"network-congestion": 1}),
 }
 """Greyhound's campaigns: 1-node GPT2-11B on 4 x H800 (TP 2, PP 2), 4-node GPT2-7B on
 4 x 8 A100 (TP 2; the paper's DP 4 would leave 24 GPUs idle, so DP fills the 32), large jobs
 of 512 H800 GPUs. ``ci`` is the committed corpus: every cause of the three campaigns (Table 1)
-and clean jobs, at 4 ranks on 2 hosts and 300 iterations."""
+and clean jobs, at 4 ranks on 2 hosts and 300 iterations. ``congestion-4host``: ``ci``'s
+jobs on 4 hosts, every one congested (a culprit link among 4), for the dump layouts'
+benchmark (``benchmarks/bench_layouts.py``)."""
 
 SEVERITY_RANGE = {"compute": (1.15, 1.6), "cpu": (1.8, 3.0), "communication": (1.2, 3.0),
                   "large": (1.5, 5.0)}
