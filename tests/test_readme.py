@@ -79,7 +79,7 @@ def test_every_readme_block_runs_as_written(tmp_path):
             assert done.returncode == 0, f"{command}\n{done.stderr[-2000:]}"
     verdict = json.loads((tmp_path / "build" / "job42.json").read_text())
     assert [(e["target"], e["cause"]) for e in verdict["episodes"]] == [
-        ("link:gpu01-gpu02", "network-congestion")]
+        ("link:gpu01<->gpu02", "network-congestion")]
     assert Path(verdict["report"]).name == "index.html"
 
 

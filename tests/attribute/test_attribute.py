@@ -18,6 +18,7 @@ from tracekit.attribute.job_signals import signals_in_windows
 from tracekit.attribute.links import localise
 from tracekit.core import schema
 from tracekit.core.dataset import create_dataset, open_dataset
+from tracekit.core.identity import link_hosts
 from tracekit.detect import detect_dataset
 from tracekit.ingest.pipeline import ingest
 from tracekit.iterations import reconstruct_dataset
@@ -91,7 +92,8 @@ def _monitoring(dataset: Path, labels: pl.DataFrame, hosts: list[str], per_host:
             cpu = 97.0 if "cpu-contention" in causes and faults["target_host"] == host else 35.0
             rows_host.append((int(t), host, "node-exporter", "cpu_util_pct", cpu, "%", None))
             link = (faults or {}).get("target_link") or ""
-            cnp = 5000.0 if "network-congestion" in causes and host in link.split("-") else 10.0
+            cnp = 5000.0 if "network-congestion" in causes and host in (link_hosts(link) or ()) \
+                else 10.0
             sent += int(cnp)
             rows_nic.append((int(t), host, "mlx5_0", 1, "np_cnp_sent", sent, cnp))
             for gpu in range(per_host):
@@ -148,16 +150,16 @@ def test_compound_names_both_culprits_and_causes(verdicts):
     verdict, _ = verdicts["compound-a"]
     assert verdict["kind"] == "compound"
     assert verdict["cause"] == "gpu-thermal+network-congestion"
-    assert verdict["target"] == "rank:3+link:gpu01-gpu02"
+    assert verdict["target"] == "rank:3+link:gpu01<->gpu02"
     assert "hw_thermal set in 100% of samples" in verdict["evidence"]
     assert "gpu01 CNP 10 -> 5,000/s" in verdict["evidence"]
 
 
 def test_ring_links_told_apart_by_congestion_notifications(verdicts):
     evidence = verdicts["congestion-ring"][0]["evidence"]
-    assert ("link:gpu01-gpu02, link:gpu01-gpu04, link:gpu02-gpu03, link:gpu03-gpu04 explain the "
-            "3 slow groups equally well") in evidence
-    assert "only link:gpu01-gpu04 has congestion notifications at both ends" in evidence
+    assert ("link:gpu01<->gpu02, link:gpu01<->gpu04, link:gpu02<->gpu03, link:gpu03<->gpu04 "
+            "explain the 3 slow groups equally well") in evidence
+    assert "only link:gpu01<->gpu04 has congestion notifications at both ends" in evidence
 
 
 def test_thermal_evidence_gives_the_numbers(verdicts):
@@ -270,7 +272,7 @@ def test_link_localisation_prefers_a_link_then_a_nic():
     hosts = {0: "a", 1: "b", 2: "c", 3: "d"}
     groups = pl.DataFrame({"members": [[0, 1], [0, 2], [2, 3], [1, 3]],
                            "suspect": [True, False, False, False]})
-    assert localise(groups, hosts).target == "link:a-b"
+    assert localise(groups, hosts).target == "link:a<->b"
     nic = groups.with_columns(suspect=pl.Series([True, True, False, False]))
     assert localise(nic, hosts).target == "nic:a"
     nothing = groups.with_columns(suspect=pl.Series([True, False, True, False]))

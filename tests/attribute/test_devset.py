@@ -17,12 +17,12 @@ from tracekit.detect.verdict import VERDICT_DETECTOR
 from tracekit.pipeline.corpus import evaluate_corpus
 
 EXPECTED = {
-    "4690175": [("network-congestion", "link:gpu-p55-gpu-p56")],
+    "4690175": [("network-congestion", "link:gpu-p55<->gpu-p56")],
     "4822163": [("cpu-contention", "host:gpu-i34"),
-                ("gpu-thermal+network-congestion", "rank:2+link:gpu-i34-gpu-i35")],
+                ("gpu-thermal+network-congestion", "rank:2+link:gpu-i34<->gpu-i35")],
     "5014163": [("cpu-contention", "host:gpu-l37"), ("gpu-thermal", "rank:1")],
     "5071793": [],
-    "6230882": [("network-congestion", "link:gpu-g42-gpu-g43")],
+    "6230882": [("network-congestion", "link:gpu-g42<->gpu-g43")],
     "6419707": [],
     "8536444": [],
     "8886318": [("gpu-thermal", "rank:7")],

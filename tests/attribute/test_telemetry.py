@@ -78,5 +78,5 @@ def test_cnp_surge_at_both_ends_with_the_episode_names_the_link_and_decoys_do_no
                          schema_overrides={"rate_per_s": pl.Float64})
     found = link_suspects(frame, job, WINDOW)
     assert [(s.cause, s.target, s.signals) for s in found] == [
-        ("network-congestion", "link:h1-h2", 2)]
+        ("network-congestion", "link:h1<->h2", 2)]
     assert link_suspects(frame, ["h3"], WINDOW) == []

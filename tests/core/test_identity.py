@@ -8,7 +8,11 @@ import pytest
 from tracekit.core.errors import InputError
 from tracekit.core.identity import (
     IdentityMap,
+    canonical_link_targets,
     gpu_directory,
+    link_hosts,
+    link_name,
+    link_target,
     normalise_bus_id,
     resolve_gpus,
     short_host,
@@ -70,3 +74,22 @@ def test_gpu_directory_keeps_each_gpus_first_names():
         schema_overrides={"gpu": pl.Int32})
     assert gpu_directory(metrics).rows() == [
         ("g", 0, None, "0000:00:00.0"), ("h", 1, "GPU-1", "0000:01:00.0"), ("h", 2, "GPU-2", None)]
+
+
+def test_a_link_target_splits_back_into_its_hosts_whatever_they_hold():
+    assert link_target("rack2-n1", "rack1-n2") == "link:rack1-n2<->rack2-n1"
+    assert link_name("gpu-b21.dc1", "gpu-b20") == "gpu-b20<->gpu-b21.dc1"
+    assert link_hosts("link:rack2-n1<->rack1-n2") == ("rack1-n2", "rack2-n1")
+    assert link_hosts("gpu02-gpu01") == ("gpu01", "gpu02")  # the old spelling, one '-'
+    assert link_hosts("link:rack1-n2-rack2-n1") is None  # three ways to split
+    assert link_hosts("link:rack1-n2-rack2-n1", {"rack1-n2", "rack2-n1"}) == (
+        "rack1-n2", "rack2-n1")
+    assert link_hosts("link:a<->") is None
+
+
+def test_canonical_link_targets_spell_each_link_once():
+    parts = pl.Series(["link:b<->a", "link:gpu02-gpu01", "link:rack1-n2-rack2-n1", " rank:3",
+                       "nic:gpu01/mlx5_0"])
+    assert pl.select(canonical_link_targets(pl.lit(parts))).to_series().to_list() == [
+        "link:a<->b", "link:gpu01<->gpu02", "link:rack1-n2-rack2-n1", "rank:3",
+        "nic:gpu01/mlx5_0"]

@@ -197,6 +197,32 @@ def test_compound_culprit_compared_as_a_set(detected, right):
         "target_correct"] is right
 
 
+HYPHENATED = {"cause": "network-congestion", "target": "link:rack1-n2<->rack2-n1",
+              "target_link": "rack1-n2<->rack2-n1"}
+
+
+@pytest.mark.parametrize(("detected", "right"), [
+    ("link:rack1-n2<->rack2-n1", True),
+    ("link:rack2-n1<->rack1-n2", True),  # the link from its other end
+    ("link:rack1-n1<->rack2-n2", False),  # the same four words, another link
+    ("link:rack1-n2<->rack2-n2", False),
+    ("link:rack1-n1-rack2-n2", False),  # the old spelling cannot be split: only itself
+    ("link:rack1-n2-rack2-n1", False),
+])
+def test_hyphenated_hosts_tell_links_apart(detected, right):
+    """Host names hold ``-``: sorting a link's ``-``-separated words made these two links one
+    (a wrong link scored right); ``<->`` keeps the hosts whole."""
+    assert _one_match(HYPHENATED, detected, "network-congestion")["target_correct"] is right
+
+
+def test_old_single_dash_links_still_score():
+    """Committed corpora label links ``link:gpu01-gpu02``; one ``-`` splits one way."""
+    old = {"cause": "network-congestion", "target": "link:gpu02-gpu01",
+           "target_link": "gpu02-gpu01"}
+    assert _one_match(old, "link:gpu01<->gpu02", "network-congestion")["target_correct"] is True
+    assert _one_match(old, "link:gpu01<->gpu03", "network-congestion")["target_correct"] is False
+
+
 def test_compound_cause_compared_as_a_set():
     assert _one_match(COMPOUND, "rank:1", "gpu-thermal + network-congestion")[
         "cause_correct"] is True

@@ -7,7 +7,12 @@ import pytest
 from tracekit.core.dataset import open_dataset
 from tracekit.ingest.base import Source
 from tracekit.ingest.pipeline import ingest
-from tracekit.ingest.snapshots import file_host, file_name_ts_ns
+from tracekit.ingest.snapshots import (
+    file_host,
+    file_name_ts_ns,
+    folder_host_readings,
+    name_host_readings,
+)
 
 TS = 1782736574
 
@@ -24,6 +29,14 @@ TS = 1782736574
     (f"ipmi_{TS}.txt", None),
     ("dcgm-2025-10-14T09:20:00Z.prom", None),
     ("node.gpu-a17.prom", None),
+    (f"hw_counters-{TS}.txt", None),  # the sysfs folder's own name
+    (f"mlx5_0-{TS}.txt", None),
+    (f"sys_class_infiniband_mlx5_0_ports_1_hw_counters.{TS}.txt", None),
+    (f"node-exporter-{TS}.prom", None),
+    (f"eth0_{TS}.txt", None),
+    (f"gpu-a17_mlx5_0_{TS}.txt", "gpu-a17"),
+    (f"node.node-1.{TS}.prom", "node-1"),  # "1" alone is a number, not a host
+    (f"node.10.20.3.17.{TS}.prom", "10.20.3.17"),  # an identity map may name it
 ])
 def test_host_and_time_from_the_file_name(name, host):
     source = Source(name, 0, lambda: None)
@@ -66,3 +79,22 @@ def test_identical_scrapes_under_two_names_are_two_samples(tmp_path):
         host = dataset["host_metrics"].collect()
         assert host["host"].to_list() == ["gpu-i34", "gpu-i34"]
         assert len(dataset.manifest["sources"]) == 2
+
+
+@pytest.mark.parametrize(("name", "readings"), [
+    (f"foo.gpu-a17.{TS}.prom", ["gpu-a17", "foo.gpu-a17"]),
+    (f"dcgm.node-exporter.gpu01.{TS}.prom", ["gpu01", "exporter.gpu01", "node-exporter.gpu01"]),
+    (f"roce_mon-{TS}.txt", ["mon", "roce_mon"]),
+    (f"hw_counters-{TS}.txt", []),
+    ("hw_counters.txt", []),
+])
+def test_every_reading_of_a_name_likeliest_first(name, readings):
+    assert name_host_readings(name) == readings
+
+
+def test_folders_that_may_name_a_host_nearest_first():
+    path = "dump.tar.xz!job-4822163/2025-10-14/gpu-a17/mlx5_0/hw_counters/x.txt"
+    assert folder_host_readings(path) == ["gpu-a17", "job-4822163"]
+    assert folder_host_readings("monitoring/hw_counters/node_exporter/x.prom") == []
+    found, note = file_host(Source(f"dump/gpu-a17/hw_counters-{TS}.txt", 0, lambda: None))
+    assert (found, "taken from the folder name" in note) == ("gpu-a17", True)

@@ -42,7 +42,8 @@ def test_verdict_of_several_unattributed_and_no_episodes():
 
 
 def test_culprits_in_words_and_as_series():
-    assert culprit_in_words("rank:1+link:gpu02-gpu01") == "rank 1 and the link gpu02–gpu01"
+    assert culprit_in_words("rank:1+link:gpu02-gpu01") == "rank 1 and the link gpu01–gpu02"
+    assert culprit_in_words("link:rack2-n1<->rack1-n2") == "the link rack1-n2–rack2-n1"
     assert culprit_in_words("gpu:b07/5") == "GPU b07/5"
     assert evidence_clauses(LINK["evidence"])[2] == "gpu01 CNP 77 -> 937,516/s"
     thermal = {"target": "rank:13", "evidence": "GPU gpu04/1 (rank 13): hw_thermal set; SM clock"}

@@ -65,7 +65,7 @@ def test_a_decoy_is_labeled_benign_noise(pair):
     _, _, decoy = pair
     [row] = decoy.labels.filter(pl.col("cause") == "cnp-surge").rows(named=True)
     assert (row["kind"], row["fail_slow"], row["target"], row["target_link"]) == (
-        "noise", False, "link:gpu01-gpu03", "gpu01-gpu03")
+        "noise", False, "link:gpu01<->gpu03", "gpu01<->gpu03")
     assert (row["episode"], row["start_iteration"], row["end_iteration"]) == (1, 51, 250)
     inside = decoy.truth.filter(pl.col("iteration").is_between(51, 250))
     assert inside["noise"].str.contains("cnp-surge").all()

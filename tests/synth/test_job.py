@@ -89,7 +89,7 @@ def test_labels_agree_with_injections(job):
     labels = result.labels
     injected = labels.filter(pl.col("kind") != "noise").sort("episode")
     assert injected["cause"].to_list() == ["network-congestion", "gpu-thermal"]
-    assert injected["target"].to_list() == ["link:gpu01-gpu02", "rank:3"]
+    assert injected["target"].to_list() == ["link:gpu01<->gpu02", "rank:3"]
     assert injected["start_iteration"].to_list() == [61, 131]
     assert injected["end_iteration"].to_list() == [100, 160]
     assert injected["fail_slow"].to_list() == [True, True]

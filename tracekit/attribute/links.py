@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from tracekit.core.identity import link_target
+
 
 def ring_links(hosts_in_order: list[str]) -> set[tuple[str, str]]:
     """Inter-host hops of a ring over members whose hosts are listed in rank order (consecutive
@@ -25,7 +27,7 @@ def ring_links(hosts_in_order: list[str]) -> set[tuple[str, str]]:
 
 @dataclass(frozen=True)
 class LinkVerdict:
-    """Where the slow groups meet: ``target`` (``link:a-b`` or ``nic:h``), the hosts whose NICs
+    """Where the slow groups meet: ``target`` (``link:a<->b`` or ``nic:h``), the hosts whose NICs
     to check, the candidates that explain them equally well, and the counts behind it."""
 
     target: str | None
@@ -50,13 +52,14 @@ def localise(groups: pl.DataFrame, rank_hosts: dict[int, str]) -> LinkVerdict:
     candidates = _best(set.union(*slow), slow, healthy, lambda link, links: link in links)
     if candidates and len(candidates) == 1:
         a, b = candidates[0]
-        return LinkVerdict(f"link:{a}-{b}", (a, b), (f"link:{a}-{b}",), len(slow), len(healthy))
+        return LinkVerdict(link_target(a, b), (a, b), (link_target(a, b),), len(slow),
+                           len(healthy))
     hosts = {h for links in slow for link in links for h in link}
     nics = _best(hosts, slow, healthy, lambda host, links: any(host in link for link in links))
     if len(nics) == 1:
         return LinkVerdict(f"nic:{nics[0]}", (nics[0],), (f"nic:{nics[0]}",), len(slow),
                            len(healthy))
-    named = tuple(f"link:{a}-{b}" for a, b in candidates) or tuple(f"nic:{h}" for h in nics)
+    named = tuple(link_target(a, b) for a, b in candidates) or tuple(f"nic:{h}" for h in nics)
     involved = tuple(sorted({h for a, b in candidates for h in (a, b)} or set(nics)))
     return LinkVerdict(None, involved, named, len(slow), len(healthy))
 

@@ -30,6 +30,7 @@ from tracekit.attribute.evidence import (
     scrape_interval_ns,
 )
 from tracekit.core.counters import shares_of_increase
+from tracekit.core.identity import link_target
 
 DCGM_LAG_SCRAPES = 4
 """DCGM windows reach this many scrape intervals past the episode's end: two collect intervals
@@ -49,7 +50,7 @@ SUSTAINED_SHARE = 0.5
 @dataclass(frozen=True)
 class Suspect:
     """A unit whose telemetry moved with the slowdown: ``target`` (``rank:N``, ``host:H``,
-    ``link:A-B``, ``nic:H``), the cause it supports, how many independent signals agree, and
+    ``link:A<->B``, ``nic:H``), the cause it supports, how many independent signals agree, and
     the numbers that decided it."""
 
     kind: str
@@ -242,7 +243,7 @@ def link_suspects(nic_counters: pl.DataFrame, hosts: list[str],
         return []
     rows.sort(key=lambda r: r["during"] / max(r["before"], 1.0), reverse=True)
     top = sorted(r["host"] for r in rows[:2])
-    target = f"link:{top[0]}-{top[1]}" if len(top) == 2 else f"nic:{top[0]}"
+    target = link_target(*top) if len(top) == 2 else f"nic:{top[0]}"
     text = "; ".join(f"{r['host']} CNP {r['before']:,.0f} -> {r['during']:,.0f}/s"
                      for r in sorted(rows[:2], key=lambda r: r["host"]))
     return [Suspect("communication", "network-congestion", target, len(top),

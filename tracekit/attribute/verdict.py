@@ -14,6 +14,7 @@ from tracekit.attribute.links import localise
 from tracekit.attribute.profiling import SUSPECT_RATIO
 from tracekit.attribute.telemetry import Suspect, gpu_suspects, host_suspects, link_suspects
 from tracekit.attribute.timing import EpisodeTiming
+from tracekit.core.identity import link_target
 
 INSUFFICIENT = "insufficient-evidence"
 
@@ -240,7 +241,7 @@ def _communication_culprits(signals: Signals) -> list[Verdict]:
 
 def _surged_candidate(candidates: tuple[str, ...], surged: tuple[str, ...]) -> str | None:
     """The one candidate link (or NIC) whose every host shows a CNP surge, if exactly one."""
-    named = {f"nic:{h}" for h in surged} | {f"link:{a}-{b}" for a in surged for b in surged}
+    named = {f"nic:{h}" for h in surged} | {link_target(a, b) for a in surged for b in surged}
     fitting = [c for c in candidates if c in named]
     return fitting[0] if len(fitting) == 1 else None
 

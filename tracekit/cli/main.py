@@ -74,6 +74,7 @@ def info(dataset: Annotated[Path, typer.Argument(help="Dataset folder.")],
     """Summarise a dataset: its tables, rows, time span, ranks, hosts and sources."""
     from tracekit.core.dataset import open_dataset, stale_stages
     from tracekit.core.identity import rank_gpus
+    from tracekit.ingest.hosts import hosts_without_ranks
 
     opened = open_dataset(dataset)
     stale = stale_stages(opened)
@@ -82,11 +83,12 @@ def info(dataset: Annotated[Path, typer.Argument(help="Dataset folder.")],
     quarantined = sum(s["quarantined"] for s in sources)
     skipped = sum(s["skipped"] for s in sources)
     ranks = rank_gpus(opened.table("comms").collect(), opened.table("gpu_metrics"))
+    warnings = hosts_without_ranks(opened)
     if as_json:
         print_json({"dataset": str(dataset), "job": opened.job, "tables": manifest["tables"],
                     "sources": len(sources), "quarantined_lines": quarantined,
                     "skipped_lines": skipped, "tracekit_version": manifest.get("tracekit_version"),
-                    "ranks": ranks.to_dicts(), "stale": stale})
+                    "ranks": ranks.to_dicts(), "stale": stale, "warnings": warnings})
         return
     show_table(f"dataset {dataset} — job {opened.job}",
                ("table", "rows", "time span", "ranks", "hosts"),
@@ -101,6 +103,8 @@ def info(dataset: Annotated[Path, typer.Argument(help="Dataset folder.")],
     for stage, why in stale.items():
         say(f"[yellow]stale:[/] {stage}: {why}")
     _print_rank_gpus(ranks)
+    for warning in warnings:
+        say(f"[yellow]warning:[/] {warning}")
 
 
 RANK_ROWS_SHOWN = 16

@@ -50,6 +50,14 @@ def job(
     monitoring_files: Annotated[str, typer.Option(
         help="series (one file per exporter and host) or scrapes (one file per scrape named "
              "<exporter>.<host>.<unix_s>, as collectors leave them).")] = "series",
+    dump_layout: Annotated[str, typer.Option(
+        help="Where monitoring files lie: per-host (monitoring/<host>/), flat, per-exporter, "
+             "per-day, sysfs-names (hw_counters-<unix_s>.txt in per-host folders), site-names "
+             "(a site's own collector names) or "
+             "prometheus-job (one range-query JSON); see docs/synth.md.")] = "per-host",
+    host_prefix: Annotated[str, typer.Option(
+        help="Host names are this prefix and a number (gpu01, ...; node- gives node-01).")]
+    = "gpu",
     seed: Annotated[int, typer.Option(help="Random seed (same seed, same bytes).")] = 0,
     pack: Annotated[bool, typer.Option(help="Store ranks/, megatron/ and monitoring/ as "
                                             ".tar.xz archives (ingest reads them).")] = False,
@@ -68,7 +76,8 @@ def job(
                     gpus_per_host=gpus_per_host, sequence_parallel=sequence_parallel,
                     distributed_optimizer=distributed_optimizer, collectives=collectives,
                     nccl_timestamps=nccl_timestamps, monitoring=monitoring,
-                    monitoring_files=monitoring_files, seed=seed,
+                    monitoring_files=monitoring_files, dump_layout=dump_layout,
+                    host_prefix=host_prefix, seed=seed,
                     job=job_id or output.name)
     result = generate_job(output, spec, pack=pack)
     console = Console()
@@ -99,6 +108,14 @@ def corpus(
     monitoring_files: Annotated[str, typer.Option(
         help="series (one file per exporter and host) or scrapes (one file per scrape named "
              "<exporter>.<host>.<unix_s>, as collectors leave them).")] = "series",
+    dump_layout: Annotated[str, typer.Option(
+        help="Where monitoring files lie: per-host (monitoring/<host>/), flat, per-exporter, "
+             "per-day, sysfs-names (hw_counters-<unix_s>.txt in per-host folders), site-names "
+             "(a site's own collector names) or "
+             "prometheus-job (one range-query JSON); see docs/synth.md.")] = "per-host",
+    host_prefix: Annotated[str, typer.Option(
+        help="Host names are this prefix and a number (gpu01, ...; node- gives node-01).")]
+    = "gpu",
     pack: Annotated[bool, typer.Option(help="Store each job's raw folders as .tar.xz "
                                             "archives.")] = False,
     decoys: Annotated[int | None, typer.Option(
@@ -112,7 +129,8 @@ def corpus(
 
     summary = generate_corpus(output, preset, jobs, seed, iterations=iterations,
                               collectives=collectives, pack=pack, decoys=decoys,
-                              monitoring_files=monitoring_files)
+                              monitoring_files=monitoring_files, dump_layout=dump_layout,
+                              host_prefix=host_prefix)
     Console().print(f"wrote {summary.height} jobs to {output}", highlight=False)
     for row in summary.group_by("category").len().sort("category").iter_rows():
         Console().print(f"  {row[0]}: {row[1]}", highlight=False)

@@ -10,6 +10,7 @@ users add what cannot be derived, e.g. which IP is which host.
 from __future__ import annotations
 
 import csv
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -148,3 +149,54 @@ def rank_gpus(comms: pl.DataFrame, gpu_metrics: pl.LazyFrame | pl.DataFrame) -> 
         .when(pl.col("nvml_dev").is_not_null()).then(pl.lit("nvmlDev"))
         .alias("gpu_from"),
     ).sort("rank")
+
+
+LINK_SEPARATOR = "<->"
+"""Between the two hosts of a link target (``link:gpu-b20<->gpu-b21``). Host names hold only
+letters, digits, ``-`` and ``.``, so this splits back one way; the ``-`` targets once used did
+not (``link:rack1-n2-rack2-n1`` is two links)."""
+
+
+def link_name(a: str, b: str) -> str:
+    """The link between hosts ``a`` and ``b``, endpoints sorted so that it has one spelling:
+    ``A<->B`` (the labels' ``target_link``)."""
+    first, second = sorted((a, b))
+    return f"{first}{LINK_SEPARATOR}{second}"
+
+
+def link_target(a: str, b: str) -> str:
+    """The culprit target of the link between ``a`` and ``b``: ``link:A<->B``."""
+    return f"link:{link_name(a, b)}"
+
+
+def link_hosts(text: str, known_hosts: Collection[str] = ()) -> tuple[str, str] | None:
+    """The two hosts of a link target or name (``link:`` optional), sorted: ``A<->B``, or the
+    older ``A-B`` where it splits one way only (one ``-``, or one split whose both sides are
+    ``known_hosts``); None when it cannot be told."""
+    name = text.removeprefix("link:").strip()
+    if LINK_SEPARATOR in name:
+        a, _, b = name.partition(LINK_SEPARATOR)
+        return (min(a, b), max(a, b)) if a and b and LINK_SEPARATOR not in b else None
+    splits = [(name[:i], name[i + 1:]) for i, c in enumerate(name) if c == "-"]
+    splits = [(a, b) for a, b in splits if a and b]
+    if len(splits) > 1:
+        splits = [(a, b) for a, b in splits if a in known_hosts and b in known_hosts]
+    if len(splits) != 1:
+        return None
+    a, b = splits[0]
+    return min(a, b), max(a, b)
+
+
+def canonical_link_targets(target: pl.Expr) -> pl.Expr:
+    """Target parts (``rank:3``, ``link:b-a``, ...) as one spelling each: a link's hosts
+    sorted and joined by :data:`LINK_SEPARATOR`, the older ``link:A-B`` read where it has one
+    ``-``; a link target that cannot be split stays as written (it then equals only itself)."""
+    name = target.str.strip_chars().str.strip_prefix("link:")
+    old = name.str.count_matches("-", literal=True) == 1
+    hosts = (pl.when(name.str.contains(LINK_SEPARATOR, literal=True))
+             .then(name.str.split(LINK_SEPARATOR))
+             .when(old).then(name.str.split("-")))
+    sorted_name = hosts.list.sort().list.join(LINK_SEPARATOR)
+    return (pl.when(target.str.strip_chars().str.starts_with("link:") & sorted_name.is_not_null())
+            .then(pl.format("link:{}", sorted_name))
+            .otherwise(target.str.strip_chars()))

@@ -296,11 +296,11 @@ LABELS = Table(
            "CNP-surge decoys included)"),
         _c("cause", STR, "", "gpu-thermal, gpu-degradation, cpu-contention, network-congestion, "
            "... joined by + when compound"),
-        _c("target", STR, "", "culprit in words: rank:13, gpu:b07/5, host:b07, link:b03-b07"),
+        _c("target", STR, "", "culprit in words: rank:13, gpu:b07/5, host:b07, link:b03<->b07"),
         _c("target_rank", I32, "", "culprit rank when one rank is at fault"),
         _c("target_host", STR, "", "culprit host"),
         _c("target_gpu", I32, "", "culprit GPU index on target_host"),
-        _c("target_link", STR, "", "culprit link as host-host, sorted"),
+        _c("target_link", STR, "", "culprit link as host<->host, sorted"),
         _c("t_start_ns", I64, NS, "episode start"),
         _c("t_end_ns", I64, NS, "episode end"),
         _c("start_iteration", I64, "", "first affected iteration"),
@@ -354,7 +354,7 @@ EPISODES = Table(
         _c("ranks", STR, "", "ranks that changed with it, comma separated"),
         _c("kind", STR, "", "compute, communication, compound or unknown"),
         _c("cause", STR, "", "attributed cause, or insufficient-evidence"),
-        _c("target", STR, "", "attributed culprit (rank:13, gpu:b07/5, link:b03-b07)"),
+        _c("target", STR, "", "attributed culprit (rank:13, gpu:b07/5, link:b03<->b07)"),
         _c("confidence", F64, "", "confidence of the attribution, 0..1"),
         _c("evidence", STR, "", "the numbers behind the verdict, in words"),
         _c("points", I64, "", "logged points (iterations or samples) the episode holds; equals "

@@ -29,6 +29,7 @@ from typing import Any
 import polars as pl
 
 from tracekit.core.errors import InputError
+from tracekit.core.identity import canonical_link_targets
 from tracekit.core.thresholds import is_fail_slow
 
 ALL = "all"
@@ -243,13 +244,6 @@ def _names_exactly(detected: pl.Expr, label: pl.Expr, overlapping: pl.Expr) -> p
         detected.list.set_difference(overlapping).list.len() == 0)
 
 
-def _canonical_target(target: pl.Expr) -> pl.Expr:
-    """``link:b07-b03`` and ``link:b03-b07`` name the same link: sort link endpoints."""
-    endpoints = target.str.strip_prefix("link:").str.split("-").list.sort().list.join("-")
-    return pl.when(target.str.starts_with("link:")).then(pl.format("link:{}", endpoints)) \
-        .otherwise(target.str.strip_chars())
-
-
 def _label_target() -> pl.Expr:
     """The label's culprit; older labels fill only the ``target_*`` columns."""
     return pl.coalesce(pl.col("target"), pl.format("rank:{}", pl.col("target_rank")),
@@ -261,11 +255,13 @@ def _culprit_parts(target: pl.Expr) -> pl.Expr:
     """A culprit as the sorted set of its ``+``-joined parts, in the label's terms.
 
     A compound culprit lists its parts in whatever order the injection (or the attribution)
-    found them, so ``rank:1+link:b-a`` equals ``link:a-b+rank:1``. Link endpoints are sorted,
-    and the labeled GPU spelled ``gpu:HOST/G`` becomes its rank (``target_*`` columns of the
-    same row), so either spelling of the culprit GPU is right.
+    found them, so ``rank:1+link:b<->a`` equals ``link:a<->b+rank:1``. Link endpoints are
+    sorted (:func:`~tracekit.core.identity.canonical_link_targets`: host names may hold ``-``,
+    so a link whose hosts cannot be told apart equals only its own spelling), and the labeled
+    GPU spelled ``gpu:HOST/G`` becomes its rank (``target_*`` columns of the same row), so
+    either spelling of the culprit GPU is right.
     """
-    parts = target.str.split("+").list.eval(_canonical_target(pl.element()))
+    parts = target.str.split("+").list.eval(canonical_link_targets(pl.element()))
     gpu = pl.format("gpu:{}/{}", pl.col("target_host"), pl.col("target_gpu"))
     rank = pl.format("rank:{}", pl.col("target_rank"))
     as_rank = parts.list.set_difference(pl.concat_list(gpu)).list.concat(pl.concat_list(rank))

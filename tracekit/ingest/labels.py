@@ -14,6 +14,7 @@ import polars as pl
 
 from tracekit.core import schema
 from tracekit.core.errors import InputError
+from tracekit.core.identity import LINK_SEPARATOR, link_hosts, link_name, link_target
 from tracekit.ingest.base import Chunk, Reader, Source
 from tracekit.ingest.limits import check_json
 
@@ -64,8 +65,39 @@ class LabelsReader(Reader):
 
     def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
         frame = _read_parquet(source)
-        labels = schema.conform("labels", _cast(frame, "labels", source))
-        yield Chunk(tables={"labels": labels}, lines=frame.height, bytes_read=source.size)
+        labels, notes = current_link_targets(schema.conform("labels",
+                                                            _cast(frame, "labels", source)))
+        yield Chunk(tables={"labels": labels}, lines=frame.height, bytes_read=source.size,
+                    notes=notes)
+
+
+def current_link_targets(labels: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """Labels whose link targets were written ``link:A-B`` (before
+    :data:`~tracekit.core.identity.LINK_SEPARATOR`) in today's spelling, ``link:A<->B``, where
+    they split one way (:func:`~tracekit.core.identity.link_hosts`, with the labels' hosts as
+    the known ones); the others kept as written, with a note: they then score right only
+    against the same spelling."""
+    known = set(labels["target_host"].drop_nulls())
+    unsplit: set[str] = set()
+
+    def current(link: str, spell) -> str:
+        """``link`` (a target part or a target_link) in today's spelling, if it splits."""
+        if LINK_SEPARATOR in link:
+            return link
+        hosts = link_hosts(link, known)
+        if hosts is None:
+            unsplit.add(link.removeprefix("link:"))
+            return link
+        return spell(*hosts)
+
+    targets = [None if t is None else "+".join(
+        current(part, link_target) if part.startswith("link:") else part
+        for part in t.split("+")) for t in labels["target"]]
+    links = [None if t is None else current(t, link_name) for t in labels["target_link"]]
+    notes = [f"links {', '.join(sorted(unsplit))} cannot be split into their two hosts (host "
+             "names hold '-'); write them as link:A<->B"] if unsplit else []
+    return labels.with_columns(pl.Series("target", targets, pl.String),
+                               pl.Series("target_link", links, pl.String)), notes
 
 
 def truth_iterations(frame: pl.DataFrame) -> pl.DataFrame:
@@ -140,13 +172,13 @@ def _json_document(source: Source) -> object:
 
 def label_row(entry: dict, source: Source, index: int) -> dict:
     """One ``labels`` row from one entry of a labeled dump's ``labels.json``: the target as
-    ``rank:N`` (with its host and GPU), ``host:H`` or ``link:A-B``; causes spelled as tracekit
-    spells them (``gpu_thermal`` -> ``gpu-thermal``)."""
+    ``rank:N`` (with its host and GPU), ``host:H`` or ``link:A<->B``; causes spelled as
+    tracekit spells them (``gpu_thermal`` -> ``gpu-thermal``)."""
     try:
         target = entry.get("target") or {}
-        link = sorted(target["link"]) if "link" in target else None
+        link = [str(h) for h in target["link"]] if "link" in target else None
         rank = target.get("rank")
-        text = (f"link:{link[0]}-{link[1]}" if link else f"rank:{rank}" if rank is not None
+        text = (link_target(*link) if link else f"rank:{rank}" if rank is not None
                 else f"host:{target['host']}" if target.get("host") else None)
         episode = "".join(ch for ch in str(entry["episode"]) if ch.isdigit())
         return {
@@ -155,7 +187,7 @@ def label_row(entry: dict, source: Source, index: int) -> dict:
             "kind": entry.get("kind"),
             "cause": str(entry["cause"]).replace("_", "-"),
             "target": text, "target_rank": rank, "target_host": target.get("host"),
-            "target_gpu": target.get("gpu"), "target_link": "-".join(link) if link else None,
+            "target_gpu": target.get("gpu"), "target_link": link_name(*link) if link else None,
             "t_start_ns": int(entry["t_start_ns"]), "t_end_ns": int(entry["t_end_ns"]),
             "start_iteration": entry.get("iter_start"), "end_iteration": entry.get("iter_end"),
             "severity": entry.get("severity"),

@@ -42,6 +42,7 @@ from tracekit.ingest.base import (
     cores_shared,
     quarantine_overlong,
 )
+from tracekit.ingest.hosts import agree_hosts
 from tracekit.ingest.limits import Limits, refuse_compressed
 from tracekit.ingest.sources import input_files, is_archive, iter_sources
 
@@ -141,6 +142,9 @@ def ingest(
         summaries = _ingest_files(dataset, files, format, options, limits, progress,
                                   executor or LocalExecutor())
         _keep_one_job(dataset, summaries, job, paths)
+        host_notes = agree_hosts(dataset, options.get("host"))
+    for summary in summaries:
+        summary.notes.extend(host_notes.get(summary.path, ()))
     return IngestSummary(output, summaries)
 
 

@@ -39,9 +39,21 @@ EXPORTER_WORDS = frozenset({
     "dcgm", "dcgm-exporter", "dcgm_exporter", "node", "node-exporter", "node_exporter", "hwc",
     "hw_counters", "mlx5", "rnic", "nic", "ethtool", "ipmi", "ipmitool", "ipmi_exporter",
     "sensor", "sensors", "sdr", "prom", "metrics", "scrape", "counters", "dmon", "dcgmi",
-    "exporter",
+    "exporter", "hw", "sys", "class", "infiniband", "ports", "port", "net", "stats",
+    "statistics", "snapshot", "snapshots", "dump", "dumps", "prometheus", "telemetry",
+    "monitoring", "logs", "log", "job", "jobs", "export", "exports", "data", "raw",
 })
-"""Words that name a collector rather than a host, as the first token of a file name."""
+"""Collector, sysfs and dump words: never a host, in a file name or as a folder."""
+
+_DEVICE = r"mlx\d+(?:_\d+)?|(?:eth|ib|bond|hca)\d+"
+_GENERIC_TOKEN = re.compile(rf"^(?:{_DEVICE})$", re.IGNORECASE)
+"""Tokens that name a device, never a host (``mlx5_0``, ``eth0``)."""
+
+_DATE_FOLDER = re.compile(r"^\d{4}-?\d\d-?\d\d(?:$|[T_ -])")
+_HOST_CHARS = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_IPV4 = re.compile(r"^\d{1,3}(?:\.\d{1,3}){3}$")
+_WORD_NUMBER = re.compile(r"^[A-Za-z]+-\d+$")
+_TOKEN_SEPARATORS = re.compile(r"[._-]")
 
 _EXTENSION = re.compile(r"(?:\.(?:prom|txt|log|json|csv|out|metrics|gz|xz|zst|bz2))+$",
                         re.IGNORECASE)
@@ -101,45 +113,98 @@ def file_name_ts_ns(source: Source) -> int | None:
 def file_host(source: Source) -> tuple[str | None, str | None]:
     """The host a monitoring file's name or folder gives, and a note when it had to be guessed.
 
-    The rule, for files whose name holds a scrape time: the text before the time, less a
-    trailing separator, is ``<exporter><sep><host>``. Leading collector words
-    (:data:`EXPORTER_WORDS`) are dropped whatever the separator; failing one, the first ``.`` or
-    ``_`` token is (a dotted FQDN after it stays whole); ``<host>_<exporter>`` is read the other
-    way round. A dash alone never splits, since host names hold dashes. A name that holds only
-    the collector (``node-1760433600.prom``) takes its folder's name (``gpu-a17/node-...``),
-    with a note, since a folder may name a job rather than a host.
+    The first of :func:`name_host_readings`, for files whose name holds a scrape time; a name
+    that holds only collector words (``node-1760433600.prom``, ``hw_counters-1760433600.txt``)
+    takes the nearest folder that may name a host (:func:`folder_host_readings`:
+    ``gpu-a17/node-...``), with a note, since a folder may name a job rather than a host.
+    Whether the host is one the job knows is decided once the whole job is read
+    (:mod:`tracekit.ingest.hosts`).
     """
-    name = _EXTENSION.sub("", source.file_name)
+    return path_host(source.name)
+
+
+def path_host(path: str) -> tuple[str | None, str | None]:
+    """:func:`file_host` of the source at ``path`` (an archive member's as ``archive!member``)."""
+    file_name = path.rsplit("!", 1)[-1].replace("\\", "/").rsplit("/", 1)[-1]
+    if not _time_in_name(file_name):
+        return None, None
+    readings = name_host_readings(file_name)
+    if readings:
+        return readings[0], None
+    folders = folder_host_readings(path)
+    if not folders:
+        return None, None
+    return folders[0], folder_host_note(folders[0])
+
+
+def folder_host_note(folder: str) -> str:
+    """The note of a host taken from a folder's name."""
+    return (f"host {folder!r} taken from the folder name; pass --option host=NAME "
+            "if the folder does not name the host")
+
+
+def _time_in_name(file_name: str) -> re.Match | None:
+    name = _EXTENSION.sub("", file_name)
     found = [m for pattern, _ in _FILE_NAME_TIMES if (m := pattern.search(name))]
-    if not found:
-        return None, None
-    prefix = name[:found[0].start()].rstrip("._- ")
-    host = _strip_collector_words(prefix)
-    if host:
-        return host, None
-    folders = source.name.rsplit("!", 1)[-1].replace("\\", "/").split("/")[:-1]
-    if not folders or not folders[-1]:
-        return None, None
-    folder = folders[-1]
-    return folder, (f"host {folder!r} taken from the folder name; pass --option host=NAME "
-                    "if the folder does not name the host")
+    return found[0] if found else None
 
 
-def _strip_collector_words(prefix: str) -> str | None:
-    """The host part of ``<exporter><sep><host>``: leading collector words dropped (any
-    separator), else the first ``.`` / ``_`` token dropped; a trailing ``_<collector>`` too."""
-    rest, stripped = prefix, False
-    while (lead := re.match(r"^([A-Za-z0-9]+)[._-](.+)$", rest)) and \
-            lead.group(1).lower() in EXPORTER_WORDS:
-        rest, stripped = lead.group(2), True
-    trail = re.match(r"^(.+)[._]([A-Za-z0-9]+)$", rest)
-    if trail and trail.group(2).lower() in EXPORTER_WORDS:
-        rest = trail.group(1)
-    elif not stripped and (split := re.match(r"^([^._]+)[._](.+)$", rest)):
-        rest = split.group(2)
-    if not rest or rest.lower() in EXPORTER_WORDS:
-        return None
-    return rest
+def name_host_readings(file_name: str) -> list[str]:
+    """The ways a file name's text before its scrape time reads as ``<exporter><sep><host>``,
+    the likeliest first; none without a time in the name.
+
+    Leading collector words (:data:`EXPORTER_WORDS`, device and port tokens) are dropped
+    whatever the separator; failing one, the first ``.`` / ``_`` token is (a dotted FQDN after
+    it stays whole); ``<host>_<exporter>`` is read the other way round. A dash alone never
+    splits, since host names hold dashes. The less stripped readings follow (``node.node-1``
+    reads ``node-1`` after ``1`` is refused as a number), for the job's other sources to pick
+    from."""
+    match = _time_in_name(file_name)
+    if match is None:
+        return []
+    prefix = _EXTENSION.sub("", file_name)[:match.start()].rstrip("._- ")
+    stages, stripped = [prefix], False
+    while (lead := re.match(r"^([A-Za-z0-9]+)[._-](.+)$", stages[-1])) and \
+            _is_generic(lead.group(1)):
+        stages.append(lead.group(2))
+        stripped = True
+    readings = [_strip_trailing_word(stage) for stage in reversed(stages[1:] or stages)]
+    if not stripped and readings[0] == prefix and \
+            (split := re.match(r"^([^._]+)[._](.+)$", prefix)):
+        readings.insert(0, split.group(2))
+    return list(dict.fromkeys(r for r in readings if _may_be_host(r)))
+
+
+def folder_host_readings(path: str) -> list[str]:
+    """The folders of a source's path (an archive member's inside the archive) that may name a
+    host, nearest first: not a date, not collector or dump words only."""
+    folders = path.rsplit("!", 1)[-1].replace("\\", "/").split("/")[:-1]
+    return [folder for folder in reversed(folders)
+            if _may_be_host(folder) and not _DATE_FOLDER.match(folder)]
+
+
+def _strip_trailing_word(text: str) -> str:
+    """``gpu-a17_dcgm`` -> ``gpu-a17``: trailing collector words after a ``.`` or ``_``."""
+    while (trail := re.match(rf"^(.+?)[._]({_DEVICE})$", text, re.IGNORECASE)
+           or re.match(r"^(.+)[._]([A-Za-z0-9]+)$", text)) and _is_generic(trail.group(2)):
+        text = trail.group(1)
+    return text
+
+
+def _is_generic(word: str) -> bool:
+    return word.lower() in EXPORTER_WORDS or bool(_GENERIC_TOKEN.match(word))
+
+
+def _may_be_host(text: str) -> bool:
+    """An IPv4 address, a word and a number (``node-1``, though ``node`` names a collector), or
+    host name characters with a word that names no collector or device (``mlx5_0``,
+    ``0_ports_1`` are none)."""
+    if _IPV4.match(text) or _WORD_NUMBER.match(text):
+        return True
+    if not _HOST_CHARS.match(text) or _is_generic(text):
+        return False
+    return any(re.search(r"[A-Za-z]", t) and not _is_generic(t)
+               for t in _TOKEN_SEPARATORS.split(text))
 
 
 def option_ts_ns(options: dict[str, str], source: Source, key: str = "ts") -> int | None:

@@ -12,6 +12,7 @@ import re
 
 import polars as pl
 
+from tracekit.core.identity import link_hosts
 from tracekit.report.series import SeriesAxis
 
 EVIDENCE_SEPARATOR = "; "
@@ -43,7 +44,8 @@ def culprits(episodes: pl.DataFrame) -> dict[str, set[str]]:
             if kind == "rank":
                 found["rank"].add(name)
             elif kind in ("link", "host", "nic"):
-                found["host"].update(name.split("-") if kind == "link" else [name])
+                found["host"].update((link_hosts(name) or (name,)) if kind == "link"
+                                     else [name])
         found["gpu"].update(_GPU.findall(f"{row.get('target') or ''} {row.get('evidence') or ''}"))
     found["host"].update(g.split("/")[0] for g in found["gpu"])
     return found
@@ -51,7 +53,7 @@ def culprits(episodes: pl.DataFrame) -> dict[str, set[str]]:
 
 
 def culprit_in_words(target: str | None) -> str | None:
-    """``link:gpu01-gpu02`` -> ``the link gpu01–gpu02``, ``rank:13`` -> ``rank 13``,
+    """``link:gpu01<->gpu02`` -> ``the link gpu01–gpu02``, ``rank:13`` -> ``rank 13``,
     ``rank:6+rank:7+rank:9`` -> ``ranks 6, 7 and 9``, ..."""
     if not target:
         return None
@@ -63,7 +65,8 @@ def culprit_in_words(target: str | None) -> str | None:
                 parts.append(None)  # the ranks, in words, where the first one was
             ranks.append(name)
         elif kind == "link":
-            parts.append("the link " + name.replace("-", "–"))
+            hosts = link_hosts(name)
+            parts.append("the link " + ("–".join(hosts) if hosts else name))
         elif kind == "gpu":
             parts.append(f"GPU {name}")
         else:

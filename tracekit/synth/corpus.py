@@ -52,7 +52,8 @@ def job_spec(*, layout: str, iterations: int, inject: list[str], scenario: str |
              model: str, hardware: str, gpus_per_host: int, sequence_parallel: bool,
              distributed_optimizer: bool, collectives: str, monitoring: bool, seed: int,
              job: str, nccl_timestamps: bool = True,
-             monitoring_files: str = "series") -> JobSpec:
+             monitoring_files: str = "series", dump_layout: str = "per-host",
+             host_prefix: str = "gpu") -> JobSpec:
     """A job spec from command-line style arguments."""
     if model not in MODELS:
         raise TracekitError(f"unknown model {model!r}; known: {', '.join(MODELS)}")
@@ -67,7 +68,8 @@ def job_spec(*, layout: str, iterations: int, inject: list[str], scenario: str |
         injections = scenario_injections(scenario, iterations) + injections
     return JobSpec(parsed, iterations, seed, tuple(injections), collectives=collectives,
                    nccl_timestamps=nccl_timestamps, monitoring=monitoring,
-                   monitoring_files=monitoring_files, job=job)
+                   monitoring_files=monitoring_files, dump_layout=dump_layout, job=job,
+                   host_prefix=host_prefix)
 
 
 @dataclass(frozen=True)
@@ -108,11 +110,17 @@ PRESETS: dict[str, CorpusPreset] = {
                model=replace(PROBE_MODEL, layers=2, micro_batches=2), hardware=CI_HOST),
         300, {"clean": 2, "cpu-contention": 1, "gpu-degradation": 1, "network-congestion": 2,
               "network-congestion+gpu-thermal": 1}),
+    "congestion-4host": CorpusPreset(
+        Layout(tp=2, dp=4, pp=1, gpus_per_host=2,
+               model=replace(PROBE_MODEL, layers=2, micro_batches=2), hardware=CI_HOST),
+        300, {"network-congestion": 1}),
 }
 """Greyhound's campaigns: 1-node GPT2-11B on 4 x H800 (TP 2, PP 2), 4-node GPT2-7B on
 4 x 8 A100 (TP 2; the paper's DP 4 would leave 24 GPUs idle, so DP fills the 32), large jobs
 of 512 H800 GPUs. ``ci`` is the committed corpus: every cause of the three campaigns (Table 1)
-and clean jobs, at 4 ranks on 2 hosts and 300 iterations."""
+and clean jobs, at 4 ranks on 2 hosts and 300 iterations. ``congestion-4host``: ``ci``'s
+jobs on 4 hosts, every one congested (a culprit link among 4), for the dump layouts'
+benchmark (``benchmarks/bench_layouts.py``)."""
 
 SEVERITY_RANGE = {"compute": (1.15, 1.6), "cpu": (1.8, 3.0), "communication": (1.2, 3.0),
                   "large": (1.5, 5.0)}
@@ -172,7 +180,8 @@ def _decoy(preset: CorpusPreset, iteration_s: float, rng: np.random.Generator) -
 def generate_corpus(out: Path, preset_name: str, jobs: int, seed: int,
                     iterations: int | None = None, collectives: str | None = None,
                     pack: bool = False, decoys: int | None = None,
-                    monitoring_files: str = "series") -> pl.DataFrame:
+                    monitoring_files: str = "series",
+                    dump_layout: str = "per-host", host_prefix: str = "gpu") -> pl.DataFrame:
     """Write ``jobs`` job folders under ``out`` and ``corpus.csv`` (job, category, seed);
     return that summary."""
     from tracekit.synth.run import JobRun
@@ -194,7 +203,8 @@ def generate_corpus(out: Path, preset_name: str, jobs: int, seed: int,
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     base = JobSpec(preset.layout, preset.iterations, collectives=collectives or preset.collectives,
-                   monitoring_files=monitoring_files)
+                   monitoring_files=monitoring_files, dump_layout=dump_layout,
+                   host_prefix=host_prefix)
     iteration_s = JobRun(base).iteration_s
     rows = []
     width = len(str(jobs - 1))

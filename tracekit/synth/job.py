@@ -10,7 +10,8 @@ Folder layout::
     JOB/ranks/nccl.<host>.<pid>.log   or NCCL_DEBUG=INFO logs per process (--collectives nccl)
     JOB/megatron/train.log            stdout of the last rank (iteration lines, timers)
     JOB/monitoring/<host>/...         dcgm-exporter, node_exporter (CPU) scrapes, mlx5
-                                      hw_counters and ipmitool sensor snapshots
+                                      hw_counters and ipmitool sensor snapshots (or as
+                                      another --dump-layout lays them out)
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from tracekit.synth.calls import CallBuilder
 from tracekit.synth.labels import label_frame, mark_truth, truth_frame
 from tracekit.synth.run import CHUNK_CYCLES, JobRun, JobSpec
 from tracekit.synth.schedule import TIMER_NAMES
+from tracekit.synth.writers.dump_layout import arrange
 from tracekit.synth.writers.hook_csv import HookCsvWriter
 from tracekit.synth.writers.megatron_log import MegatronLogWriter
 from tracekit.synth.writers.monitoring import write_monitoring
@@ -100,7 +102,9 @@ def generate_job(out: Path, spec: JobSpec, pack: bool = False) -> JobResult:
     megatron.close()
     if spec.monitoring:
         write_monitoring(out, run, starts_ns[:n], starts_ns[:n] + lengths_ns[:n],
-                         scrape_files=spec.monitoring_files == "scrapes")
+                         scrape_files=spec.monitoring_files == "scrapes"
+                         and spec.dump_layout == "per-host")
+        arrange(out / "monitoring", run.hosts, spec.dump_layout, spec.job)
     truth = truth_frame(spec, starts_ns[:n], lengths_ns[:n], healthy_s[:n])
     labels = label_frame(spec, run, truth)
     truth = mark_truth(truth, labels)

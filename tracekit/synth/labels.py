@@ -9,6 +9,7 @@ import numpy as np
 import polars as pl
 
 from tracekit.core import schema
+from tracekit.core.identity import link_name, link_target
 from tracekit.synth.faults import KIND_OF_CAUSE, Fault
 
 if TYPE_CHECKING:
@@ -46,8 +47,8 @@ def _target(fault: Fault, run: JobRun) -> dict:
         return {"target": f"rank:{fault.rank}", "target_rank": fault.rank,
                 "target_host": hosts[fault.host], "target_gpu": gpu}
     if fault.link is not None:
-        link = "-".join(hosts[h] for h in fault.link)
-        return {"target": f"link:{link}", "target_link": link}
+        a, b = (hosts[h] for h in fault.link)
+        return {"target": link_target(a, b), "target_link": link_name(a, b)}
     prefix = "host" if fault.cause == "cpu-contention" else "nic"
     device = "" if fault.nic is None else f"/mlx5_{fault.nic}"
     return {"target": f"{prefix}:{hosts[fault.host]}{device}", "target_host": hosts[fault.host]}

@@ -14,6 +14,7 @@ from tracekit.synth.calls import Identity
 from tracekit.synth.layout import Layout
 from tracekit.synth.schedule import StageSchedule, Timing
 from tracekit.synth.timing import Conditions, Simulator
+from tracekit.synth.writers.dump_layout import DUMP_LAYOUTS
 
 CHUNK_CYCLES = 128
 """Cycles simulated at once. Random draws are made per chunk, so this is part of the seed's
@@ -50,6 +51,10 @@ class JobSpec:
     monitoring: bool = True
     monitoring_files: str = "series"
     """One of :data:`MONITORING_FILES`."""
+    dump_layout: str = "per-host"
+    """Where the monitoring files lie and how they are named: one of
+    :data:`~tracekit.synth.writers.dump_layout.DUMP_LAYOUTS` (any but ``per-host`` implies one
+    file per scrape, or one Prometheus export)."""
     job: str = "synth-job"
     start_ns: int = DEFAULT_START_NS
     host_prefix: str = "gpu"
@@ -61,6 +66,9 @@ class JobSpec:
         if self.monitoring_files not in MONITORING_FILES:
             raise TracekitError(f"monitoring files {self.monitoring_files!r} is not one of "
                                 f"{', '.join(MONITORING_FILES)}")
+        if self.dump_layout not in DUMP_LAYOUTS:
+            raise TracekitError(f"dump layout {self.dump_layout!r} is not one of "
+                                f"{', '.join(DUMP_LAYOUTS)}")
         if self.collectives not in COLLECTIVE_FORMATS:
             raise TracekitError(f"collectives format {self.collectives!r} is not one of "
                                 f"{', '.join(COLLECTIVE_FORMATS)}")

@@ -10,6 +10,7 @@ import polars as pl
 
 from tracekit.core.dataset import Dataset
 from tracekit.core.errors import InputError
+from tracekit.core.identity import link_hosts
 from tracekit.validate.gemm import ModelShape
 from tracekit.validate.p2p import P2PGroup
 from tracekit.validate.schedule import Topology
@@ -44,7 +45,7 @@ def rank_placement(dataset: Dataset) -> pl.DataFrame:
 
 
 def episode_suspects(dataset: Dataset, episode: int) -> Suspects:
-    """Parse the episode's target (``rank:13``, ``gpu:b07/5``, ``host:b07``, ``link:b03-b07``,
+    """Parse the episode's target (``rank:13``, ``gpu:b07/5``, ``host:b07``, ``link:b03<->b07``,
     several joined by ``,`` or ``+``); without a target, its ranks are the suspects."""
     rows = dataset.table("episodes").filter(pl.col("episode") == episode).collect()
     if rows.is_empty():
@@ -85,11 +86,9 @@ def episode_suspects(dataset: Dataset, episode: int) -> Suspects:
 
 
 def _split_link(text: str, known_hosts: set[str]) -> frozenset[str]:
-    """``b03-b07`` into its two hosts; host names may hold ``-`` (``gpu-b03-gpu-b07``), so
-    prefer the split whose both sides are hosts of the job."""
-    splits = [(text[:i], text[i + 1:]) for i, c in enumerate(text) if c == "-"]
-    known = [s for s in splits if set(s) <= known_hosts]
-    return frozenset((known or splits or [(text, text)])[0])
+    """``b03<->b07`` into its two hosts (:func:`~tracekit.core.identity.link_hosts`; the older
+    ``b03-b07`` too, by the job's hosts when names hold ``-``)."""
+    return frozenset(link_hosts(text, known_hosts) or (text,))
 
 
 def communicator_groups(dataset: Dataset, topology: Topology = "ring",

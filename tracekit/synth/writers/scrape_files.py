@@ -12,6 +12,7 @@ from the file name, identical bytes of two scrapes kept apart.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 SCRAPE_NAMES = {
@@ -26,8 +27,10 @@ _MARKER = re.compile(r"^# ts=(\d+)")
 _SAMPLE_MS = re.compile(r"^([^#].*\S)\s+(\d{13})$")
 
 
-def split_into_scrapes(path: Path, host: str) -> list[Path]:
-    """Replace the series file ``path`` by one file per scrape beside it; return them.
+def split_into_scrapes(path: Path, host: str,
+                       target: Callable[[str, int, str], Path] | None = None) -> list[Path]:
+    """Replace the series file ``path`` by one file per scrape beside it (or where ``target``
+    of exporter word, scrape time and extension says); return them.
 
     A scrape starts at a ``# ts=`` marker, or, in files without markers (dcgm-exporter's, with
     sample timestamps), where the first metric family's ``# HELP`` line comes round again; its
@@ -51,8 +54,10 @@ def split_into_scrapes(path: Path, host: str) -> list[Path]:
         kept.append(line)
     written = []
     for ts, kept in scrapes:
-        target = path.with_name(f"{exporter}.{host}.{ts}.{extension}")
-        target.write_text("\n".join(kept) + "\n")
-        written.append(target)
+        scrape = (path.with_name(f"{exporter}.{host}.{ts}.{extension}") if target is None
+                  else target(exporter, ts, extension))
+        scrape.parent.mkdir(parents=True, exist_ok=True)
+        scrape.write_text("\n".join(kept) + "\n")
+        written.append(scrape)
     path.unlink()
     return written

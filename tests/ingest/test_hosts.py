@@ -1,0 +1,114 @@
+"""Hosts by agreement: a host read from a file's name stands only when the job knows it."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from tracekit.cli import app
+from tracekit.core import schema
+from tracekit.core.dataset import create_dataset, open_dataset
+from tracekit.ingest.hosts import hosts_without_ranks
+from tracekit.ingest.pipeline import ingest
+
+TS = 1782736574
+DCGM = 'DCGM_FI_DEV_SM_CLOCK{{gpu="0",UUID="GPU-1",Hostname="{host}"}} 1410\n'
+"""A dcgm-exporter scrape: its Hostname label is a host the job knows."""
+
+
+def _hw_counters(cnp: int) -> str:
+    return f"/sys/class/infiniband/mlx5_0/ports/1/hw_counters/np_cnp_sent:{cnp}\n"
+
+
+def _write(root, files: dict[str, str]):
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+def _nic_hosts(path) -> list:
+    return sorted(open_dataset(path)["nic_counters"].collect()["host"].to_list(),
+                  key=lambda h: h or "")
+
+
+def test_sysfs_names_in_a_host_folder_take_the_folder(tmp_path):
+    """``gpu-a17/hw_counters-<unix>.txt`` once read as host ``hw``."""
+    _write(tmp_path / "dump", {f"gpu-a17/hw_counters-{TS}.txt": _hw_counters(10),
+                               f"gpu-a17/hw_counters-{TS + 15}.txt": _hw_counters(40),
+                               f"gpu-a17/dcgm-exporter-{TS}.prom": DCGM.format(host="gpu-a17")})
+    ingest([tmp_path / "dump"], tmp_path / "ds")
+    assert _nic_hosts(tmp_path / "ds") == ["gpu-a17", "gpu-a17"]
+
+
+def test_a_site_collector_name_gives_way_to_the_folder_the_job_knows(tmp_path):
+    _write(tmp_path / "dump", {f"gpu-a17/roce_mon-{TS}.txt": _hw_counters(10),
+                               f"gpu-a18/roce_mon-{TS}.txt": _hw_counters(20),
+                               f"gpu-a17/gpumon-{TS}.prom": DCGM.format(host="gpu-a17"),
+                               f"gpu-a18/gpumon-{TS}.prom": DCGM.format(host="gpu-a18")})
+    summary = ingest([tmp_path / "dump"], tmp_path / "ds")
+    assert _nic_hosts(tmp_path / "ds") == ["gpu-a17", "gpu-a18"]
+    [source] = [s for s in summary.sources if s.path.endswith(f"gpu-a17/roce_mon-{TS}.txt")]
+    assert source.notes[-1] == ("host 'mon' read from the file's name is none of the job's "
+                                "hosts; 'gpu-a17', from its path, is")
+    dataset = open_dataset(tmp_path / "ds")
+    parts = sorted(dataset.manifest["parts"]["nic_counters"])
+    again = ingest([tmp_path / "dump"], tmp_path / "ds")
+    assert {s.status for s in again.sources} == {"unchanged"}
+    assert sorted(open_dataset(tmp_path / "ds").manifest["parts"]["nic_counters"]) == parts
+    assert _nic_hosts(tmp_path / "ds") == ["gpu-a17", "gpu-a18"]
+
+
+def test_a_name_no_source_of_the_job_knows_gives_no_host(tmp_path):
+    _write(tmp_path / "dump", {f"roce_mon-{TS}.txt": _hw_counters(10),
+                               f"dcgm.gpu-a17.{TS}.prom": DCGM.format(host="gpu-a17")})
+    summary = ingest([tmp_path / "dump"], tmp_path / "ds")
+    assert _nic_hosts(tmp_path / "ds") == [None]
+    [source] = [s for s in summary.sources if "roce_mon" in s.path]
+    assert source.notes[-1] == ("host 'mon' read from the file's name is none of the job's "
+                                "hosts (gpu-a17): its rows have no host; pass --option host=NAME")
+
+
+def test_the_name_stands_when_it_is_the_only_candidate(tmp_path):
+    """No content names a host: the name's reading is all there is."""
+    _write(tmp_path / "dump", {f"roce_mon-{TS}.txt": _hw_counters(10)})
+    ingest([tmp_path / "dump"], tmp_path / "ds")
+    assert _nic_hosts(tmp_path / "ds") == ["mon"]
+
+
+def test_the_host_option_is_never_second_guessed(tmp_path):
+    _write(tmp_path / "dump", {f"roce_mon-{TS}.txt": _hw_counters(10),
+                               f"dcgm.gpu-a17.{TS}.prom": DCGM.format(host="gpu-a17")})
+    ingest([tmp_path / "dump" / f"roce_mon-{TS}.txt"], tmp_path / "ds",
+           options={"host": "gpu-b01"})
+    assert _nic_hosts(tmp_path / "ds") == ["gpu-b01"]
+
+
+def test_a_reading_the_job_knows_wins_over_the_first(tmp_path):
+    """``node.node-1.<unix>`` reads ``node-1`` (the host) once ``1``, a number, is refused;
+    ``hwc.node-1`` too, where collector words were stripped down to ``1`` before."""
+    _write(tmp_path / "dump", {f"hwc.node-1.{TS}.txt": _hw_counters(10),
+                               f"dcgm.node-1.{TS}.prom": DCGM.format(host="node-1")})
+    ingest([tmp_path / "dump"], tmp_path / "ds")
+    assert _nic_hosts(tmp_path / "ds") == ["node-1"]
+
+
+@pytest.mark.parametrize(("monitoring_hosts", "warnings"), [
+    (["gpu01", "gpu02"], []),
+    (["gpu01", "hw"], ["nic_counters has hosts on which no rank runs: hw (ranks run on gpu01, "
+                       "gpu02); check the file names or pass --option host=NAME"]),
+])
+def test_info_warns_of_monitoring_hosts_without_ranks(tmp_path, monitoring_hosts, warnings):
+    dataset = create_dataset(tmp_path / "ds", "j")
+    dataset.write_table("comms", schema.conform("comms", pl.DataFrame(
+        {"job": ["j", "j"], "rank": [0, 1], "host": ["gpu01", "gpu02"]},
+        schema_overrides={"rank": pl.Int32})))
+    dataset.write_table("nic_counters", schema.conform("nic_counters", pl.DataFrame(
+        {"ts_ns": [1, 1], "host": monitoring_hosts, "device": ["mlx5_0"] * 2,
+         "counter": ["np_cnp_sent"] * 2, "value": [1, 2]})))
+    dataset.save_manifest()
+    assert hosts_without_ranks(open_dataset(tmp_path / "ds")) == warnings
+    shown = CliRunner().invoke(app, ["info", str(tmp_path / "ds")], terminal_width=400)
+    assert shown.exit_code == 0
+    assert [line.removeprefix("warning: ") for line in shown.output.splitlines()
+            if line.startswith("warning:")] == warnings

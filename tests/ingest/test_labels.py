@@ -1,0 +1,43 @@
+"""Ground-truth labels: link targets spelled ``link:A<->B`` whatever wrote them."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import polars as pl
+
+from tracekit.ingest.base import Source
+from tracekit.ingest.labels import LabelsJsonReader, LabelsReader
+
+
+def _entry(target: dict) -> dict:
+    return {"episode": "E1", "kind": "communication", "cause": "network_congestion",
+            "target": target, "t_start_ns": 10, "t_end_ns": 20, "counts_as_failslow": True}
+
+
+def test_a_labeled_dump_link_keeps_its_hyphenated_hosts_whole():
+    text = json.dumps([_entry({"link": ["gpu-b21", "gpu-b20"]}), _entry({"rank": 3})])
+    [chunk] = LabelsJsonReader().read(Source.from_bytes("labels.json", text.encode()), {})
+    labels = chunk.tables["labels"]
+    assert labels.select("target", "target_link").rows() == [
+        ("link:gpu-b20<->gpu-b21", "gpu-b20<->gpu-b21"), ("rank:3", None)]
+
+
+def test_old_link_labels_are_respelled_where_they_split_one_way():
+    old = pl.DataFrame({
+        "episode": [0, 1, 2], "fail_slow": [True] * 3, "kind": ["communication"] * 3,
+        "cause": ["network-congestion"] * 3,
+        "target": ["link:gpu02-gpu01", "link:rack1-n2-rack2-n1", "rank:1+link:a-b"],
+        "target_link": ["gpu02-gpu01", "rack1-n2-rack2-n1", None],
+        "t_start_ns": [0, 0, 0], "t_end_ns": [1, 1, 1]},
+        schema_overrides={"episode": pl.Int32})
+    buffer = io.BytesIO()
+    old.write_parquet(buffer)
+    [chunk] = LabelsReader().read(Source.from_bytes("labels.parquet", buffer.getvalue()), {})
+    assert chunk.tables["labels"].select("target", "target_link").rows() == [
+        ("link:gpu01<->gpu02", "gpu01<->gpu02"),
+        ("link:rack1-n2-rack2-n1", "rack1-n2-rack2-n1"),  # two links read so: kept as written
+        ("rank:1+link:a<->b", None)]
+    assert chunk.notes == ["links rack1-n2-rack2-n1 cannot be split into their two hosts (host "
+                           "names hold '-'); write them as link:A<->B"]
