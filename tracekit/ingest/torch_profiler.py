@@ -683,12 +683,18 @@ class _Assembly:
             "used": pl.Boolean})
 
 
+_OPS_BY_KEY = {name.replace("_", ""): op for name, op in OPS.items()}
+"""Flight Recorder's op names without underscores: ``c10d::_allgather_base_``,
+``nccl:_all_gather_base`` and ``allgather_base`` are one op."""
+
+
 def _op(name: str) -> str:
     """A c10d / nccl / gloo / record_param_comms operation name as a tracekit op."""
-    bare = name.removeprefix("c10d::").strip("_")
-    if bare.startswith("recv"):
+    key = name.removeprefix("c10d::").replace("_", "").lower()
+    if key.startswith("recv"):  # recv_any_source
         return "recv"
-    return OPS.get(bare) or OPS.get(bare.removesuffix("_coalesced")) or bare.lower()
+    return (_OPS_BY_KEY.get(key) or _OPS_BY_KEY.get(key.removesuffix("coalesced"))
+            or name.removeprefix("c10d::").strip("_").lower())
 
 
 def _numel(dims: object) -> int | None:
