@@ -291,3 +291,27 @@ def test_a_generated_job_reads_back_with_its_slow_rank(tmp_path):
         for rank in calls}
     assert min(waits[0]) > 100 > max(waits[1])  # rank 0 waits out rank 1's sleep
     assert read_all(READER, file_source(paths[0])).quarantine.height == 0
+
+
+def test_torch_1x_category_names_and_unix_time_read_the_same(real_dir, tmp_path):
+    """torch before 2.1 wrote ``ts`` as Unix time without ``baseTimeNanoseconds``, and early
+    Kineto capitalised its categories (``Operator``, ``Kernel``, ``Runtime``, ``Memcpy``)."""
+    path = real_dir / "hta-kineto" / "nccl_data_rank0_of_2.json.gz"
+    trace = load(path)
+    base_us = trace.pop("baseTimeNanoseconds") // 1000
+    old = {"cpu_op": "Operator", "kernel": "Kernel", "cuda_runtime": "Runtime",
+           "gpu_memcpy": "Memcpy", "gpu_memset": "Memset"}
+    for event in trace["traceEvents"]:
+        event["cat"] = old.get(event.get("cat"), event.get("cat"))
+        if isinstance(event.get("ts"), int | float):
+            event["ts"] += base_us
+    older = tmp_path / "rank0.json"
+    older.write_text(json.dumps(trace))
+    new, converted = (read_trace(file_source(p)).chunk for p in (path, older))
+    for name in ("collectives", "op_traces", "iterations", "comms", "gpus"):
+        times = [c for c in new.tables[name].columns if c.endswith(("_ns", "_s"))]
+        assert converted.tables[name].drop(times).equals(new.tables[name].drop(times)), name
+        # a float of Unix microseconds with ns digits holds them to 1/4 us (2^-2 at 1.7e15)
+        for column in times:
+            difference = converted.tables[name][column] - new.tables[name][column]
+            assert (difference.abs().max() or 0) <= (250 if column.endswith("_ns") else 1e-6)
