@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from tracekit.core.errors import InputError
-from tracekit.ingest.base import BYTE_ORDER_MARK, Source
+from tracekit.ingest.base import BYTE_ORDER_MARK, SNIFF_BYTES, Source
 from tracekit.ingest.limits import EXPANSION_GRACE_BYTES, too_large
 
 BLOCK_CHARS = 4 * 1024 * 1024
@@ -267,7 +267,7 @@ def _open_text(source: Source) -> io.TextIOBase:
     return io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline="")
 
 
-def head_text(source: Source, chars: int = 4096) -> str:
+def head_text(source: Source, chars: int = SNIFF_BYTES) -> str:
     """The first characters of the (decompressed) source, for sniffing; empty when the gzip
     data does not decompress."""
     head = source.head

@@ -302,6 +302,13 @@ class _Assembly:
         self.groups = self._groups()
         host = self.meta.get("host_name")
         self.host = host.split(".")[0].lower() if isinstance(host, str) and host else None
+        self.names: dict[int, str] = {}
+        """Names of the communication events (the ones :attr:`_Events.args` holds)."""
+        self.fields: dict[int, dict] = {}
+        """A call's fields by its anchor event, once worked out."""
+        self.calls: list[_Call] = []
+        self.launch_of_comm: set[int] = set()
+        self.step_events: set[int] = set()
 
     def build(self) -> TraceRead:
         cpu, gpu, runtime = self.events.frames()
@@ -324,7 +331,7 @@ class _Assembly:
                                                     "reason": pl.String}, orient="row")
         derived = comms.height + gpus.height - sum(self.folded.values())
         self.notes += [f"skipped {count:,} event(s): {SKIP[reason]}"
-                       for reason, count in sorted(self.skipped.items())]
+                       for reason, count in sorted(self.skipped.items()) if count]
         if self.truncated:
             self.notes.append("the trace ends before its closing brackets (cut short while "
                               "written?): the events before the cut are read")
@@ -388,10 +395,6 @@ class _Assembly:
         return (whole.cast(pl.Int64) * 1000 + ((us - whole) * 1000).round().cast(pl.Int64)
                 + self.offset_ns)
 
-    def _us_to_ns(self, us: float) -> int:
-        whole = math.floor(us)
-        return int(whole) * 1000 + round((us - whole) * 1000) + self.offset_ns
-
     # -- iterations ------------------------------------------------------------------------
 
     def _steps(self, cpu: pl.DataFrame) -> pl.DataFrame:
@@ -412,7 +415,6 @@ class _Assembly:
         """The calls, and the NCCL kernels folded into them."""
         comm = cpu.filter(pl.col("idx").is_in(list(self.events.args)))
         self.names = dict(zip(comm["idx"].to_list(), comm["name"].to_list(), strict=True))
-        self.fields: dict[int, dict] = {}
         calls, spans = self._call_trees(comm)
         by_tid: dict[str, list[_Call]] = defaultdict(list)
         for call in calls:
@@ -424,7 +426,6 @@ class _Assembly:
         kernels = gpu.filter(pl.col("name").str.starts_with(NCCL_KERNEL[0])
                              | pl.col("name").str.starts_with(NCCL_KERNEL[1]))
         folded_kernels = []
-        self.launch_of_comm: set[int] = set()
         for idx, ts, dur, device, correlation in kernels.select(
                 "idx", "ts", "dur", "device", "correlation").iter_rows():
             call = None
@@ -575,22 +576,23 @@ class _Assembly:
                 "comm": fields["comm"], "nranks": fields["nranks"], "op": fields["op"],
                 "op_count": fields["op_count"], "count": fields["count"],
                 "dtype": fields["dtype"], "peer": fields["peer"],
-                "t_start_ns": self._us_to_ns(call.ts),
-                "t_end_ns": self._us_to_ns(end if end is not None else call.end),
-                "exec_start_ns": None if start is None else self._us_to_ns(start),
-                "exec_end_ns": None if end is None else self._us_to_ns(end),
-                "exec_on": where})
+                "ts": call.ts, "end": end if end is not None else call.end,
+                "exec_start": start, "exec_end": end, "exec_on": where})
         frame = pl.DataFrame(rows, schema={
             "rank": pl.Int32, "host": pl.String, "pid": pl.Int64, "cuda_dev": pl.Int32,
             "comm": pl.String, "nranks": pl.Int32, "op": pl.String, "op_count": pl.Int64,
-            "count": pl.Int64, "dtype": pl.String, "peer": pl.Int32, "t_start_ns": pl.Int64,
-            "t_end_ns": pl.Int64, "exec_start_ns": pl.Int64, "exec_end_ns": pl.Int64,
+            "count": pl.Int64, "dtype": pl.String, "peer": pl.Int32, "ts": pl.Float64,
+            "end": pl.Float64, "exec_start": pl.Float64, "exec_end": pl.Float64,
             "exec_on": pl.String})
         self.calls = calls
-        return frame.sort("t_start_ns").with_columns(
+        times = {"t_start_ns": "ts", "t_end_ns": "end", "exec_start_ns": "exec_start",
+                 "exec_end_ns": "exec_end"}
+        return frame.sort("ts").with_columns(
+            *[self._ns(pl.col(us)).alias(ns) for ns, us in times.items()],
             pl.lit(None, dtype=pl.String).alias("job"),
             pl.int_range(pl.len()).over("comm").cast(pl.Int64).alias("seq"),
-            (pl.col("count") * nccl_names.dtype_size(pl.col("dtype"))).alias("bytes"))
+            (pl.col("count") * nccl_names.dtype_size(pl.col("dtype"))).alias("bytes"),
+        ).drop(times.values())
 
     # -- op traces ---------------------------------------------------------------------------
 
