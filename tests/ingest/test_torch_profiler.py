@@ -18,7 +18,7 @@ from tests.conftest import FORMATS, REPO
 from tests.ingest.collective_helpers import file_source, read_all
 from tracekit import open_dataset
 from tracekit.core.errors import InputError
-from tracekit.ingest import kineto_json, registry
+from tracekit.ingest import kineto_json, registry, torch_profiler
 from tracekit.ingest.base import Source
 from tracekit.ingest.limits import Limits
 from tracekit.ingest.pipeline import ingest
@@ -235,10 +235,11 @@ def test_a_bad_event_is_quarantined_with_its_line_and_reading_goes_on():
     assert read.chunk.notes[0] == "rank taken from the file name (no distributedInfo)"
 
 
-def test_block_boundaries_do_not_change_what_is_read(monkeypatch):
+def test_block_boundaries_and_column_moves_do_not_change_what_is_read(monkeypatch):
     path = GENERATED / "compute" / "rank1.pt.trace.json.gz"
     whole = read_trace(file_source(path)).chunk
     monkeypatch.setattr(kineto_json, "BLOCK_CHARS", 97)
+    monkeypatch.setattr(torch_profiler, "FLUSH_EVENTS", 100)
     small = read_trace(file_source(path)).chunk
     for name, frame in whole.tables.items():
         assert small.tables[name].equals(frame), name
