@@ -316,3 +316,22 @@ def test_torch_1x_category_names_and_unix_time_read_the_same(real_dir, tmp_path)
         for column in times:
             difference = converted.tables[name][column] - new.tables[name][column]
             assert (difference.abs().max() or 0) <= (250 if column.endswith("_ns") else 1e-6)
+
+
+def test_calls_without_a_c10d_op_or_metadata_are_told_from_waits(real_dir, tmp_path):
+    """torch 1.13 wrapped a call in ``record_param_comms`` > ``nccl:*`` with no ``c10d::``
+    op and no metadata; a bare ``record_param_comms`` is then a wait."""
+    path = real_dir / "hta-kineto" / "nccl_data_rank0_of_2.json.gz"
+    trace = load(path)
+    trace["traceEvents"] = [e for e in trace["traceEvents"]
+                            if not e.get("name", "").startswith("c10d::")]
+    for event in trace["traceEvents"]:
+        if event.get("name") == "record_param_comms":
+            event["args"] = {"External id": event["args"]["External id"]}
+    older = tmp_path / "rank0.json"
+    older.write_text(json.dumps(trace))
+    new, old = (read_trace(file_source(p)) for p in (path, older))
+    columns = ["op", "exec_start_ns", "exec_end_ns", "exec_on"]
+    assert old.chunk.tables["collectives"].select(columns).equals(
+        new.chunk.tables["collectives"].select(columns))
+    assert old.skipped["wait"] == new.skipped["wait"] == 6

@@ -466,13 +466,24 @@ class _Assembly:
             open_call = None
             if name.startswith("gloo:"):
                 spans.append((ts, end, _op(name.removeprefix("gloo:")), idx))
-            elif name == PARAM_COMMS and _op(str(self.events.args[idx].get(
-                    "Collective name", "wait"))) in ("wait", "init"):
-                self.skipped["wait"] += 1
             else:
                 open_call = _Call(idx, tid, ts, end, pid)
                 calls.append(open_call)
-        return calls, spans
+        waits = [call for call in calls if self._is_wait(call)]
+        self.skipped["wait"] += sum(1 + len(call.parts) for call in waits)
+        self.folded["call_part"] -= sum(len(call.parts) for call in waits)
+        return [call for call in calls if not self._is_wait(call)], spans
+
+    def _is_wait(self, call: _Call) -> bool:
+        """A ``record_param_comms`` outside any ``c10d::`` op is a work's wait (or a group's
+        init) when it says so, or, in traces without its metadata, when no ``nccl:`` /
+        ``gloo:`` annotation runs inside it (torch 1.13 had no ``c10d::`` op around a call)."""
+        if self.names[call.anchor] != PARAM_COMMS:
+            return False
+        name = self.events.args[call.anchor].get("Collective name")
+        if name is not None:
+            return _op(str(name)) in ("wait", "init")
+        return not any(self.names[part].startswith(("nccl:", "gloo:")) for part in call.parts)
 
     def _match_spans(self, calls: list[_Call], spans: list[tuple]) -> None:
         """Give each call without kernels the backend worker's span of its operation: workers
