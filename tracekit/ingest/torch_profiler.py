@@ -332,6 +332,12 @@ class _Assembly:
         derived = comms.height + gpus.height - sum(self.folded.values())
         self.notes += [f"skipped {count:,} event(s): {SKIP[reason]}"
                        for reason, count in sorted(self.skipped.items()) if count]
+        unnamed = collectives["comm"].null_count()
+        if unnamed:
+            self.notes.append(
+                f"{unnamed:,} call(s) without a process group: the trace names none for them "
+                f"(gloo, traces before record_param_comms metadata) and lists "
+                f"{len(self.groups) or 'no'} group(s) in distributedInfo; their comm is null")
         if self.truncated:
             self.notes.append("the trace ends before its closing brackets (cut short while "
                               "written?): the events before the cut are read")
