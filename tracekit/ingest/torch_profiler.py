@@ -317,7 +317,7 @@ class _Assembly:
         collectives, comm_kernels = self._collectives(cpu, gpu, runtime)
         op_traces = self._op_traces(cpu, gpu.filter(~pl.col("idx").is_in(comm_kernels)),
                                     runtime, steps)
-        comms = self._comms(collectives)
+        comms = self._comms(cpu)
         gpus = self._gpus(gpu)
         iterations = steps.select(
             pl.lit(None, dtype=pl.String).alias("job"), pl.lit(self.rank, pl.Int32).alias("rank"),
@@ -678,7 +678,9 @@ class _Assembly:
 
     # -- comms and GPUs ----------------------------------------------------------------------
 
-    def _comms(self, collectives: pl.DataFrame) -> pl.DataFrame:
+    def _comms(self, cpu: pl.DataFrame) -> pl.DataFrame:
+        """The rank's process groups; ``pid`` is the process's, which keeps the rows of ranks
+        sharing a host (or with no host name) apart under the table's key."""
         groups = {name: dict(group) for name, group in self.groups.items()}
         for call in self.calls:
             fields = self._call_fields(call)
@@ -686,7 +688,7 @@ class _Assembly:
                 ranks = _ranks(fields["group_ranks"])
                 groups[fields["comm"]] = {"desc": fields["group_desc"], "ranks": ranks,
                                           "size": fields["nranks"] or len(ranks) or None}
-        pid = collectives["pid"].drop_nulls()
+        pid = cpu["pid"].drop_nulls()
         return pl.DataFrame([{
             "comm": name, "rank": self.rank, "host": self.host,
             "pid": pid[0] if pid.len() else None,
