@@ -181,7 +181,9 @@ class _Scanner:
             except RecursionError:
                 yield self._skip_bad(line_no, None, "nested too deeply to decode", force=True)
                 continue
-            self.advance(end - self.pos)
+            # the separators after the item go with it: one line count per item, not two
+            after = _SPACE.match(self.buffer, end).end()
+            self.advance(after - self.pos)
             yield line_no, item
 
     def _resume_point(self) -> int | None:
