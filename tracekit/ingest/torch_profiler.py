@@ -103,7 +103,8 @@ FOLD = {
     "comm_kernel": "NCCL kernel of a collective call (its exec_start_ns / exec_end_ns)",
     "launch": "runtime call that launched a GPU activity (its t_launch_ns)",
 }
-"""Events that are not a row of their own but part of another event's row."""
+"""Events that are not a row of their own but part of another event's row (noted with their
+counts, as the skipped ones are)."""
 
 
 class TorchProfilerReader(Reader):
@@ -332,6 +333,8 @@ class _Assembly:
         derived = comms.height + gpus.height - sum(self.folded.values())
         self.notes += [f"skipped {count:,} event(s): {SKIP[reason]}"
                        for reason, count in sorted(self.skipped.items()) if count]
+        self.notes += [f"folded {count:,} event(s) into another's row: {FOLD[reason]}"
+                       for reason, count in sorted(self.folded.items()) if count]
         unnamed = collectives["comm"].null_count()
         if unnamed:
             self.notes.append(
