@@ -86,6 +86,18 @@ COLLECTIVES = Table(
         _c("peer", I32, "", "peer rank of a send / recv, or root of a rooted collective"),
         _c("t_start_ns", I64, NS, "time the call was issued (null when the source has no clock)"),
         _c("t_end_ns", I64, NS, "time the call completed (null when the source has no end)"),
+        # Profiler traces time a call twice: the CPU issue (t_start_ns) and its execution,
+        # which starts only once the stream or the backend's worker reaches it and ends once
+        # the last peer has arrived and the data moved. The gap between the two is queueing /
+        # launch; across the matched calls of one collective the execution starts give each
+        # rank's arrival and the last start to the end the transfer.
+        _c("exec_start_ns", I64, NS, "start of the call's execution apart from its issue: the "
+           "first GPU kernel (NCCL) or the backend worker thread's span (gloo); null when the "
+           "source has no such timeline (logs, hooks)"),
+        _c("exec_end_ns", I64, NS, "end of the call's execution (the last kernel's end, or the "
+           "worker's span end); null when the source has no such timeline"),
+        _c("exec_on", STR, "", "where exec_start_ns / exec_end_ns were measured: gpu (kernel "
+           "on the device timeline) or cpu (backend worker thread); null without them"),
     ),
     key=("job", "rank", "comm", "seq"),
     time_column="t_start_ns",
@@ -400,6 +412,17 @@ OP_TRACES = Table(
         _c("model_chunk", I32, "", "model chunk (virtual stage) within the pipeline stage, "
            "else null"),
         _c("global_model_chunk", I32, "", "model chunk id in the whole model, else null"),
+        # Kernel-level traces (torch.profiler / Kineto, Nsight Systems) give one row per GPU
+        # activity: these say what kind it is and where it ran, and when the host launched it
+        # (launch delay = t_start_ns - t_launch_ns tells a host- / launch-bound rank).
+        _c("category", STR, "", "kind of operation in kernel-level traces: kernel, memcpy, "
+           "memset (GPU activity) or cpu_op (a CPU operator, in traces without GPU activity); "
+           "null for framework-phase traces (what-if)"),
+        _c("t_end_ns", I64, NS, "absolute end when the source gives one, else null"),
+        _c("cuda_dev", I32, "", "CUDA device index the activity ran on, null for CPU ops"),
+        _c("stream", I64, "", "CUDA stream of a GPU activity, null for CPU ops"),
+        _c("t_launch_ns", I64, NS, "start of the host runtime call that launched the activity "
+           "(cudaLaunchKernel, cudaMemcpyAsync; matched by correlation id), else null"),
     ),
     key=("job", "rank", "step", "op", "seq"),
     time_column="t_start_ns",
@@ -493,6 +516,26 @@ VALIDATIONS = Table(
     time_column="ts_ns",
 )
 
+GPUS = Table(
+    "gpus",
+    "one GPU a rank's process could see, as its profiler trace describes it (Kineto "
+    "deviceProperties, Nsight Systems TARGET_INFO_GPU)",
+    (
+        JOB,
+        RANK,
+        HOST,
+        _c("cuda_dev", I32, "", "CUDA device index seen by the process"),
+        _c("name", STR, "", "device name (NVIDIA A100-SXM4-80GB)"),
+        _c("memory_bytes", I64, "bytes", "total device memory"),
+        _c("compute_capability", STR, "", "major.minor (8.0)"),
+        _c("sm_count", I32, "", "streaming multiprocessors"),
+        _c("gpu_uuid", STR, "", "GPU UUID when the source gives it"),
+        _c("bus_id", STR, "", "PCI bus id, lower case, when the source gives it"),
+        _c("used", BOOL, "", "true for the device(s) the rank's GPU activity ran on"),
+    ),
+    key=("job", "rank", "cuda_dev"),
+)
+
 TABLES: dict[str, Table] = {
     t.name: t
     for t in (
@@ -514,6 +557,7 @@ TABLES: dict[str, Table] = {
         TRAINING_EVENTS,
         PARALLEL_LAYOUT,
         VALIDATIONS,
+        GPUS,
     )
 }
 
