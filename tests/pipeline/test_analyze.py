@@ -15,6 +15,7 @@ from tracekit.core import schema
 from tracekit.core.errors import InputError
 from tracekit.detect.verdict import VERDICT_DETECTOR
 from tracekit.pipeline import analyze as pipeline
+from tracekit.pipeline.analyze import NothingIngested
 from tracekit.pipeline.corpus import analyze_corpus
 
 SAMPLE = Path(__file__).resolve().parents[2] / "datasets" / "sample"
@@ -121,12 +122,15 @@ def test_corpus_of_nothing_is_a_clear_error(tmp_path):
 
 
 def test_nothing_ingested_says_why_in_one_line(tmp_path):
-    """The reason of each failed source is in the error (it said "see the errors above" with
-    none above: analyze stops before the CLI prints skipped sources)."""
+    """The error counts what was found and carries each failed source's reason, which the CLI
+    prints above it (it said "see the errors above" with none above)."""
     dump = tmp_path / "notes.txt"
     dump.write_text("nothing a reader knows\n")
-    with pytest.raises(InputError) as stopped:
+    with pytest.raises(NothingIngested) as stopped:
         pipeline.analyze([dump], tmp_path / "ds")
-    assert str(stopped.value).startswith(
-        f"{dump}: nothing usable was ingested (cannot tell the format of this file; force one "
-        "with --format")
+    assert str(stopped.value) == (
+        f"{dump}: nothing was ingested (1 source(s): 1 unreadable); `tracekit formats` lists "
+        "the logs tracekit reads, --format forces one")
+    [failed] = stopped.value.summary.failed
+    assert failed.error.startswith(
+        f"{dump}: cannot tell the format of this file; force one with --format (known: ")

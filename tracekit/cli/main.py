@@ -461,7 +461,7 @@ def _show_episodes(episodes, title: str, dataset: Path) -> None:
     show_table(title, ("#", "start (UTC)", "duration", "slowdown", "JCT", "culprit", "cause"),
                ([row["episode"], format_ns(row["t_start_ns"]) if row["t_start_ns"] is not None
                  else f"iteration {row['start_iteration']}",
-                 f"{row['iterations']} {axis.noun()}s" if row["duration_s"] is None
+                 f"{axis.counted(row)} {axis.noun()}s" if row["duration_s"] is None
                  or not axis.whole_job else f"{row['duration_s']:.0f} s",
                  "-" if row["slowdown"] is None else f"x{row['slowdown']:.2f}",
                  "-" if row["jct_slowdown"] is None or not axis.whole_job

@@ -80,6 +80,13 @@ class SeriesAxis:
         """What one logged iteration is called in a sentence."""
         return "logged iteration" if self.sampled else "iteration"
 
+    def counted(self, episode: dict) -> int | None:
+        """An episode's length as :meth:`noun` counts it: its logged points on a gapped log
+        (``iterations`` there counts the iterations those points stand for)."""
+        if self.sampled and episode.get("points") is not None:
+            return episode["points"]
+        return episode.get("iterations")
+
     def coverage_sentence(self) -> str | None:
         """How much of the run a gapped log covers, and what that leaves unknown; None when
         every iteration is logged."""

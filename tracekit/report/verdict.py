@@ -103,7 +103,7 @@ def _when(row: dict, axis: SeriesAxis) -> str:
     if axis.clock and row.get("t_start_ns") is not None:
         span = f" for {_duration(row['duration_s'])}" if row.get("duration_s") is not None else ""
         return f"{span} from {start}"
-    count = row.get("iterations")
+    count = axis.counted(row)
     seconds = (f" ({_duration(row['duration_s'])})"
                if axis.whole_job and row.get("duration_s") is not None else "")
     span = f" for {count} {axis.noun()}{'s' if count != 1 else ''}{seconds}" if count else ""
