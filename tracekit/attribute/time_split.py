@@ -1,0 +1,405 @@
+"""Where each rank's time goes, from profiler traces (torch.profiler / Kineto, Nsight Systems):
+per collective call and per iteration.
+
+A call's execution (``collectives.exec_start_ns`` / ``exec_end_ns``: its NCCL kernel, or the
+gloo worker's span) starts when the rank arrives and ends when the data has moved, which needs
+every member: so across the matched calls of one collective, issue -> own start is queueing /
+launch, own start -> the last member's start is waiting for that peer, and the last start ->
+the end is the transfer itself. Per iteration, the device timeline (CPU operators in a trace
+without GPU activity) is cut into compute, communication hidden under compute, exposed
+communication, copies, and gaps; a gap is host-bound when the work that ends it was launched
+only after the device had run dry, idle otherwise.
+
+Interval arithmetic is exact and vectorised: each class of activity is merged into sorted
+disjoint intervals, and the time it covers inside any window is a difference of its coverage
+function (:func:`_coverage`), evaluated for every window at once with ``searchsorted``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from tracekit.attribute.groups import COLLECTIVE_OPS, HANDLE, handle_groups
+from tracekit.attribute.links import localise
+from tracekit.core import schema
+from tracekit.core.thresholds import SUSPECT_RATIO
+
+END_TOLERANCE_NS = 50_000
+"""Members of one collective leave it together: calls of one group and call number whose
+execution ends lie further apart than this (or than :data:`END_TOLERANCE_SHARE` of their
+length) are different communicators that share a name (the per-stream comms of Nsight)."""
+END_TOLERANCE_SHARE = 0.1
+
+WAIT_SHARE_MIN = 0.05
+"""A rank is the one its peers wait for when the wait it imposes is at least 5 % of the
+iteration time (half a fail-slow's 10 %, as :data:`tracekit.attribute.verdict.WAIT_RISE_MIN`)
+and it starts last in at least :data:`LAST_SHARE_MIN` of its matched calls."""
+LAST_SHARE_MIN = 0.5
+
+COMPUTE = ("kernel", "cpu_op")
+MEMORY = ("memcpy", "memset")
+COMM_OPERATOR = r"^(?:c10d::|nccl:|gloo:|record_param_comms)"
+"""CPU operators of the communication layer: issuing a call is not compute."""
+
+BEFORE_TRACE_NS = 10**15
+"""Where the gap before a rank's first activity starts (long before any window)."""
+
+SHARES = ("compute_s", "exposed_comm_s", "memory_s", "host_s", "idle_s")
+"""The parts an iteration's duration splits into (``overlapped_comm_s`` is inside
+``compute_s``)."""
+BOUNDS = {"compute": ("compute_s", "memory_s"), "communication": ("exposed_comm_s",),
+          "host": ("host_s",), "idle": ("idle_s",)}
+"""What bounds an iteration: the largest of these sums."""
+
+
+def has_timeline(collectives: pl.LazyFrame, op_traces: pl.LazyFrame) -> bool:
+    """Whether the tables come from a profiler trace: calls with an execution span, or
+    kernel-level op traces."""
+    calls = collectives.filter(pl.col("exec_start_ns").is_not_null()).head(1).collect()
+    ops = op_traces.filter(pl.col("category").is_not_null()).head(1).collect()
+    return calls.height > 0 or ops.height > 0
+
+
+def call_split(collectives: pl.DataFrame, comms: pl.DataFrame) -> pl.DataFrame:
+    """Every call with an execution span split into queueing, waiting and transfer
+    (:data:`~tracekit.core.schema.CALL_SPLIT`). Calls are matched across ranks by their group
+    (from ``comms``, else the communicator's name) and call number, then apart by end time
+    (:data:`END_TOLERANCE_NS`); a collective matched on more than one rank gets its wait."""
+    calls = collectives.filter(pl.col("exec_start_ns").is_not_null(),
+                               pl.col("exec_end_ns").is_not_null())
+    if calls.is_empty():
+        return schema.CALL_SPLIT.empty()
+    if comms.height:
+        groups = handle_groups(calls.lazy(), comms).select(*HANDLE, "group")
+        calls = calls.join(groups, on=list(HANDLE), how="left", nulls_equal=True)
+        calls = calls.with_columns(pl.col("group").fill_null(pl.col("comm")))
+    else:
+        calls = calls.with_columns(pl.col("comm").alias("group"))
+    length = pl.col("exec_end_ns") - pl.col("exec_start_ns")
+    tolerance = pl.max_horizontal(pl.lit(END_TOLERANCE_NS),
+                                  END_TOLERANCE_SHARE * length.median().over("group", "seq"))
+    gap = pl.col("exec_end_ns").diff().over("group", "seq")
+    calls = calls.sort("group", "seq", "exec_end_ns").with_columns(
+        (gap > tolerance).fill_null(False).cum_sum().over("group", "seq").alias("_part"))
+    instance = ["group", "seq", "_part"]
+    # a group is its name and its members: two pairs on streams of one name are two groups
+    members = calls.group_by(instance).agg(
+        pl.col("rank").unique().sort().cast(pl.String).str.join(",").alias("_ranks"))
+    calls = calls.join(members, on=instance, how="left")
+    matched = (pl.col("op").is_in(COLLECTIVE_OPS) & (pl.col("rank").n_unique().over(instance) > 1)
+               & (pl.len().over(instance) == pl.col("rank").n_unique().over(instance)))
+    last = pl.col("exec_start_ns").max().over(instance)
+    arrival = pl.when(matched).then(pl.max_horizontal(last, "exec_start_ns")).otherwise(
+        pl.col("exec_start_ns"))
+    split = calls.with_columns(matched.alias("_matched")).select(
+        "job", "rank", "comm", "seq", "op",
+        pl.when("_matched").then(pl.format("{}[{}]#{}", "group", "_ranks", "seq"))
+        .alias("instance"),
+        pl.when("_matched").then(pl.len().over(instance)).cast(pl.Int32).alias("members"),
+        pl.when("_matched").then(pl.col("rank").sort_by("exec_start_ns").last().over(instance))
+        .alias("last_rank"),
+        "t_start_ns",
+        ((pl.col("exec_start_ns") - pl.col("t_start_ns")).clip(0) / 1e9).alias("queue_s"),
+        pl.when("_matched").then((last - pl.col("exec_start_ns")).clip(0, length) / 1e9)
+        .alias("wait_s"),
+        ((pl.col("exec_end_ns") - arrival).clip(0) / 1e9).alias("transfer_s"),
+        "exec_on")
+    return schema.conform("call_split", split.sort("rank", "t_start_ns", "comm", "seq"))
+
+
+def profiler_iterations(iterations: pl.DataFrame) -> pl.DataFrame:
+    """Each rank's timed iterations from the trace's own markers (ProfilerStep, NVTX: source
+    ``framework``), else from any other per-rank source but the simulator's truth."""
+    timed = iterations.filter(pl.col("rank").is_not_null(), pl.col("t_start_ns").is_not_null(),
+                              pl.col("t_end_ns") > pl.col("t_start_ns"),
+                              pl.col("source") != "truth")
+    if timed.is_empty():
+        return timed
+    chosen = "framework" if (timed["source"] == "framework").any() else timed["source"][0]
+    return (timed.filter(pl.col("source") == chosen).unique(["rank", "iteration"])
+            .sort("rank", "t_start_ns"))
+
+
+def time_split(iterations: pl.DataFrame, op_traces: pl.DataFrame,
+               collectives: pl.DataFrame) -> pl.DataFrame:
+    """Each rank's iterations split into the parts of :data:`SHARES`
+    (:data:`~tracekit.core.schema.TIME_SPLIT`), from its op traces (kernels, copies, CPU
+    operators) and its calls' execution spans."""
+    steps = profiler_iterations(iterations)
+    ops = op_traces.filter(pl.col("category").is_not_null(), pl.col("t_start_ns").is_not_null())
+    ops = ops.with_columns(pl.coalesce("t_end_ns", pl.col("t_start_ns") + (
+        pl.col("duration_s") * 1e9).round().cast(pl.Int64)).alias("t_end_ns"))
+    calls = collectives.filter(pl.col("exec_start_ns").is_not_null(),
+                               pl.col("exec_end_ns").is_not_null())
+    frames = []
+    for (rank,), windows in steps.group_by("rank", maintain_order=True):
+        frames.append(_rank_split(windows, ops.filter(pl.col("rank") == rank),
+                                  calls.filter(pl.col("rank") == rank)))
+    if not frames:
+        return schema.TIME_SPLIT.empty()
+    return schema.conform("time_split", pl.concat(frames).sort("rank", "iteration"))
+
+
+def _rank_split(windows: pl.DataFrame, ops: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    on_gpu = ops["category"].is_in(("kernel", *MEMORY)).any() or (calls["exec_on"] == "gpu").any()
+    if on_gpu:
+        ops = ops.filter(pl.col("category") != "cpu_op")
+    compute = ops.filter(pl.col("category").is_in(COMPUTE),
+                         ~pl.col("op").fill_null("").str.contains(COMM_OPERATOR))
+    memory = ops.filter(pl.col("category").is_in(MEMORY))
+    spans = {"compute": _spans(compute["t_start_ns"], compute["t_end_ns"]),
+             "comm": _spans(calls["exec_start_ns"], calls["exec_end_ns"]),
+             "memory": _spans(memory["t_start_ns"], memory["t_end_ns"])}
+    launched = pl.concat([
+        compute.select(pl.col("t_start_ns").alias("start"), pl.col("t_launch_ns").alias("at")),
+        memory.select(pl.col("t_start_ns").alias("start"), pl.col("t_launch_ns").alias("at")),
+        calls.select(pl.col("exec_start_ns").alias("start"),
+                     pl.when(pl.col("exec_on") == "gpu").then("t_start_ns").alias("at"))])
+    begin, end = windows["t_start_ns"].to_numpy(), windows["t_end_ns"].to_numpy()
+
+    def covered(*names: str) -> np.ndarray:
+        starts, ends = _merge(*(spans[n] for n in names))
+        return _coverage(starts, ends, end) - _coverage(starts, ends, begin)
+
+    compute_ns, comm_ns = covered("compute"), covered("comm")
+    either_ns, busy_ns = covered("compute", "comm"), covered("compute", "comm", "memory")
+    host_starts, host_ends = _host_gaps(*_merge(*spans.values()), launched)
+    host_ns = _coverage(host_starts, host_ends, end) - _coverage(host_starts, host_ends, begin)
+    duration_ns = end - begin
+    parts = {"compute_s": compute_ns, "overlapped_comm_s": compute_ns + comm_ns - either_ns,
+             "exposed_comm_s": either_ns - compute_ns, "memory_s": busy_ns - either_ns,
+             "host_s": host_ns, "idle_s": duration_ns - busy_ns - host_ns}
+    frame = windows.select("job", "rank", "iteration", "t_start_ns", "t_end_ns").with_columns(
+        pl.Series("duration_s", duration_ns / 1e9),
+        *(pl.Series(name, values / 1e9) for name, values in parts.items()))
+    sums = [pl.sum_horizontal(columns).alias(label) for label, columns in BOUNDS.items()]
+    labels = list(BOUNDS)
+    bound = pl.concat_list(*(pl.col(label) for label in labels)).list.arg_max()
+    return frame.with_columns(*sums).with_columns(
+        bound.map_elements(labels.__getitem__, return_dtype=pl.String).alias("bound"),
+        pl.lit("gpu" if on_gpu else "cpu").alias("timeline")).drop(labels)
+
+
+def _spans(starts: pl.Series, ends: pl.Series) -> tuple[np.ndarray, np.ndarray]:
+    return starts.to_numpy().astype(np.int64), ends.to_numpy().astype(np.int64)
+
+
+def _merge(*spans: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals as sorted disjoint ``(starts, ends)``."""
+    starts = np.concatenate([s for s, _ in spans]) if spans else np.empty(0, np.int64)
+    ends = np.concatenate([e for _, e in spans]) if spans else np.empty(0, np.int64)
+    if not starts.size:
+        return starts, ends
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], ends[order]
+    reach = np.maximum.accumulate(ends)
+    first = np.concatenate([[True], starts[1:] > reach[:-1]])
+    return starts[first], np.maximum.reduceat(ends, np.flatnonzero(first))
+
+
+def _coverage(starts: np.ndarray, ends: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Time the disjoint sorted intervals cover before each time in ``at``."""
+    if not starts.size:
+        return np.zeros(len(at), dtype=np.int64)
+    lengths = ends - starts
+    before = np.concatenate([[0], np.cumsum(lengths)])
+    k = np.searchsorted(starts, at, side="right")
+    inside = np.clip(at - starts[np.maximum(k - 1, 0)], 0, lengths[np.maximum(k - 1, 0)])
+    return np.where(k > 0, before[np.maximum(k - 1, 0)] + inside, 0)
+
+
+def _host_gaps(starts: np.ndarray, ends: np.ndarray,
+               launched: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The gaps between busy intervals (and before the first) that the host left: the work
+    starting the next interval was launched after the device went idle."""
+    if not starts.size:
+        return starts, ends
+    first_launch = (launched.filter(pl.col("at").is_not_null()).group_by("start")
+                    .agg(pl.col("at").min()))
+    lookup = dict(zip(first_launch["start"].to_list(), first_launch["at"].to_list(),
+                      strict=True))
+    never = np.iinfo(np.int64).min
+    at = np.array([lookup.get(int(s), never) for s in starts], dtype=np.int64)
+    idle_from = np.concatenate([[starts[0] - BEFORE_TRACE_NS], ends[:-1]])
+    host = at > idle_from
+    return idle_from[host], starts[host]
+
+
+@dataclass(frozen=True)
+class TimeVerdict:
+    """A job-level verdict from the time split: the rank the others waited for and what grew
+    on it, or the link whose groups transfer slower, with the numbers; target None when the
+    ranks are balanced."""
+
+    kind: str
+    cause: str
+    target: str | None
+    confidence: float
+    evidence: str
+    per_rank: pl.DataFrame
+
+
+def rank_summary(split: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    """Per rank: median seconds per iteration of each part, and from its matched calls the
+    wait it imposed on its peers per iteration and the share of them it started last."""
+    parts = split.group_by("rank").agg(
+        pl.len().alias("iterations"), pl.col("duration_s").median(),
+        *(pl.col(c).median() for c in (*SHARES, "overlapped_comm_s")),
+        pl.col("bound").mode().first())
+    matched = calls.filter(pl.col("instance").is_not_null())
+    imposed = (matched.group_by("instance").agg(
+        pl.col("last_rank").first(),
+        (pl.col("wait_s").sum() / (pl.len() - 1)).alias("imposed_s"))
+        .group_by(pl.col("last_rank").alias("rank")).agg(pl.col("imposed_s").sum(),
+                                                          pl.len().alias("last_calls")))
+    own = matched.group_by("rank").agg(pl.len().alias("matched_calls"),
+                                       pl.col("queue_s").sum(), pl.col("transfer_s").sum())
+    out = (parts.join(own, on="rank", how="left").join(imposed, on="rank", how="left")
+           .with_columns(pl.col("imposed_s", "last_calls").fill_null(0))
+           .with_columns((pl.col("imposed_s") / pl.col("iterations")).alias("imposed_s"),
+                         (pl.col("last_calls") / pl.col("matched_calls")).alias("last_share")))
+    return out.sort("rank")
+
+
+def job_verdict(split: pl.DataFrame, calls: pl.DataFrame,
+                rank_hosts: dict[int, str]) -> TimeVerdict | None:
+    """The rank its peers waited for (:data:`WAIT_SHARE_MIN`) and whether its compute, its
+    host (launch gaps, data loading) or its own communication grew against its peers'
+    medians; else the groups whose transfer exceeds their comparable ones' by more than
+    :data:`~tracekit.core.thresholds.SUSPECT_RATIO`, localised to a link; else balanced.
+    None without a time split."""
+    if split.is_empty():
+        return None
+    per_rank = rank_summary(split, calls)
+    iteration_s = per_rank["duration_s"].median()
+    waited = per_rank.filter(pl.col("imposed_s") >= WAIT_SHARE_MIN * iteration_s,
+                             pl.col("last_share") >= LAST_SHARE_MIN)
+    if waited.height:
+        culprit = waited.sort("imposed_s", descending=True).row(0, named=True)
+        return _straggler(culprit, per_rank, rank_hosts, iteration_s)
+    slow = _slow_groups(calls)
+    if slow is not None:
+        return _transfer_verdict(slow, per_rank, rank_hosts)
+    return TimeVerdict("unknown", "none", None, 0.0, _balanced(per_rank, iteration_s),
+                       per_rank)
+
+
+GREW = {"compute_s": ("compute", "slow-compute", "compute"),
+        "gaps_s": ("compute", "host-bound", "time outside device work (host, launch, data "
+                   "loading)"),
+        "own_comm_s": ("communication", "slow-communication", "own communication (queueing "
+                       "and transfer)")}
+"""What may have grown on the rank its peers waited for -> (kind, cause, words)."""
+
+
+def _straggler(culprit: dict, per_rank: pl.DataFrame, rank_hosts: dict[int, str],
+               iteration_s: float) -> TimeVerdict:
+    rank = culprit["rank"]
+    measured = per_rank.with_columns(
+        (pl.col("host_s") + pl.col("idle_s")).alias("gaps_s"),
+        ((pl.col("queue_s").fill_null(0) + pl.col("transfer_s").fill_null(0))
+         / pl.col("iterations")).alias("own_comm_s"))
+    mine = measured.filter(pl.col("rank") == rank).row(0, named=True)
+    peers = measured.filter(pl.col("rank") != rank)
+    excess = {c: mine[c] - (peers[c].median() or 0.0) for c in GREW}
+    grew = max(excess, key=excess.get)
+    kind, cause, words = GREW[grew]
+    peer_s = peers[grew].median() or 0.0
+    ratio = f" (x{mine[grew] / peer_s:.2f})" if peer_s > 0 else ""
+    host = rank_hosts.get(rank)
+    where = f" ({host})" if host else ""
+    text = (f"rank {rank}{where} made its peers wait {culprit['imposed_s'] * 1e3:.1f} ms per "
+            f"iteration ({culprit['imposed_s'] / iteration_s:.0%} of the median "
+            f"{iteration_s * 1e3:.1f} ms iteration) and started last in "
+            f"{culprit['last_share']:.0%} of its matched collectives; its {words} is "
+            f"{mine[grew] * 1e3:.1f} ms per iteration vs {peer_s * 1e3:.1f} ms for the median "
+            f"peer{ratio}, compute {mine['compute_s'] * 1e3:.1f} vs "
+            f"{(peers['compute_s'].median() or 0) * 1e3:.1f} ms")
+    confidence = min(1.0, 0.5 + culprit["imposed_s"] / iteration_s)
+    return TimeVerdict(kind, cause, f"rank:{rank}", round(confidence, 2), text, per_rank)
+
+
+def _slow_groups(calls: pl.DataFrame) -> pl.DataFrame | None:
+    """Per group of matched calls: median transfer, members, and ``suspect`` when it exceeds
+    the median of its comparable groups (same op and size) by more than the threshold."""
+    matched = calls.filter(pl.col("instance").is_not_null())
+    if matched.is_empty():
+        return None
+    group = pl.col("instance").str.replace(r"#\d+$", "")
+    per_group = (matched.with_columns(group.alias("group"))
+                 .group_by("group", "op", pl.col("members").alias("size")).agg(
+                     pl.col("transfer_s").median(), pl.col("rank").unique().sort()
+                     .alias("members"))
+                 .with_columns((pl.col("transfer_s") / pl.col("transfer_s").median()
+                                .over("op", "size")).alias("ratio"))
+                 .with_columns((pl.col("ratio") > SUSPECT_RATIO).alias("suspect")))
+    return per_group if per_group["suspect"].any() else None
+
+
+def _transfer_verdict(groups: pl.DataFrame, per_rank: pl.DataFrame,
+                      rank_hosts: dict[int, str]) -> TimeVerdict:
+    slow = groups.filter("suspect")
+    worst = slow.sort("ratio", descending=True).row(0, named=True)
+    timing = (f"{slow.height} of {groups.height} communication groups transfer more than "
+              f"{SUSPECT_RATIO - 1:.0%} slower than comparable groups (worst x{worst['ratio']:.2f}"
+              f", {worst['transfer_s'] * 1e3:.2f} ms per call), with no rank making its peers "
+              "wait")
+    common = set.intersection(*(set(r) for r in slow["members"].to_list()))
+    healthy = {r for ranks in groups.filter(~pl.col("suspect"))["members"].to_list()
+               for r in ranks}
+    only = sorted(common - healthy)
+    if len(only) == 1:
+        return TimeVerdict("communication", "slow-communication", f"rank:{only[0]}", 0.75,
+                           f"{timing}; rank {only[0]} is in every slow group and in no healthy "
+                           "one", per_rank)
+    link = localise(groups, rank_hosts)
+    if link.target is not None:
+        return TimeVerdict("communication", "network-congestion", link.target, 0.75,
+                           f"{timing}; {link.target} is crossed by all {link.slow_groups} slow "
+                           f"groups and by none of the {link.healthy_groups} healthy ones",
+                           per_rank)
+    return TimeVerdict("communication", "insufficient-evidence", None, 0.5,
+                       timing + "; no single rank or link explains the slow groups", per_rank)
+
+
+def _balanced(per_rank: pl.DataFrame, iteration_s: float) -> str:
+    worst = per_rank.sort("imposed_s", descending=True).row(0, named=True)
+    return (f"balanced: no rank made its peers wait {WAIT_SHARE_MIN:.0%} of the median "
+            f"{iteration_s * 1e3:.1f} ms iteration (at most rank {worst['rank']}, "
+            f"{worst['imposed_s'] * 1e3:.2f} ms) and no group transfers more than "
+            f"{SUSPECT_RATIO - 1:.0%} slower than comparable ones")
+
+
+def episode_growth(split: pl.DataFrame, episodes: pl.DataFrame) -> pl.DataFrame:
+    """Per episode: the part of the time split that grew most on one rank, inside the
+    episode's iterations against as many iterations before it, in seconds per iteration."""
+    rows = []
+    for episode in episodes.iter_rows(named=True):
+        first, last = episode["start_iteration"], episode["end_iteration"]
+        if first is None or last is None:
+            continue
+        span = last - first + 1
+        during = split.filter(pl.col("iteration").is_between(first, last))
+        before = split.filter(pl.col("iteration").is_between(first - span, first - 1))
+        if during.is_empty() or before.is_empty():
+            continue
+        now = during.group_by("rank").agg(pl.col(SHARES).mean())
+        then = before.group_by("rank").agg(pl.col(SHARES).mean())
+        grown = now.join(then, on="rank", suffix="_before").unpivot(
+            index="rank", on=list(SHARES), variable_name="part", value_name="after_s")
+        before_s = then.unpivot(index="rank", on=list(SHARES), variable_name="part",
+                                value_name="before_s")
+        grown = grown.join(before_s, on=["rank", "part"]).with_columns(
+            (pl.col("after_s") - pl.col("before_s")).alias("growth_s"))
+        top = grown.sort("growth_s", descending=True).row(0, named=True)
+        rows.append({"detector": episode["detector"], "episode": episode["episode"],
+                     "rank": top["rank"], "part": top["part"].removesuffix("_s"),
+                     "before_s": top["before_s"], "after_s": top["after_s"],
+                     "growth_s": top["growth_s"]})
+    return pl.DataFrame(rows, schema={"detector": pl.String, "episode": pl.Int32,
+                                      "rank": pl.Int32, "part": pl.String,
+                                      "before_s": pl.Float64, "after_s": pl.Float64,
+                                      "growth_s": pl.Float64})
