@@ -159,6 +159,9 @@ class Reader:
     description: ClassVar[str] = ""
     options: ClassVar[tuple[str, ...]] = ()
     """The ``--option`` keys the reader uses: any other key is refused before ingest starts."""
+    decompresses: ClassVar[bool] = False
+    """The reader reads a gzip file itself, bounding its expansion (Kineto writes
+    ``.json.gz``); other compressed single files are refused before any reader sees them."""
     rows_depend_on_name: ClassVar[bool] = False
     """The file's name supplies its rows' time or host (snapshot dumps): the same bytes under
     two names are two sources, e.g. two scrapes 15 s apart that served the same values."""

@@ -255,8 +255,10 @@ def _ingest_source(
 ) -> tuple[SourceSummary, dict[str, Any] | None]:
     summary = SourceSummary(source.name)
     try:
-        refuse_compressed(source.head, source.name)
-        reader = forced or registry.sniff(source)
+        reader = _reader_of_gzip(source, forced)
+        if reader is None:
+            refuse_compressed(source.head, source.name)
+            reader = forced or registry.sniff(source)
         summary.format = reader.format
         known = _earlier_record(source, reader, known_records)
         if known and (known["format"], known["parser_version"], known.get("limits")) == (
@@ -291,6 +293,15 @@ def _ingest_source(
         "notes": summary.notes,
         "parts": parts,
     }
+
+
+def _reader_of_gzip(source: Source, forced: Reader | None) -> Reader | None:
+    """The reader of a gzip file, where one reads gzip itself (:attr:`Reader.decompresses`)."""
+    if not source.head.startswith(b"\x1f\x8b"):
+        return None
+    if forced is not None:
+        return forced if forced.decompresses else None
+    return next((r for r in registry.readers() if r.decompresses and r.sniff(source)), None)
 
 
 def _earlier_record(source: Source, reader: Reader,
