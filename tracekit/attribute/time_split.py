@@ -25,6 +25,7 @@ import polars as pl
 from tracekit.attribute.groups import COLLECTIVE_OPS, HANDLE, handle_groups
 from tracekit.attribute.links import localise
 from tracekit.core import schema
+from tracekit.core.dataset import Dataset
 from tracekit.core.thresholds import SUSPECT_RATIO
 
 END_TOLERANCE_NS = 50_000
@@ -53,6 +54,29 @@ SHARES = ("compute_s", "exposed_comm_s", "memory_s", "host_s", "idle_s")
 BOUNDS = {"compute": ("compute_s", "memory_s"), "communication": ("exposed_comm_s",),
           "host": ("host_s",), "idle": ("idle_s",)}
 """What bounds an iteration: the largest of these sums."""
+
+
+def split_dataset(dataset: Dataset) -> TimeVerdict | None:
+    """Write the ``call_split`` and ``time_split`` of a dataset from a profiler trace and
+    return its job verdict; None (nothing written) for other datasets."""
+    if not has_timeline(dataset.table("collectives"), dataset.table("op_traces")):
+        return None
+    collectives = dataset.table("collectives").collect()
+    calls = call_split(collectives, dataset.table("comms").collect())
+    split = time_split(dataset.table("iterations").collect(),
+                       dataset.table("op_traces").collect(), collectives)
+    job = pl.lit(dataset.job, dtype=pl.String)
+    with dataset.updating():
+        dataset.write_table("call_split", calls.with_columns(job.alias("job")))
+        dataset.write_table("time_split", split.with_columns(job.alias("job")))
+    return job_verdict(split, calls, rank_hosts(collectives))
+
+
+def rank_hosts(collectives: pl.DataFrame) -> dict[int, str]:
+    """Each rank's host (where its calls say)."""
+    known = collectives.filter(pl.col("host").is_not_null()).group_by("rank").agg(
+        pl.col("host").first())
+    return dict(known.iter_rows())
 
 
 def has_timeline(collectives: pl.LazyFrame, op_traces: pl.LazyFrame) -> bool:
@@ -143,8 +167,41 @@ def time_split(iterations: pl.DataFrame, op_traces: pl.DataFrame,
     return schema.conform("time_split", pl.concat(frames).sort("rank", "iteration"))
 
 
+def span_split(op_traces: pl.DataFrame, collectives: pl.DataFrame) -> pl.DataFrame:
+    """:func:`time_split` of one window per rank, from its first activity's start to its last
+    one's end (the span HTA's temporal breakdown divides; ``iteration`` is null)."""
+    ops = op_traces.filter(pl.col("category").is_not_null(), pl.col("t_start_ns").is_not_null())
+    ops = ops.with_columns(pl.coalesce("t_end_ns", pl.col("t_start_ns") + (
+        pl.col("duration_s") * 1e9).round().cast(pl.Int64)).alias("t_end_ns"))
+    calls = collectives.filter(pl.col("exec_start_ns").is_not_null(),
+                               pl.col("exec_end_ns").is_not_null())
+    frames = []
+    for rank in sorted(set(ops["rank"].drop_nulls()) | set(calls["rank"].drop_nulls())):
+        mine, own = ops.filter(pl.col("rank") == rank), calls.filter(pl.col("rank") == rank)
+        on_gpu = _on_gpu(mine, own)
+        if on_gpu:
+            mine = mine.filter(pl.col("category") != "cpu_op")
+        starts = pl.concat([mine["t_start_ns"], own["exec_start_ns"]])
+        ends = pl.concat([mine["t_end_ns"], own["exec_end_ns"]])
+        window = pl.DataFrame({"job": [None], "rank": [rank], "iteration": [None],
+                               "t_start_ns": [starts.min()], "t_end_ns": [ends.max()]},
+                              schema={"job": pl.String, "rank": pl.Int32,
+                                      "iteration": pl.Int64, "t_start_ns": pl.Int64,
+                                      "t_end_ns": pl.Int64})
+        frames.append(_rank_split(window, mine, own))
+    if not frames:
+        return schema.TIME_SPLIT.empty()
+    return schema.conform("time_split", pl.concat(frames))
+
+
+def _on_gpu(ops: pl.DataFrame, calls: pl.DataFrame) -> bool:
+    """Whether a rank's trace has device activity (else its CPU operators are the timeline)."""
+    return bool(ops["category"].is_in(("kernel", *MEMORY)).any()
+                or (calls["exec_on"] == "gpu").any())
+
+
 def _rank_split(windows: pl.DataFrame, ops: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
-    on_gpu = ops["category"].is_in(("kernel", *MEMORY)).any() or (calls["exec_on"] == "gpu").any()
+    on_gpu = _on_gpu(ops, calls)
     if on_gpu:
         ops = ops.filter(pl.col("category") != "cpu_op")
     compute = ops.filter(pl.col("category").is_in(COMPUTE),
@@ -316,8 +373,10 @@ def _straggler(culprit: dict, per_rank: pl.DataFrame, rank_hosts: dict[int, str]
             f"{iteration_s * 1e3:.1f} ms iteration) and started last in "
             f"{culprit['last_share']:.0%} of its matched collectives; its {words} is "
             f"{mine[grew] * 1e3:.1f} ms per iteration vs {peer_s * 1e3:.1f} ms for the median "
-            f"peer{ratio}, compute {mine['compute_s'] * 1e3:.1f} vs "
-            f"{(peers['compute_s'].median() or 0) * 1e3:.1f} ms")
+            f"peer{ratio}")
+    if grew != "compute_s":
+        text += (f"; its compute {mine['compute_s'] * 1e3:.1f} ms vs "
+                 f"{(peers['compute_s'].median() or 0) * 1e3:.1f} ms")
     confidence = min(1.0, 0.5 + culprit["imposed_s"] / iteration_s)
     return TimeVerdict(kind, cause, f"rank:{rank}", round(confidence, 2), text, per_rank)
 
@@ -403,3 +462,21 @@ def episode_growth(split: pl.DataFrame, episodes: pl.DataFrame) -> pl.DataFrame:
                                       "rank": pl.Int32, "part": pl.String,
                                       "before_s": pl.Float64, "after_s": pl.Float64,
                                       "growth_s": pl.Float64})
+
+
+def with_time_split(episodes: pl.DataFrame, split: pl.DataFrame) -> pl.DataFrame:
+    """``episodes`` with what grew in the time split (:func:`episode_growth`) added to their
+    evidence."""
+    growth = episode_growth(split, episodes)
+    if growth.is_empty():
+        return episodes
+    clause = pl.format("time split: rank {}'s {} grew from {} to {} ms per iteration", "rank",
+                       "part", (pl.col("before_s") * 1e3).round(1),
+                       (pl.col("after_s") * 1e3).round(1)).alias("_clause")
+    joined = episodes.join(growth.select("detector", "episode", clause),
+                           on=["detector", "episode"], how="left")
+    return joined.with_columns(
+        pl.when(pl.col("_clause").is_null()).then("evidence")
+        .when(pl.col("evidence").is_null()).then("_clause")
+        .otherwise(pl.format("{}; {}", "evidence", "_clause")).alias("evidence")
+    ).drop("_clause")

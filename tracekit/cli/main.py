@@ -473,7 +473,10 @@ def analyze(
         print_json({"dataset": str(result.dataset), "report": result.report_html,
                     "stages": [dataclasses.asdict(s) for s in result.stages],
                     "failed_sources": result.failed_sources, "detector": result.detector,
-                    "episodes": result.episodes.to_dicts() if detected else None})
+                    "episodes": result.episodes.to_dicts() if detected else None,
+                    "time_split": None if result.time_split is None else {
+                        k: getattr(result.time_split, k)
+                        for k in ("kind", "cause", "target", "confidence", "evidence")}})
     elif not detected:
         detect_stage = next(s for s in result.stages if s.name == "detect")
         say(f"detection did not run ({detect_stage.detail}): no verdict")
@@ -481,6 +484,9 @@ def analyze(
         say(f"verdict ({result.detector}): none")
     else:
         _show_episodes(result.episodes, f"fail-slow episodes ({result.detector})")
+    if result.time_split is not None and not as_json:
+        say(f"[bold]time split[/]: {result.time_split.cause}, "
+            f"{result.time_split.target or 'no culprit'}\n  {result.time_split.evidence}")
     if not as_json:
         say(f"dataset: {result.dataset}\nreport:  {result.report_html}")
     mixed = _mixed_jobs(result.dataset)

@@ -18,6 +18,7 @@ from typing import Any
 import polars as pl
 
 from tracekit.attribute import attribute_dataset
+from tracekit.attribute.time_split import TimeVerdict, has_timeline
 from tracekit.core.dataset import Dataset, create_dataset
 from tracekit.core.errors import InputError
 from tracekit.core.parallel import Executor, LocalExecutor
@@ -64,6 +65,8 @@ class Analysis:
     report_html: Path | None = None
     report_markdown: Path | None = None
     failed_sources: list[str] = field(default_factory=list)
+    time_split: TimeVerdict | None = None
+    """The job verdict of a profiler trace's time split (:mod:`tracekit.attribute.time_split`)."""
 
 
 def _rows(dataset: Dataset, name: str) -> int:
@@ -78,7 +81,8 @@ def _skip_reason(stage: str, dataset: Dataset) -> str | None:
         return "no collectives and no framework log: nothing to time iterations with"
     if stage == "detect" and not _rows(dataset, "iterations"):
         return "no iterations to detect on"
-    if stage == "attribute" and not _rows(dataset, "episodes"):
+    if stage == "attribute" and not _rows(dataset, "episodes") and not has_timeline(
+            dataset.table("collectives"), dataset.table("op_traces")):
         return "no episodes to attribute"
     return None
 
@@ -144,6 +148,8 @@ def analyze(
             _finish(result, notify, stage, started, "skipped", reason)
         else:
             value = function(dataset, executor=executor)
+            if stage == "attribute":
+                result.time_split = value.time_split
             dataset = create_dataset(output)
             _finish(result, notify, stage, started, "done", _describe(stage, value, dataset))
 

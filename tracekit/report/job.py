@@ -15,6 +15,7 @@ from tracekit.evaluate.scoring import NOT_ATTRIBUTED, episode_matches
 from tracekit.report.document import Report, ReportFigure, ReportTable
 from tracekit.report.figures import EVIDENCE_PANELS, host_multiples, iteration_timeline
 from tracekit.report.tables import percent
+from tracekit.report.time_split import time_split_section
 from tracekit.report.verdict import evidence_clauses, verdict_sentences
 
 
@@ -151,6 +152,7 @@ def job_report(dataset: Dataset, detector: str | None = None) -> Report:
         summary.tables.append(ReportTable(f"Fail-slow episodes ({detector}); their evidence is "
                                           "listed under the verdict",
                                           episode_table(episodes).drop("evidence")))
+    time_split_section(report, dataset, episodes)
     if timed.height:
         gpu, nic = _evidence(dataset, timed["t_start_ns"].min(), timed["t_end_ns"].max())
         figure = iteration_timeline(timed, events, episodes, gpu, nic,
