@@ -89,9 +89,13 @@ def has_timeline(collectives: pl.LazyFrame, op_traces: pl.LazyFrame) -> bool:
 
 def call_split(collectives: pl.DataFrame, comms: pl.DataFrame) -> pl.DataFrame:
     """Every call with an execution span split into queueing, waiting and transfer
-    (:data:`~tracekit.core.schema.CALL_SPLIT`). Calls are matched across ranks by their group
-    (from ``comms``, else the communicator's name) and call number, then apart by end time
-    (:data:`END_TOLERANCE_NS`); a collective matched on more than one rank gets its wait."""
+    (:data:`~tracekit.core.schema.CALL_SPLIT`). A collective is matched across its group (from
+    ``comms``, else the communicator's name) by its number among the rank's collectives of the
+    group, then, without ``comms``, apart by end time (:data:`END_TOLERANCE_NS`); a send with
+    the receive of the
+    same number between the same two ranks. ``seq`` numbers point-to-point and collective
+    calls together, so it cannot match them: a rank that also sends numbers its collectives
+    apart from its peers'."""
     calls = collectives.filter(pl.col("exec_start_ns").is_not_null(),
                                pl.col("exec_end_ns").is_not_null())
     if calls.is_empty():
@@ -102,26 +106,40 @@ def call_split(collectives: pl.DataFrame, comms: pl.DataFrame) -> pl.DataFrame:
         calls = calls.with_columns(pl.col("group").fill_null(pl.col("comm")))
     else:
         calls = calls.with_columns(pl.col("comm").alias("group"))
+    collective = pl.col("op").is_in(COLLECTIVE_OPS)
+    p2p = pl.col("op").is_in(("send", "recv")) & pl.col("peer").is_not_null()
+    source = pl.when(pl.col("op") == "send").then("rank").otherwise("peer")
+    target = pl.when(pl.col("op") == "send").then("peer").otherwise("rank")
+    calls = calls.sort("rank", "t_start_ns", "seq").with_columns(
+        pl.when(collective).then(pl.format("{}#{}", "group", pl.int_range(pl.len()).over(
+            "group", "rank", collective)))
+        .when(p2p).then(pl.format("{}:{}->{}#{}", "group", source, target,
+                                  pl.int_range(pl.len()).over("group", "rank", "op", "peer")))
+        .alias("_key"))
     length = pl.col("exec_end_ns") - pl.col("exec_start_ns")
     tolerance = pl.max_horizontal(pl.lit(END_TOLERANCE_NS),
-                                  END_TOLERANCE_SHARE * length.median().over("group", "seq"))
-    gap = pl.col("exec_end_ns").diff().over("group", "seq")
-    calls = calls.sort("group", "seq", "exec_end_ns").with_columns(
-        (gap > tolerance).fill_null(False).cum_sum().over("group", "seq").alias("_part"))
-    instance = ["group", "seq", "_part"]
+                                  END_TOLERANCE_SHARE * length.median().over("_key"))
+    gap = pl.col("exec_end_ns").diff().over("_key")
+    # only a name can be shared by two communicators; members from comms are one group (and
+    # gloo's ranks leave a ring all-reduce up to a few ms apart)
+    apart = (gap > tolerance).fill_null(False) if not comms.height else pl.lit(False)
+    calls = calls.sort("_key", "exec_end_ns").with_columns(
+        apart.cum_sum().over("_key").alias("_part"))
+    instance = ["_key", "_part"]
     # a group is its name and its members: two pairs on streams of one name are two groups
     members = calls.group_by(instance).agg(
         pl.col("rank").unique().sort().cast(pl.String).str.join(",").alias("_ranks"))
     calls = calls.join(members, on=instance, how="left")
-    matched = (pl.col("op").is_in(COLLECTIVE_OPS) & (pl.col("rank").n_unique().over(instance) > 1)
+    matched = (pl.col("_key").is_not_null() & (pl.col("rank").n_unique().over(instance) > 1)
                & (pl.len().over(instance) == pl.col("rank").n_unique().over(instance)))
     last = pl.col("exec_start_ns").max().over(instance)
     arrival = pl.when(matched).then(pl.max_horizontal(last, "exec_start_ns")).otherwise(
         pl.col("exec_start_ns"))
+    name = pl.when(collective).then(pl.format("{}[{}]#{}", "group", "_ranks", pl.col(
+        "_key").str.extract(r"#(\d+)$"))).otherwise("_key")
     split = calls.with_columns(matched.alias("_matched")).select(
         "job", "rank", "comm", "seq", "op",
-        pl.when("_matched").then(pl.format("{}[{}]#{}", "group", "_ranks", "seq"))
-        .alias("instance"),
+        pl.when("_matched").then(name).alias("instance"),
         pl.when("_matched").then(pl.len().over(instance)).cast(pl.Int32).alias("members"),
         pl.when("_matched").then(pl.col("rank").sort_by("exec_start_ns").last().over(instance))
         .alias("last_rank"),
@@ -223,12 +241,16 @@ def _rank_split(windows: pl.DataFrame, ops: pl.DataFrame, calls: pl.DataFrame) -
 
     compute_ns, comm_ns = covered("compute"), covered("comm")
     either_ns, busy_ns = covered("compute", "comm"), covered("compute", "comm", "memory")
-    host_starts, host_ends = _host_gaps(*_merge(*spans.values()), launched)
+    busy_starts, busy_ends = _merge(*spans.values())
+    host_starts, host_ends = _host_gaps(busy_starts, busy_ends, launched)
     host_ns = _coverage(host_starts, host_ends, end) - _coverage(host_starts, host_ends, begin)
+    sends = calls.filter(pl.col("op") == "send")["t_start_ns"].drop_nulls().to_numpy()
+    late_ns = _gaps_before(busy_starts, busy_ends, sends, begin, end)
     duration_ns = end - begin
     parts = {"compute_s": compute_ns, "overlapped_comm_s": compute_ns + comm_ns - either_ns,
              "exposed_comm_s": either_ns - compute_ns, "memory_s": busy_ns - either_ns,
-             "host_s": host_ns, "idle_s": duration_ns - busy_ns - host_ns}
+             "host_s": host_ns, "idle_s": duration_ns - busy_ns - host_ns,
+             "late_send_s": late_ns}
     frame = windows.select("job", "rank", "iteration", "t_start_ns", "t_end_ns").with_columns(
         pl.Series("duration_s", duration_ns / 1e9),
         *(pl.Series(name, values / 1e9) for name, values in parts.items()))
@@ -268,6 +290,22 @@ def _coverage(starts: np.ndarray, ends: np.ndarray, at: np.ndarray) -> np.ndarra
     return np.where(k > 0, before[np.maximum(k - 1, 0)] + inside, 0)
 
 
+def _gaps_before(starts: np.ndarray, ends: np.ndarray, at: np.ndarray, begin: np.ndarray,
+                 end: np.ndarray) -> np.ndarray:
+    """Per window, the idle time right before each time in ``at`` that falls in a gap of the
+    busy intervals (from the gap's start, or the window's, to it)."""
+    out = np.zeros(len(begin), dtype=np.int64)
+    if not at.size:
+        return out
+    k = np.searchsorted(starts, at, side="right") - 1
+    gap_from = np.where(k >= 0, ends[np.maximum(k, 0)], np.iinfo(np.int64).min)
+    window = np.searchsorted(begin, at, side="right") - 1
+    inside = (window >= 0) & (at < end[np.maximum(window, 0)]) & (at > gap_from)
+    length = at - np.maximum(gap_from, begin[np.maximum(window, 0)])
+    np.add.at(out, window[inside], length[inside])
+    return out
+
+
 def _host_gaps(starts: np.ndarray, ends: np.ndarray,
                launched: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """The gaps between busy intervals (and before the first) that the host left: the work
@@ -300,42 +338,72 @@ class TimeVerdict:
 
 
 def rank_summary(split: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
-    """Per rank: median seconds per iteration of each part, and from its matched calls the
-    wait it imposed on its peers per iteration and the share of them it started last."""
+    """Per rank: median seconds per iteration of each part; from its matched calls, the wait
+    it imposed on its peers (the others' mean wait in the calls it started last) and the wait
+    it suffered itself, each per iteration, their difference (``net_wait_s``, median over its
+    iterations: a rank that was only late because it waited for another nets nothing), the
+    share of the imposed wait its point-to-point calls caused (``p2p_share``: late sends) and
+    the share of its matched calls it started last."""
     parts = split.group_by("rank").agg(
         pl.len().alias("iterations"), pl.col("duration_s").median(),
         *(pl.col(c).median() for c in (*SHARES, "overlapped_comm_s")),
+        (pl.col("host_s") + pl.col("idle_s")).median().alias("gaps_s"),
+        pl.col("late_send_s").median(),
         pl.col("bound").mode().first())
-    matched = calls.filter(pl.col("instance").is_not_null())
+    windows = split.select("rank", "iteration", pl.col("t_start_ns").alias("_from"),
+                           pl.col("t_end_ns").alias("_to")).sort("_from")
+    matched = (calls.filter(pl.col("instance").is_not_null()).sort("t_start_ns")
+               .join_asof(windows, left_on="t_start_ns", right_on="_from", by="rank",
+                          strategy="backward", check_sortedness=False)
+               .with_columns(pl.when(pl.col("t_start_ns") < pl.col("_to")).then("iteration")
+                             .alias("iteration")))
     imposed = (matched.group_by("instance").agg(
-        pl.col("last_rank").first(),
+        pl.col("last_rank").first().alias("rank"),
+        pl.col("iteration").filter(pl.col("rank") == pl.col("last_rank")).first(),
+        pl.col("op").is_in(("send", "recv")).any().alias("p2p"),
         (pl.col("wait_s").sum() / (pl.len() - 1)).alias("imposed_s"))
-        .group_by(pl.col("last_rank").alias("rank")).agg(pl.col("imposed_s").sum(),
-                                                          pl.len().alias("last_calls")))
-    own = matched.group_by("rank").agg(pl.len().alias("matched_calls"),
+        .filter(pl.col("iteration").is_not_null()))
+    per_iteration = (split.select("rank", "iteration")
+                     .join(imposed.group_by("rank", "iteration").agg(pl.col("imposed_s").sum()),
+                           on=["rank", "iteration"], how="left")
+                     .join(matched.group_by("rank", "iteration").agg(
+                         pl.col("wait_s").sum().alias("suffered_s")),
+                         on=["rank", "iteration"], how="left")
+                     .with_columns(pl.col("imposed_s", "suffered_s").fill_null(0.0))
+                     .group_by("rank").agg(
+                         pl.col("imposed_s").median(), pl.col("suffered_s").median(),
+                         (pl.col("imposed_s") - pl.col("suffered_s")).median()
+                         .alias("net_wait_s")))
+    shares = imposed.group_by("rank").agg(
+        (pl.col("imposed_s").filter("p2p").sum() / pl.col("imposed_s").sum())
+        .fill_nan(0.0).alias("p2p_share"), pl.len().alias("last_calls"))
+    own = matched.group_by("rank").agg(pl.col("instance").n_unique().alias("matched_calls"),
                                        pl.col("queue_s").sum(), pl.col("transfer_s").sum())
-    out = (parts.join(own, on="rank", how="left").join(imposed, on="rank", how="left")
-           .with_columns(pl.col("imposed_s", "last_calls").fill_null(0))
-           .with_columns((pl.col("imposed_s") / pl.col("iterations")).alias("imposed_s"),
-                         (pl.col("last_calls") / pl.col("matched_calls")).alias("last_share")))
+    out = (parts.join(per_iteration, on="rank", how="left").join(own, on="rank", how="left")
+           .join(shares, on="rank", how="left")
+           .with_columns(pl.col("imposed_s", "suffered_s", "net_wait_s", "p2p_share",
+                                "last_calls").fill_null(0))
+           .with_columns((pl.col("last_calls") / pl.col("matched_calls")).alias("last_share"),
+                         ((pl.col("queue_s").fill_null(0) + pl.col("transfer_s").fill_null(0))
+                          / pl.col("iterations")).alias("own_comm_s")))
     return out.sort("rank")
 
 
 def job_verdict(split: pl.DataFrame, calls: pl.DataFrame,
                 rank_hosts: dict[int, str]) -> TimeVerdict | None:
-    """The rank its peers waited for (:data:`WAIT_SHARE_MIN`) and whether its compute, its
-    host (launch gaps, data loading) or its own communication grew against its peers'
-    medians; else the groups whose transfer exceeds their comparable ones' by more than
-    :data:`~tracekit.core.thresholds.SUSPECT_RATIO`, localised to a link; else balanced.
-    None without a time split."""
+    """The rank its peers waited for (:data:`WAIT_SHARE_MIN`, net of what it waited itself)
+    and what grew on it against its peers' medians (:func:`_straggler`); else the groups
+    whose transfer exceeds their comparable ones' by more than
+    :data:`~tracekit.core.thresholds.SUSPECT_RATIO`, localised to a rank or a link; else
+    balanced. None without a time split."""
     if split.is_empty():
         return None
     per_rank = rank_summary(split, calls)
     iteration_s = per_rank["duration_s"].median()
-    waited = per_rank.filter(pl.col("imposed_s") >= WAIT_SHARE_MIN * iteration_s,
+    waited = per_rank.filter(pl.col("net_wait_s") >= WAIT_SHARE_MIN * iteration_s,
                              pl.col("last_share") >= LAST_SHARE_MIN)
     if waited.height:
-        culprit = waited.sort("imposed_s", descending=True).row(0, named=True)
+        culprit = waited.sort("net_wait_s", descending=True).row(0, named=True)
         return _straggler(culprit, per_rank, rank_hosts, iteration_s)
     slow = _slow_groups(calls)
     if slow is not None:
@@ -344,40 +412,52 @@ def job_verdict(split: pl.DataFrame, calls: pl.DataFrame,
                        per_rank)
 
 
-GREW = {"compute_s": ("compute", "slow-compute", "compute"),
-        "gaps_s": ("compute", "host-bound", "time outside device work (host, launch, data "
-                   "loading)"),
-        "own_comm_s": ("communication", "slow-communication", "own communication (queueing "
-                       "and transfer)")}
-"""What may have grown on the rank its peers waited for -> (kind, cause, words)."""
+WORDS = {"compute_s": "compute", "gaps_s": "time outside device work (host, launch, data "
+         "loading)", "own_comm_s": "own communication (queueing and transfer)",
+         "late_send_s": "idle time right before its sends"}
+LATE_SEND_SHARE = 0.5
+"""A rank's grown gaps are a delayed send when at least half of their excess lies right
+before its own sends (or half the wait it imposed was its receivers')."""
 
 
 def _straggler(culprit: dict, per_rank: pl.DataFrame, rank_hosts: dict[int, str],
                iteration_s: float) -> TimeVerdict:
+    """What grew on the rank the others waited for, against its peers' medians: its compute
+    (more than the profiling threshold over theirs, and more than anything else grew: a slow
+    device); else, when its late point-to-point sends caused most of the wait, its
+    communication (a delayed send); else the largest excess of its gaps (host-bound: launch,
+    input pipeline) or its own communication."""
     rank = culprit["rank"]
-    measured = per_rank.with_columns(
-        (pl.col("host_s") + pl.col("idle_s")).alias("gaps_s"),
-        ((pl.col("queue_s").fill_null(0) + pl.col("transfer_s").fill_null(0))
-         / pl.col("iterations")).alias("own_comm_s"))
-    mine = measured.filter(pl.col("rank") == rank).row(0, named=True)
-    peers = measured.filter(pl.col("rank") != rank)
-    excess = {c: mine[c] - (peers[c].median() or 0.0) for c in GREW}
-    grew = max(excess, key=excess.get)
-    kind, cause, words = GREW[grew]
-    peer_s = peers[grew].median() or 0.0
-    ratio = f" (x{mine[grew] / peer_s:.2f})" if peer_s > 0 else ""
+    peers = per_rank.filter(pl.col("rank") != rank)
+    median = {c: peers[c].median() or 0.0 for c in WORDS}
+    excess = {c: culprit[c] - median[c] for c in WORDS}
+    grew = max(("compute_s", "gaps_s", "own_comm_s"), key=excess.get)
+    late = (excess["late_send_s"] >= LATE_SEND_SHARE * excess["gaps_s"] > 0
+            or culprit["p2p_share"] >= LATE_SEND_SHARE)
+    if grew == "compute_s" and culprit["compute_s"] > SUSPECT_RATIO * median["compute_s"]:
+        kind, cause = "compute", "slow-compute"
+    elif late and grew != "own_comm_s":
+        grew, kind, cause = "late_send_s", "communication", "late-send"
+    elif grew == "own_comm_s":
+        kind, cause = "communication", "slow-communication"
+    else:
+        grew, kind, cause = "gaps_s", "compute", "host-bound"
+    ratio = f" (x{culprit[grew] / median[grew]:.2f})" if median[grew] > 0 else ""
     host = rank_hosts.get(rank)
-    where = f" ({host})" if host else ""
-    text = (f"rank {rank}{where} made its peers wait {culprit['imposed_s'] * 1e3:.1f} ms per "
-            f"iteration ({culprit['imposed_s'] / iteration_s:.0%} of the median "
+    text = (f"rank {rank}{f' ({host})' if host else ''} made its peers wait "
+            f"{culprit['net_wait_s'] * 1e3:.1f} ms per iteration net of its own waiting "
+            f"({culprit['net_wait_s'] / iteration_s:.0%} of the median "
             f"{iteration_s * 1e3:.1f} ms iteration) and started last in "
-            f"{culprit['last_share']:.0%} of its matched collectives; its {words} is "
-            f"{mine[grew] * 1e3:.1f} ms per iteration vs {peer_s * 1e3:.1f} ms for the median "
-            f"peer{ratio}")
+            f"{culprit['last_share']:.0%} of its matched calls")
+    if cause == "late-send":
+        text += (f"; it issued its sends late ({culprit['p2p_share']:.0%} of that wait was "
+                 "its receivers' in recv, the rest its late arrival at the collectives after)")
+    text += (f"; its {WORDS[grew]} is {culprit[grew] * 1e3:.1f} ms per iteration vs "
+             f"{median[grew] * 1e3:.1f} ms for the median peer{ratio}")
     if grew != "compute_s":
-        text += (f"; its compute {mine['compute_s'] * 1e3:.1f} ms vs "
-                 f"{(peers['compute_s'].median() or 0) * 1e3:.1f} ms")
-    confidence = min(1.0, 0.5 + culprit["imposed_s"] / iteration_s)
+        text += (f"; its compute {culprit['compute_s'] * 1e3:.1f} ms vs "
+                 f"{median['compute_s'] * 1e3:.1f} ms")
+    confidence = min(1.0, 0.5 + culprit["net_wait_s"] / iteration_s)
     return TimeVerdict(kind, cause, f"rank:{rank}", round(confidence, 2), text, per_rank)
 
 
@@ -425,10 +505,10 @@ def _transfer_verdict(groups: pl.DataFrame, per_rank: pl.DataFrame,
 
 
 def _balanced(per_rank: pl.DataFrame, iteration_s: float) -> str:
-    worst = per_rank.sort("imposed_s", descending=True).row(0, named=True)
+    worst = per_rank.sort("net_wait_s", descending=True).row(0, named=True)
     return (f"balanced: no rank made its peers wait {WAIT_SHARE_MIN:.0%} of the median "
             f"{iteration_s * 1e3:.1f} ms iteration (at most rank {worst['rank']}, "
-            f"{worst['imposed_s'] * 1e3:.2f} ms) and no group transfers more than "
+            f"{worst['net_wait_s'] * 1e3:.2f} ms) and no group transfers more than "
             f"{SUSPECT_RATIO - 1:.0%} slower than comparable ones")
 
 

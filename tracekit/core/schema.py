@@ -546,6 +546,9 @@ TIME_SPLIT = Table(
            "work (launch / host bound)"),
         _c("idle_s", F64, "s", "device idle with the next work already launched (waiting on a "
            "dependency or a sync), or, without launch times, any gap"),
+        _c("late_send_s", F64, "s", "the part of host_s + idle_s that ends with the rank "
+           "issuing a send (the device or thread sat idle right before it: a send issued "
+           "late)"),
         _c("bound", STR, "", "what bounds the iteration: compute, communication, host or idle "
            "(the largest of compute + memory, exposed_comm, host, idle)"),
         _c("timeline", STR, "", "gpu (device activity) or cpu (CPU operators of a trace "
