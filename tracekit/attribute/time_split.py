@@ -90,17 +90,17 @@ def has_timeline(collectives: pl.LazyFrame, op_traces: pl.LazyFrame) -> bool:
 def call_split(collectives: pl.DataFrame, comms: pl.DataFrame) -> pl.DataFrame:
     """Every call with an execution span split into queueing, waiting and transfer
     (:data:`~tracekit.core.schema.CALL_SPLIT`). A collective is matched across its group (from
-    ``comms``, else the communicator's name) by its number among the rank's collectives of the
-    group, then, without ``comms``, apart by end time (:data:`END_TOLERANCE_NS`); a send with
-    the receive of the
-    same number between the same two ranks. ``seq`` numbers point-to-point and collective
-    calls together, so it cannot match them: a rank that also sends numbers its collectives
-    apart from its peers'."""
+    the commIds of ``comms``, else the communicator's name, as process groups are named) by
+    its number among the rank's collectives of the group, then, without any ``comms``, apart
+    by end time (:data:`END_TOLERANCE_NS`); a send with the receive of the same number
+    between the same two ranks. ``seq`` numbers point-to-point and collective calls together,
+    so it cannot match them: a rank that also sends numbers its collectives apart from its
+    peers'."""
     calls = collectives.filter(pl.col("exec_start_ns").is_not_null(),
                                pl.col("exec_end_ns").is_not_null())
     if calls.is_empty():
         return schema.CALL_SPLIT.empty()
-    if comms.height:
+    if comms["comm_id"].is_not_null().any():  # NCCL Init lines: per-process handles
         groups = handle_groups(calls.lazy(), comms).select(*HANDLE, "group")
         calls = calls.join(groups, on=list(HANDLE), how="left", nulls_equal=True)
         calls = calls.with_columns(pl.col("group").fill_null(pl.col("comm")))
@@ -297,7 +297,7 @@ def _gaps_before(starts: np.ndarray, ends: np.ndarray, at: np.ndarray, begin: np
     out = np.zeros(len(begin), dtype=np.int64)
     if not at.size:
         return out
-    k = np.searchsorted(starts, at, side="right") - 1
+    k = np.searchsorted(starts, at, side="left") - 1  # the last interval begun before it
     gap_from = np.where(k >= 0, ends[np.maximum(k, 0)], np.iinfo(np.int64).min)
     window = np.searchsorted(begin, at, side="right") - 1
     inside = (window >= 0) & (at < end[np.maximum(window, 0)]) & (at > gap_from)
