@@ -31,9 +31,10 @@ counting line ends) is small against decoding, small enough to keep memory flat.
 GZIP_MAGIC = b"\x1f\x8b"
 
 _SPACE = re.compile(r"[\s,]*")
-_NEXT_EVENT = re.compile(r"\}\s*(?:,\s*(?=\{)|(?=\]))")
-"""The end of an event followed by the next event or the end of the array: where decoding
-resumes after an event that did not decode."""
+_RESUME = re.compile(r",\s*(?=[\[{\"\d-])|\}\s*(?=\])")
+"""Candidates for where the next item may start after one that did not decode: after a comma
+before a value, or at the array's end. :meth:`_Scanner._resume_point` checks each."""
+_NEXT_OBJECT = re.compile(r"\s*,\s*\{")
 _DECODER = json.JSONDecoder()
 
 
@@ -183,22 +184,42 @@ class _Scanner:
             self.advance(end - self.pos)
             yield line_no, item
 
+    def _resume_point(self) -> int | None:
+        """Where the next item starts after a bad one: the first candidate that decodes as an
+        object followed by ``,`` or ``]``, or as another value followed by an object, so that a
+        comma inside the bad event (``[[10], [4]]``, ``, "name":``) is not taken for one."""
+        for candidate in _RESUME.finditer(self.buffer, self.pos + 1):
+            start = candidate.end()
+            if self.buffer.startswith("]", start):
+                return start
+            try:
+                value, end = _DECODER.raw_decode(self.buffer, start)
+            except (json.JSONDecodeError, RecursionError):
+                continue
+            after = _SPACE.match(self.buffer, end)
+            if isinstance(value, dict):
+                if after.end() > end or self.buffer.startswith("]", after.end()):
+                    return start
+            elif _NEXT_OBJECT.match(self.buffer, end):
+                return start
+        return None
+
     def _skip_bad(self, line_no: int, error: json.JSONDecodeError | None,
                   reason: str = "", force: bool = False) -> Bad | None:
         """After a failed decode: None when the event may just be cut by the buffer's end (more
         was read), else the bad event, with the position moved to the next event."""
-        boundary = _NEXT_EVENT.search(self.buffer, self.pos + 1)
-        inside = error is not None and boundary is not None and error.pos > boundary.start()
+        resume = self._resume_point()
+        inside = error is not None and resume is not None and error.pos > resume
         if inside and not self.eof and self._fill():
-            return None  # the boundary was inside a valid start cut by the buffer's end
-        if boundary is None and not force:
+            return None  # the resume point was inside a valid start cut by the buffer's end
+        if resume is None and not force:
             if len(self.buffer) - self.pos <= self.max_item and self._fill():
                 return None
             end = len(self.buffer)
             why = ("truncated: the file ends inside this event" if self.eof
                    else too_large("an event", self.max_item, "max_line_bytes"))
         else:
-            end = boundary.end() if boundary else len(self.buffer)
+            end = resume if resume is not None else len(self.buffer)
             why = reason or f"not valid JSON ({error.msg})"
         bad = Bad(line_no, self.buffer[self.pos:min(end, self.pos + 500)], why)
         self.advance(end - self.pos)
@@ -243,7 +264,7 @@ def _open_text(source: Source) -> io.TextIOBase:
     stream: BinaryIO = raw
     if source.head.startswith(GZIP_MAGIC):
         stream = io.BufferedReader(_BoundedGzip(raw, source), 1 << 20)
-    return io.TextIOWrapper(stream, encoding="utf-8", errors="replace")
+    return io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline="")
 
 
 def head_text(source: Source, chars: int = 4096) -> str:

@@ -144,6 +144,18 @@ def read_trace(source: Source, options: dict[str, str] | None = None) -> TraceRe
     return _Assembly(source, stream, events, options or {}).build()
 
 
+COLUMNS = {
+    "cpu": {"idx": pl.Int64, "name": pl.String, "pid": pl.Int64, "tid": pl.String,
+            "ts": pl.Float64, "dur": pl.Float64, "annotation": pl.Boolean},
+    "gpu": {"idx": pl.Int64, "name": pl.String, "category": pl.String, "ts": pl.Float64,
+            "dur": pl.Float64, "device": pl.Int64, "stream": pl.Int64, "correlation": pl.Int64},
+    "runtime": {"idx": pl.Int64, "tid": pl.String, "ts": pl.Float64, "correlation": pl.Int64},
+}
+"""What is kept of CPU operators and annotations, GPU activity and runtime calls."""
+FLUSH_EVENTS = 65536
+"""Events between moves of the gathered columns into polars frames (:meth:`_Events.flush`)."""
+
+
 class _Events:
     """The fields tracekit takes from each event, in columns; the events themselves are
     dropped as they are read."""
@@ -152,17 +164,18 @@ class _Events:
         self.count = 0
         self.skipped: Counter[str] = Counter()
         self.bad: list[tuple[int, str, str]] = []
-        self.cpu: dict[str, list] = {k: [] for k in ("idx", "name", "pid", "tid", "ts", "dur",
-                                                      "annotation")}
-        self.gpu: dict[str, list] = {k: [] for k in ("idx", "name", "category", "ts", "dur",
-                                                      "device", "stream", "correlation")}
-        self.runtime: dict[str, list] = {k: [] for k in ("idx", "tid", "ts", "correlation")}
+        self.cpu: dict[str, list] = {k: [] for k in COLUMNS["cpu"]}
+        self.gpu: dict[str, list] = {k: [] for k in COLUMNS["gpu"]}
+        self.runtime: dict[str, list] = {k: [] for k in COLUMNS["runtime"]}
+        self.parts: dict[str, list[pl.DataFrame]] = {"cpu": [], "gpu": [], "runtime": []}
         self.args: dict[int, dict] = {}
         """Arguments of the events a collective call is built from (few)."""
 
     def take(self, item: tuple[int, object] | Bad) -> None:
         index = self.count
         self.count += 1
+        if index % FLUSH_EVENTS == FLUSH_EVENTS - 1:
+            self.flush()
         if isinstance(item, Bad):
             self.bad.append((item.line_no, item.text, item.reason))
             return
@@ -242,17 +255,19 @@ class _Events:
         else:
             self.bad.append((line_no, _text(event), "event without a phase (ph)"))
 
+    def flush(self) -> None:
+        """Move the columns gathered so far into polars frames: a Python float or string
+        costs 30-80 bytes more than its column entry, and a trace has millions."""
+        for kind, columns in (("cpu", self.cpu), ("gpu", self.gpu), ("runtime", self.runtime)):
+            if columns["idx"]:
+                self.parts[kind].append(pl.DataFrame(columns, schema=COLUMNS[kind]))
+                for values in columns.values():
+                    values.clear()
+
     def frames(self) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-        cpu = pl.DataFrame(self.cpu, schema={
-            "idx": pl.Int64, "name": pl.String, "pid": pl.Int64, "tid": pl.String,
-            "ts": pl.Float64, "dur": pl.Float64, "annotation": pl.Boolean})
-        gpu = pl.DataFrame(self.gpu, schema={
-            "idx": pl.Int64, "name": pl.String, "category": pl.String, "ts": pl.Float64,
-            "dur": pl.Float64, "device": pl.Int64, "stream": pl.Int64,
-            "correlation": pl.Int64})
-        runtime = pl.DataFrame(self.runtime, schema={
-            "idx": pl.Int64, "tid": pl.String, "ts": pl.Float64, "correlation": pl.Int64})
-        return cpu, gpu, runtime
+        self.flush()
+        return tuple(pl.concat(self.parts[kind]) if self.parts[kind]
+                     else pl.DataFrame(schema=COLUMNS[kind]) for kind in ("cpu", "gpu", "runtime"))
 
 
 @dataclass
@@ -683,12 +698,18 @@ class _Assembly:
             "used": pl.Boolean})
 
 
+_OPS_BY_KEY = {name.replace("_", ""): op for name, op in OPS.items()}
+"""Flight Recorder's op names without underscores: ``c10d::_allgather_base_``,
+``nccl:_all_gather_base`` and ``allgather_base`` are one op."""
+
+
 def _op(name: str) -> str:
     """A c10d / nccl / gloo / record_param_comms operation name as a tracekit op."""
-    bare = name.removeprefix("c10d::").strip("_")
-    if bare.startswith("recv"):
+    key = name.removeprefix("c10d::").replace("_", "").lower()
+    if key.startswith("recv"):  # recv_any_source
         return "recv"
-    return OPS.get(bare) or OPS.get(bare.removesuffix("_coalesced")) or bare.lower()
+    return (_OPS_BY_KEY.get(key) or _OPS_BY_KEY.get(key.removesuffix("coalesced"))
+            or name.removeprefix("c10d::").strip("_").lower())
 
 
 def _numel(dims: object) -> int | None:
