@@ -113,11 +113,11 @@ def _verdict(tables: dict[str, pl.DataFrame]):
 
 
 @pytest.mark.parametrize(("job", "kind", "cause", "target", "numbers"), [
-    (Job(), "unknown", "none", None, "at most rank 0, 0.00 ms"),
+    (Job(), "unknown", "none", None, "at most rank 0, +0.00 ms"),
     (Job(slow_rank=2, compute_factor=1.5), "compute", "slow-compute", "rank:2",
      "its compute is 6.8 ms per iteration vs 4.5 ms for the median peer (x1.50)"),
     (Job(slow_rank=1, host_delay_us=1500), "compute", "host-bound", "rank:1",
-     "made its peers wait 1.5 ms per iteration"),
+     "its peers waited 1.5 ms per iteration for it"),
     (Job(slow_link=("node00", "node01"), transfer_factor=2.0), "communication",
      "network-congestion", "link:node00-node01", "worst x1.33, 1.20 ms per call"),
 ], ids=["balanced", "slow-compute", "host-bound", "congested-link"])
