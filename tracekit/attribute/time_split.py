@@ -173,11 +173,7 @@ def time_split(iterations: pl.DataFrame, op_traces: pl.DataFrame,
     (:data:`~tracekit.core.schema.TIME_SPLIT`), from its op traces (kernels, copies, CPU
     operators) and its calls' execution spans."""
     steps = profiler_iterations(iterations)
-    ops = op_traces.filter(pl.col("category").is_not_null(), pl.col("t_start_ns").is_not_null())
-    ops = ops.with_columns(pl.coalesce("t_end_ns", pl.col("t_start_ns") + (
-        pl.col("duration_s") * 1e9).round().cast(pl.Int64)).alias("t_end_ns"))
-    calls = collectives.filter(pl.col("exec_start_ns").is_not_null(),
-                               pl.col("exec_end_ns").is_not_null())
+    ops, calls = _timeline(op_traces, collectives)
     frames = []
     for (rank,), windows in steps.group_by("rank", maintain_order=True):
         frames.append(_rank_split(windows, ops.filter(pl.col("rank") == rank),
@@ -190,11 +186,7 @@ def time_split(iterations: pl.DataFrame, op_traces: pl.DataFrame,
 def span_split(op_traces: pl.DataFrame, collectives: pl.DataFrame) -> pl.DataFrame:
     """:func:`time_split` of one window per rank, from its first activity's start to its last
     one's end (the span HTA's temporal breakdown divides; ``iteration`` is null)."""
-    ops = op_traces.filter(pl.col("category").is_not_null(), pl.col("t_start_ns").is_not_null())
-    ops = ops.with_columns(pl.coalesce("t_end_ns", pl.col("t_start_ns") + (
-        pl.col("duration_s") * 1e9).round().cast(pl.Int64)).alias("t_end_ns"))
-    calls = collectives.filter(pl.col("exec_start_ns").is_not_null(),
-                               pl.col("exec_end_ns").is_not_null())
+    ops, calls = _timeline(op_traces, collectives)
     frames = []
     for rank in sorted(set(ops["rank"].drop_nulls()) | set(calls["rank"].drop_nulls())):
         mine, own = ops.filter(pl.col("rank") == rank), calls.filter(pl.col("rank") == rank)
@@ -212,6 +204,18 @@ def span_split(op_traces: pl.DataFrame, collectives: pl.DataFrame) -> pl.DataFra
     if not frames:
         return schema.TIME_SPLIT.empty()
     return schema.conform("time_split", pl.concat(frames))
+
+
+def _timeline(op_traces: pl.DataFrame,
+              collectives: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The timed activities of kernel-level op traces (with their end) and the calls with an
+    execution span."""
+    ops = op_traces.filter(pl.col("category").is_not_null(), pl.col("t_start_ns").is_not_null())
+    ops = ops.with_columns(pl.coalesce("t_end_ns", pl.col("t_start_ns") + (
+        pl.col("duration_s") * 1e9).round().cast(pl.Int64)).alias("t_end_ns"))
+    calls = collectives.filter(pl.col("exec_start_ns").is_not_null(),
+                               pl.col("exec_end_ns").is_not_null())
+    return ops, calls
 
 
 def _on_gpu(ops: pl.DataFrame, calls: pl.DataFrame) -> bool:
@@ -258,9 +262,10 @@ def _rank_split(windows: pl.DataFrame, ops: pl.DataFrame, calls: pl.DataFrame) -
         *(pl.Series(name, values / 1e9) for name, values in parts.items()))
     sums = [pl.sum_horizontal(columns).alias(label) for label, columns in BOUNDS.items()]
     labels = list(BOUNDS)
-    bound = pl.concat_list(*(pl.col(label) for label in labels)).list.arg_max()
+    bound = pl.concat_list(*(pl.col(label) for label in labels)).list.arg_max().replace_strict(
+        dict(enumerate(labels)), return_dtype=pl.String)
     return frame.with_columns(*sums).with_columns(
-        bound.map_elements(labels.__getitem__, return_dtype=pl.String).alias("bound"),
+        bound.alias("bound"),
         pl.lit("gpu" if on_gpu else "cpu").alias("timeline")).drop(labels)
 
 
