@@ -347,8 +347,9 @@ class TimeVerdict:
 def rank_summary(split: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     """Per rank: median seconds per iteration of each part; from its matched calls, the wait
     it imposed on its peers (the others' mean wait in the calls it started last) and the wait
-    it suffered itself (its waits for others), each per iteration, its own time (``own_s``:
-    the iteration less what it suffered, median over its iterations; a rank only late because
+    it suffered itself (the time it spent waiting for others), each per iteration, its own
+    time (``own_s``: the iteration less what it suffered, median over its iterations; a rank
+    only late because
     it waited for another has no more of it than its peers), the share of the imposed wait its
     point-to-point calls caused (``p2p_share``: late sends) and the share of its matched calls
     it started last."""
@@ -374,9 +375,7 @@ def rank_summary(split: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     per_iteration = (split.select("rank", "iteration")
                      .join(imposed.group_by("rank", "iteration").agg(pl.col("imposed_s").sum()),
                            on=["rank", "iteration"], how="left")
-                     .join(matched.group_by("rank", "iteration").agg(
-                         pl.col("wait_s").sum().alias("suffered_s")),
-                         on=["rank", "iteration"], how="left")
+                     .join(_suffered(split, matched), on=["rank", "iteration"], how="left")
                      .with_columns(pl.col("imposed_s", "suffered_s").fill_null(0.0))
                      .join(split.select("rank", "iteration", "duration_s"),
                            on=["rank", "iteration"])
@@ -396,6 +395,24 @@ def rank_summary(split: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
                          ((pl.col("queue_s").fill_null(0) + pl.col("transfer_s").fill_null(0))
                           / pl.col("iterations")).alias("own_comm_s")))
     return out.sort("rank")
+
+
+def _suffered(split: pl.DataFrame, matched: pl.DataFrame) -> pl.DataFrame:
+    """rank, iteration and ``suffered_s``: the time of the iteration the rank spent waiting
+    for peers, the union of its calls' waits (DDP's buckets wait side by side)."""
+    waits = matched.filter(pl.col("wait_s") > 0).select(
+        "rank", (pl.col("t_start_ns") + (pl.col("queue_s") * 1e9).round().cast(pl.Int64))
+        .alias("start"), (pl.col("wait_s") * 1e9).round().cast(pl.Int64).alias("length"))
+    frames = []
+    for (rank,), windows in split.group_by("rank", maintain_order=True):
+        mine = waits.filter(pl.col("rank") == rank)
+        starts, ends = _merge(_spans(mine["start"], mine["start"] + mine["length"]))
+        begin, end = windows["t_start_ns"].to_numpy(), windows["t_end_ns"].to_numpy()
+        covered = _coverage(starts, ends, end) - _coverage(starts, ends, begin)
+        frames.append(windows.select("rank", "iteration").with_columns(
+            pl.Series("suffered_s", covered / 1e9)))
+    return pl.concat(frames) if frames else pl.DataFrame(
+        schema={"rank": pl.Int32, "iteration": pl.Int64, "suffered_s": pl.Float64})
 
 
 def job_verdict(split: pl.DataFrame, calls: pl.DataFrame,
@@ -418,9 +435,10 @@ def job_verdict(split: pl.DataFrame, calls: pl.DataFrame,
     waited = per_rank.filter(pl.col("own_excess_s") >= STRAGGLER_SHARE * iteration_s,
                              pl.col("last_share") >= LAST_SHARE_MIN) if peers_own is not None \
         else per_rank.clear()
-    if waited.height:
-        culprit = waited.sort("own_excess_s", descending=True).row(0, named=True)
-        return _straggler(culprit, per_rank, rank_hosts, iteration_s)
+    for culprit in waited.sort("own_excess_s", descending=True).iter_rows(named=True):
+        verdict = _straggler(culprit, per_rank, rank_hosts, iteration_s)
+        if verdict is not None:
+            return verdict
     slow = _slow_groups(calls)
     if slow is not None:
         return _transfer_verdict(slow, per_rank, rank_hosts)
@@ -431,18 +449,21 @@ def job_verdict(split: pl.DataFrame, calls: pl.DataFrame,
 WORDS = {"compute_s": "compute", "gaps_s": "time outside device work (host, launch, data "
          "loading)", "own_comm_s": "own communication (queueing and transfer)",
          "late_send_s": "idle time right before its sends"}
+EXPLAINED_SHARE = 0.5
+"""What grew on a straggler must account for at least half its extra own time."""
 LATE_SEND_SHARE = 0.5
 """A rank's grown gaps are a delayed send when at least half of their excess lies right
 before its own sends (or half the wait it imposed was its receivers')."""
 
 
 def _straggler(culprit: dict, per_rank: pl.DataFrame, rank_hosts: dict[int, str],
-               iteration_s: float) -> TimeVerdict:
+               iteration_s: float) -> TimeVerdict | None:
     """What grew on the rank the others waited for, against its peers' medians: its compute
     (more than the profiling threshold over theirs, and more than anything else grew: a slow
     device); else, when its late point-to-point sends caused most of the wait, its
     communication (a delayed send); else the largest excess of its gaps (host-bound: launch,
-    input pipeline) or its own communication."""
+    input pipeline) or its own communication. None when what grew most explains less than
+    :data:`EXPLAINED_SHARE` of its extra own time (scheduling noise spread over everything)."""
     rank = culprit["rank"]
     peers = per_rank.filter(pl.col("rank") != rank)
     median = {c: peers[c].median() or 0.0 for c in WORDS}
@@ -458,6 +479,8 @@ def _straggler(culprit: dict, per_rank: pl.DataFrame, rank_hosts: dict[int, str]
         kind, cause = "communication", "slow-communication"
     else:
         grew, kind, cause = "gaps_s", "compute", "host-bound"
+    if excess[grew] < EXPLAINED_SHARE * culprit["own_excess_s"]:
+        return None
     ratio = f" (x{culprit[grew] / median[grew]:.2f})" if median[grew] > 0 else ""
     host = rank_hosts.get(rank)
     text = (f"rank {rank}{f' ({host})' if host else ''} spent "
@@ -527,8 +550,9 @@ def _balanced(per_rank: pl.DataFrame, iteration_s: float) -> str:
         return "one rank: nothing to compare it with"
     worst = per_rank.sort("own_excess_s", descending=True).row(0, named=True)
     return (f"balanced: no rank's own work exceeds its peers' by {STRAGGLER_SHARE:.0%} of the "
-            f"median {iteration_s * 1e3:.1f} ms iteration (at most rank {worst['rank']}, "
-            f"+{worst['own_excess_s'] * 1e3:.2f} ms) and no group transfers more than "
+            f"median {iteration_s * 1e3:.1f} ms iteration with one part of it grown to explain "
+            f"it (at most rank {worst['rank']}, +{worst['own_excess_s'] * 1e3:.2f} ms) and no "
+            "group transfers more than "
             f"{SUSPECT_RATIO - 1:.0%} slower than comparable ones")
 
 
