@@ -19,7 +19,7 @@ pytest.importorskip("torch", reason="torch is not installed (the gpu extra): no 
 from tracekit.synth.profiled import ProfiledJob, run_profiled_job  # noqa: E402
 
 CASES = {
-    "balanced": (ProfiledJob(world_size=3, steps=4), None, None),
+    "balanced": (ProfiledJob(world_size=2, steps=8), None, None),
     "compute": (ProfiledJob(world_size=2, steps=4, slow_rank=1, slow_kind="compute",
                             slow_factor=4, hidden=1024), "rank:1", ("compute", "slow-compute")),
     "data": (ProfiledJob(world_size=3, steps=4, slow_rank=2, slow_kind="data", slow_ms=100),

@@ -38,9 +38,14 @@ STRAGGLER_SHARE = 0.10
 """A rank is the one its peers wait for when its own time per iteration (the iteration less
 its waits for peers) exceeds the median peer's by at least 10 % of the iteration, a
 fail-slow's slowdown (the peers pad their iterations with that wait), and it starts last in at
-least :data:`LAST_SHARE_MIN` of its matched calls. Scheduling noise of small CPU jobs on a
-loaded machine reached 9 % in balanced traces; real slow ranks 27-89 %."""
+least :data:`LAST_SHARE_MIN` of its matched calls (or made its receivers wait, a send chain's
+head). In balanced CPU jobs on the shared development machine, scheduling noise stayed under
+10 % at a normal load and reached 20-24 % when it ran 10-15 processes per core."""
 LAST_SHARE_MIN = 0.5
+
+TRANSFER_SHARE = 0.05
+"""A slow group's transfer must exceed its comparable groups' by this share of the iteration
+per call as well as by the ratio: a 0.01 ms send 35 % slower than another is noise."""
 
 COMPUTE = ("kernel", "cpu_op")
 MEMORY = ("memcpy", "memset")
@@ -432,14 +437,15 @@ def job_verdict(split: pl.DataFrame, calls: pl.DataFrame,
     if peers_own is not None:
         per_rank = per_rank.join(peers_own, on="rank").with_columns(
             (pl.col("own_s") - pl.col("peer_own_s")).alias("own_excess_s"))
-    waited = per_rank.filter(pl.col("own_excess_s") >= STRAGGLER_SHARE * iteration_s,
-                             pl.col("last_share") >= LAST_SHARE_MIN) if peers_own is not None \
-        else per_rank.clear()
+    waited = per_rank.filter(
+        pl.col("own_excess_s") >= STRAGGLER_SHARE * iteration_s,
+        (pl.col("last_share") >= LAST_SHARE_MIN) | (pl.col("p2p_share") >= LATE_SEND_SHARE),
+    ) if peers_own is not None else per_rank.clear()
     for culprit in waited.sort("own_excess_s", descending=True).iter_rows(named=True):
         verdict = _straggler(culprit, per_rank, rank_hosts, iteration_s)
         if verdict is not None:
             return verdict
-    slow = _slow_groups(calls)
+    slow = _slow_groups(calls, iteration_s)
     if slow is not None:
         return _transfer_verdict(slow, per_rank, rank_hosts)
     return TimeVerdict("unknown", "none", None, 0.0, _balanced(per_rank, iteration_s),
@@ -450,7 +456,8 @@ WORDS = {"compute_s": "compute", "gaps_s": "time outside device work (host, laun
          "loading)", "own_comm_s": "own communication (queueing and transfer)",
          "late_send_s": "idle time right before its sends"}
 EXPLAINED_SHARE = 0.5
-"""What grew on a straggler must account for at least half its extra own time."""
+"""The parts of a straggler's own time that grew over its peers' (compute, gaps, own
+communication) must account for at least half its extra own time."""
 LATE_SEND_SHARE = 0.5
 """A rank's grown gaps are a delayed send when at least half of their excess lies right
 before its own sends (or half the wait it imposed was its receivers')."""
@@ -462,8 +469,8 @@ def _straggler(culprit: dict, per_rank: pl.DataFrame, rank_hosts: dict[int, str]
     (more than the profiling threshold over theirs, and more than anything else grew: a slow
     device); else, when its late point-to-point sends caused most of the wait, its
     communication (a delayed send); else the largest excess of its gaps (host-bound: launch,
-    input pipeline) or its own communication. None when what grew most explains less than
-    :data:`EXPLAINED_SHARE` of its extra own time (scheduling noise spread over everything)."""
+    input pipeline) or its own communication. None when what grew explains less than
+    :data:`EXPLAINED_SHARE` of its extra own time (noise in who waited for whom)."""
     rank = culprit["rank"]
     peers = per_rank.filter(pl.col("rank") != rank)
     median = {c: peers[c].median() or 0.0 for c in WORDS}
@@ -479,7 +486,8 @@ def _straggler(culprit: dict, per_rank: pl.DataFrame, rank_hosts: dict[int, str]
         kind, cause = "communication", "slow-communication"
     else:
         grew, kind, cause = "gaps_s", "compute", "host-bound"
-    if excess[grew] < EXPLAINED_SHARE * culprit["own_excess_s"]:
+    grown = sum(max(excess[c], 0.0) for c in ("compute_s", "gaps_s", "own_comm_s"))
+    if grown < EXPLAINED_SHARE * culprit["own_excess_s"]:
         return None
     ratio = f" (x{culprit[grew] / median[grew]:.2f})" if median[grew] > 0 else ""
     host = rank_hosts.get(rank)
@@ -502,9 +510,10 @@ def _straggler(culprit: dict, per_rank: pl.DataFrame, rank_hosts: dict[int, str]
     return TimeVerdict(kind, cause, f"rank:{rank}", round(confidence, 2), text, per_rank)
 
 
-def _slow_groups(calls: pl.DataFrame) -> pl.DataFrame | None:
+def _slow_groups(calls: pl.DataFrame, iteration_s: float) -> pl.DataFrame | None:
     """Per group of matched calls: median transfer, members, and ``suspect`` when it exceeds
-    the median of its comparable groups (same op and size) by more than the threshold."""
+    the median of its comparable groups (same op and size) by more than the threshold and by
+    :data:`TRANSFER_SHARE` of the iteration."""
     matched = calls.filter(pl.col("instance").is_not_null())
     if matched.is_empty():
         return None
@@ -515,7 +524,10 @@ def _slow_groups(calls: pl.DataFrame) -> pl.DataFrame | None:
                      .alias("members"))
                  .with_columns((pl.col("transfer_s") / pl.col("transfer_s").median()
                                 .over("op", "size")).alias("ratio"))
-                 .with_columns((pl.col("ratio") > SUSPECT_RATIO).alias("suspect")))
+                 .with_columns(((pl.col("ratio") > SUSPECT_RATIO)
+                                & (pl.col("transfer_s") - pl.col("transfer_s").median().over(
+                                    "op", "size") >= TRANSFER_SHARE * iteration_s))
+                               .alias("suspect")))
     return per_group if per_group["suspect"].any() else None
 
 
