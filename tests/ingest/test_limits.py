@@ -336,9 +336,10 @@ def test_one_megabyte_line_of_glued_nccl_records_is_cut_into_records(tmp_path):
     assert calls["op_count"].sort().to_list() == list(range(6000))
 
 
-WHOLE_DOCUMENTS = {"flight-recorder", "prometheus-json"}
+WHOLE_DOCUMENTS = {"flight-recorder", "prometheus-json", "torch-profiler"}
 """Formats read as one document, not line by line: a long line inside one is the document's
-(bounded by ``max_whole_file_bytes``)."""
+(bounded by ``max_whole_file_bytes``, or by ``max_line_bytes`` per event where the document is
+streamed, as Kineto traces are)."""
 
 
 def _line_samples() -> list:

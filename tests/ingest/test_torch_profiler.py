@@ -18,7 +18,7 @@ from tests.conftest import FORMATS, REPO
 from tests.ingest.collective_helpers import file_source, read_all
 from tracekit import open_dataset
 from tracekit.core.errors import InputError
-from tracekit.ingest import kineto_json, registry
+from tracekit.ingest import kineto_json, registry, torch_profiler
 from tracekit.ingest.base import Source
 from tracekit.ingest.limits import Limits
 from tracekit.ingest.pipeline import ingest
@@ -235,10 +235,11 @@ def test_a_bad_event_is_quarantined_with_its_line_and_reading_goes_on():
     assert read.chunk.notes[0] == "rank taken from the file name (no distributedInfo)"
 
 
-def test_block_boundaries_do_not_change_what_is_read(monkeypatch):
+def test_block_boundaries_and_column_moves_do_not_change_what_is_read(monkeypatch):
     path = GENERATED / "compute" / "rank1.pt.trace.json.gz"
     whole = read_trace(file_source(path)).chunk
     monkeypatch.setattr(kineto_json, "BLOCK_CHARS", 97)
+    monkeypatch.setattr(torch_profiler, "FLUSH_EVENTS", 100)
     small = read_trace(file_source(path)).chunk
     for name, frame in whole.tables.items():
         assert small.tables[name].equals(frame), name
@@ -289,5 +290,48 @@ def test_a_generated_job_reads_back_with_its_slow_rank(tmp_path):
     waits = {rank: calls[rank].filter(op="allreduce").select(
         (pl.col("exec_end_ns") - pl.col("t_start_ns")) / 1e6)["exec_end_ns"].to_list()[1:]
         for rank in calls}
-    assert min(waits[0]) > 100 > max(waits[1])  # rank 0 waits out rank 1's sleep
+    assert min(waits[0]) > 100 and min(waits[0]) > max(waits[1])  # rank 0 waits out the sleep
     assert read_all(READER, file_source(paths[0])).quarantine.height == 0
+
+
+def test_torch_1x_category_names_and_unix_time_read_the_same(real_dir, tmp_path):
+    """torch before 2.1 wrote ``ts`` as Unix time without ``baseTimeNanoseconds``, and early
+    Kineto capitalised its categories (``Operator``, ``Kernel``, ``Runtime``, ``Memcpy``)."""
+    path = real_dir / "hta-kineto" / "nccl_data_rank0_of_2.json.gz"
+    trace = load(path)
+    base_us = trace.pop("baseTimeNanoseconds") // 1000
+    old = {"cpu_op": "Operator", "kernel": "Kernel", "cuda_runtime": "Runtime",
+           "gpu_memcpy": "Memcpy", "gpu_memset": "Memset"}
+    for event in trace["traceEvents"]:
+        event["cat"] = old.get(event.get("cat"), event.get("cat"))
+        if isinstance(event.get("ts"), int | float):
+            event["ts"] += base_us
+    older = tmp_path / "rank0.json"
+    older.write_text(json.dumps(trace))
+    new, converted = (read_trace(file_source(p)).chunk for p in (path, older))
+    for name in ("collectives", "op_traces", "iterations", "comms", "gpus"):
+        times = [c for c in new.tables[name].columns if c.endswith(("_ns", "_s"))]
+        assert converted.tables[name].drop(times).equals(new.tables[name].drop(times)), name
+        # a float of Unix microseconds with ns digits holds them to 1/4 us (2^-2 at 1.7e15)
+        for column in times:
+            difference = converted.tables[name][column] - new.tables[name][column]
+            assert (difference.abs().max() or 0) <= (250 if column.endswith("_ns") else 1e-6)
+
+
+def test_calls_without_a_c10d_op_or_metadata_are_told_from_waits(real_dir, tmp_path):
+    """torch 1.13 wrapped a call in ``record_param_comms`` > ``nccl:*`` with no ``c10d::``
+    op and no metadata; a bare ``record_param_comms`` is then a wait."""
+    path = real_dir / "hta-kineto" / "nccl_data_rank0_of_2.json.gz"
+    trace = load(path)
+    trace["traceEvents"] = [e for e in trace["traceEvents"]
+                            if not e.get("name", "").startswith("c10d::")]
+    for event in trace["traceEvents"]:
+        if event.get("name") == "record_param_comms":
+            event["args"] = {"External id": event["args"]["External id"]}
+    older = tmp_path / "rank0.json"
+    older.write_text(json.dumps(trace))
+    new, old = (read_trace(file_source(p)) for p in (path, older))
+    columns = ["op", "exec_start_ns", "exec_end_ns", "exec_on"]
+    assert old.chunk.tables["collectives"].select(columns).equals(
+        new.chunk.tables["collectives"].select(columns))
+    assert old.skipped["wait"] == new.skipped["wait"] == 6

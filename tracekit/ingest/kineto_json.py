@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from tracekit.core.errors import InputError
-from tracekit.ingest.base import BYTE_ORDER_MARK, Source
+from tracekit.ingest.base import BYTE_ORDER_MARK, SNIFF_BYTES, Source
 from tracekit.ingest.limits import EXPANSION_GRACE_BYTES, too_large
 
 BLOCK_CHARS = 4 * 1024 * 1024
@@ -181,7 +181,9 @@ class _Scanner:
             except RecursionError:
                 yield self._skip_bad(line_no, None, "nested too deeply to decode", force=True)
                 continue
-            self.advance(end - self.pos)
+            # the separators after the item go with it: one line count per item, not two
+            after = _SPACE.match(self.buffer, end).end()
+            self.advance(after - self.pos)
             yield line_no, item
 
     def _resume_point(self) -> int | None:
@@ -267,7 +269,7 @@ def _open_text(source: Source) -> io.TextIOBase:
     return io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline="")
 
 
-def head_text(source: Source, chars: int = 4096) -> str:
+def head_text(source: Source, chars: int = SNIFF_BYTES) -> str:
     """The first characters of the (decompressed) source, for sniffing; empty when the gzip
     data does not decompress."""
     head = source.head

@@ -103,7 +103,8 @@ FOLD = {
     "comm_kernel": "NCCL kernel of a collective call (its exec_start_ns / exec_end_ns)",
     "launch": "runtime call that launched a GPU activity (its t_launch_ns)",
 }
-"""Events that are not a row of their own but part of another event's row."""
+"""Events that are not a row of their own but part of another event's row (noted with their
+counts, as the skipped ones are)."""
 
 
 class TorchProfilerReader(Reader):
@@ -302,6 +303,13 @@ class _Assembly:
         self.groups = self._groups()
         host = self.meta.get("host_name")
         self.host = host.split(".")[0].lower() if isinstance(host, str) and host else None
+        self.names: dict[int, str] = {}
+        """Names of the communication events (the ones :attr:`_Events.args` holds)."""
+        self.fields: dict[int, dict] = {}
+        """A call's fields by its anchor event, once worked out."""
+        self.calls: list[_Call] = []
+        self.launch_of_comm: set[int] = set()
+        self.step_events: set[int] = set()
 
     def build(self) -> TraceRead:
         cpu, gpu, runtime = self.events.frames()
@@ -310,7 +318,7 @@ class _Assembly:
         collectives, comm_kernels = self._collectives(cpu, gpu, runtime)
         op_traces = self._op_traces(cpu, gpu.filter(~pl.col("idx").is_in(comm_kernels)),
                                     runtime, steps)
-        comms = self._comms(collectives)
+        comms = self._comms(cpu)
         gpus = self._gpus(gpu)
         iterations = steps.select(
             pl.lit(None, dtype=pl.String).alias("job"), pl.lit(self.rank, pl.Int32).alias("rank"),
@@ -324,7 +332,15 @@ class _Assembly:
                                                     "reason": pl.String}, orient="row")
         derived = comms.height + gpus.height - sum(self.folded.values())
         self.notes += [f"skipped {count:,} event(s): {SKIP[reason]}"
-                       for reason, count in sorted(self.skipped.items())]
+                       for reason, count in sorted(self.skipped.items()) if count]
+        self.notes += [f"folded {count:,} event(s) into another's row: {FOLD[reason]}"
+                       for reason, count in sorted(self.folded.items()) if count]
+        unnamed = collectives["comm"].null_count()
+        if unnamed:
+            self.notes.append(
+                f"{unnamed:,} call(s) without a process group: the trace names none for them "
+                f"(gloo, traces before record_param_comms metadata) and lists "
+                f"{len(self.groups) or 'no'} group(s) in distributedInfo; their comm is null")
         if self.truncated:
             self.notes.append("the trace ends before its closing brackets (cut short while "
                               "written?): the events before the cut are read")
@@ -388,10 +404,6 @@ class _Assembly:
         return (whole.cast(pl.Int64) * 1000 + ((us - whole) * 1000).round().cast(pl.Int64)
                 + self.offset_ns)
 
-    def _us_to_ns(self, us: float) -> int:
-        whole = math.floor(us)
-        return int(whole) * 1000 + round((us - whole) * 1000) + self.offset_ns
-
     # -- iterations ------------------------------------------------------------------------
 
     def _steps(self, cpu: pl.DataFrame) -> pl.DataFrame:
@@ -412,7 +424,6 @@ class _Assembly:
         """The calls, and the NCCL kernels folded into them."""
         comm = cpu.filter(pl.col("idx").is_in(list(self.events.args)))
         self.names = dict(zip(comm["idx"].to_list(), comm["name"].to_list(), strict=True))
-        self.fields: dict[int, dict] = {}
         calls, spans = self._call_trees(comm)
         by_tid: dict[str, list[_Call]] = defaultdict(list)
         for call in calls:
@@ -424,7 +435,6 @@ class _Assembly:
         kernels = gpu.filter(pl.col("name").str.starts_with(NCCL_KERNEL[0])
                              | pl.col("name").str.starts_with(NCCL_KERNEL[1]))
         folded_kernels = []
-        self.launch_of_comm: set[int] = set()
         for idx, ts, dur, device, correlation in kernels.select(
                 "idx", "ts", "dur", "device", "correlation").iter_rows():
             call = None
@@ -465,13 +475,24 @@ class _Assembly:
             open_call = None
             if name.startswith("gloo:"):
                 spans.append((ts, end, _op(name.removeprefix("gloo:")), idx))
-            elif name == PARAM_COMMS and _op(str(self.events.args[idx].get(
-                    "Collective name", "wait"))) in ("wait", "init"):
-                self.skipped["wait"] += 1
             else:
                 open_call = _Call(idx, tid, ts, end, pid)
                 calls.append(open_call)
-        return calls, spans
+        waits = [call for call in calls if self._is_wait(call)]
+        self.skipped["wait"] += sum(1 + len(call.parts) for call in waits)
+        self.folded["call_part"] -= sum(len(call.parts) for call in waits)
+        return [call for call in calls if not self._is_wait(call)], spans
+
+    def _is_wait(self, call: _Call) -> bool:
+        """A ``record_param_comms`` outside any ``c10d::`` op is a work's wait (or a group's
+        init) when it says so, or, in traces without its metadata, when no ``nccl:`` /
+        ``gloo:`` annotation runs inside it (torch 1.13 had no ``c10d::`` op around a call)."""
+        if self.names[call.anchor] != PARAM_COMMS:
+            return False
+        name = self.events.args[call.anchor].get("Collective name")
+        if name is not None:
+            return _op(str(name)) in ("wait", "init")
+        return not any(self.names[part].startswith(("nccl:", "gloo:")) for part in call.parts)
 
     def _match_spans(self, calls: list[_Call], spans: list[tuple]) -> None:
         """Give each call without kernels the backend worker's span of its operation: workers
@@ -575,22 +596,23 @@ class _Assembly:
                 "comm": fields["comm"], "nranks": fields["nranks"], "op": fields["op"],
                 "op_count": fields["op_count"], "count": fields["count"],
                 "dtype": fields["dtype"], "peer": fields["peer"],
-                "t_start_ns": self._us_to_ns(call.ts),
-                "t_end_ns": self._us_to_ns(end if end is not None else call.end),
-                "exec_start_ns": None if start is None else self._us_to_ns(start),
-                "exec_end_ns": None if end is None else self._us_to_ns(end),
-                "exec_on": where})
+                "ts": call.ts, "end": end if end is not None else call.end,
+                "exec_start": start, "exec_end": end, "exec_on": where})
         frame = pl.DataFrame(rows, schema={
             "rank": pl.Int32, "host": pl.String, "pid": pl.Int64, "cuda_dev": pl.Int32,
             "comm": pl.String, "nranks": pl.Int32, "op": pl.String, "op_count": pl.Int64,
-            "count": pl.Int64, "dtype": pl.String, "peer": pl.Int32, "t_start_ns": pl.Int64,
-            "t_end_ns": pl.Int64, "exec_start_ns": pl.Int64, "exec_end_ns": pl.Int64,
+            "count": pl.Int64, "dtype": pl.String, "peer": pl.Int32, "ts": pl.Float64,
+            "end": pl.Float64, "exec_start": pl.Float64, "exec_end": pl.Float64,
             "exec_on": pl.String})
         self.calls = calls
-        return frame.sort("t_start_ns").with_columns(
+        times = {"t_start_ns": "ts", "t_end_ns": "end", "exec_start_ns": "exec_start",
+                 "exec_end_ns": "exec_end"}
+        return frame.sort("ts").with_columns(
+            *[self._ns(pl.col(us)).alias(ns) for ns, us in times.items()],
             pl.lit(None, dtype=pl.String).alias("job"),
             pl.int_range(pl.len()).over("comm").cast(pl.Int64).alias("seq"),
-            (pl.col("count") * nccl_names.dtype_size(pl.col("dtype"))).alias("bytes"))
+            (pl.col("count") * nccl_names.dtype_size(pl.col("dtype"))).alias("bytes"),
+        ).drop(times.values())
 
     # -- op traces ---------------------------------------------------------------------------
 
@@ -659,7 +681,9 @@ class _Assembly:
 
     # -- comms and GPUs ----------------------------------------------------------------------
 
-    def _comms(self, collectives: pl.DataFrame) -> pl.DataFrame:
+    def _comms(self, cpu: pl.DataFrame) -> pl.DataFrame:
+        """The rank's process groups; ``pid`` is the process's, which keeps the rows of ranks
+        sharing a host (or with no host name) apart under the table's key."""
         groups = {name: dict(group) for name, group in self.groups.items()}
         for call in self.calls:
             fields = self._call_fields(call)
@@ -667,7 +691,7 @@ class _Assembly:
                 ranks = _ranks(fields["group_ranks"])
                 groups[fields["comm"]] = {"desc": fields["group_desc"], "ranks": ranks,
                                           "size": fields["nranks"] or len(ranks) or None}
-        pid = collectives["pid"].drop_nulls()
+        pid = cpu["pid"].drop_nulls()
         return pl.DataFrame([{
             "comm": name, "rank": self.rank, "host": self.host,
             "pid": pid[0] if pid.len() else None,
