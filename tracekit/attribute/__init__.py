@@ -6,8 +6,9 @@ traces. The job-wide signals are computed by partitions (:mod:`.job_signals`). S
 module each: communicator instances (:mod:`.groups`, :mod:`.instances`), arrival skew and own
 compute time (:mod:`.arrival`), cross-group profiling (:mod:`.profiling`), an episode's timing
 reduced from bounded pieces (:mod:`.timing`), link localisation (:mod:`.links`), monitoring
-evidence (:mod:`.evidence`), their combination (:mod:`.verdict`) and stage imbalance
-(:mod:`.stages`).
+evidence (:mod:`.evidence`), their combination (:mod:`.verdict`), stage imbalance
+(:mod:`.stages`) and, for profiler traces, the time split per call and iteration with its job
+verdict (:mod:`.time_split`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from tracekit.attribute.evidence import SCRAPE_NS, Window, scrape_interval_ns
 from tracekit.attribute.job_signals import JobSignals, scratch_folder, signals_in_windows
 from tracekit.attribute.stages import StageVerdict, op_split, stage_imbalance
 from tracekit.attribute.telemetry import monitoring_reach
+from tracekit.attribute.time_split import TimeVerdict, split_dataset, with_time_split
 from tracekit.attribute.timing import episode_timings, shared_reads
 from tracekit.attribute.verdict import (
     BASE_CONFIDENCE,
@@ -45,11 +47,12 @@ MONITORING_TABLES = ("gpu_metrics", "host_metrics", "nic_counters")
 
 @dataclass
 class Attribution:
-    """Attributed episodes (the whole ``episodes`` table, as written) and the stage verdict of
-    jobs with op traces."""
+    """Attributed episodes (the whole ``episodes`` table, as written), the stage verdict of
+    jobs with op traces and the time-split verdict of jobs with profiler traces."""
 
     episodes: pl.DataFrame
     stages: StageVerdict | None
+    time_split: TimeVerdict | None = None
 
 
 def attribute_dataset(dataset: Dataset | str | Path,
@@ -61,16 +64,19 @@ def attribute_dataset(dataset: Dataset | str | Path,
         dataset = open_dataset(dataset)
     episodes = dataset.table("episodes").collect()
     op_traces = dataset.table("op_traces").collect()
+    timed = split_dataset(dataset)
     if episodes.is_empty():
-        return Attribution(episodes, stage_imbalance(op_traces))
+        return Attribution(episodes, stage_imbalance(op_traces), timed)
     executor = executor or LocalExecutor()
     attributed, partitions = _attribute(dataset, episodes, executor)
     attributed = with_detected_culprits(episodes, attributed, op_traces)
+    if timed is not None:
+        attributed = with_time_split(attributed, dataset.table("time_split").collect())
     stages = stage_imbalance(op_traces, _named_ranks(attributed))
     with dataset.updating():
         dataset.write_table("episodes", attributed)
         record_build(dataset, "attribute", executor, partitions=partitions)
-    return Attribution(attributed, stages)
+    return Attribution(attributed, stages, timed)
 
 
 def attribute_episodes(dataset: Dataset, episodes: pl.DataFrame,

@@ -536,7 +536,10 @@ def analyze(
                     "failed_sources": result.failed_sources, "detector": result.detector,
                     "notes": [{"source": s.path, "note": note} for s in result.ingest.sources
                               for note in s.notes],
-                    "episodes": result.episodes.to_dicts() if detected else None})
+                    "episodes": result.episodes.to_dicts() if detected else None,
+                    "time_split": None if result.time_split is None else {
+                        k: getattr(result.time_split, k)
+                        for k in ("kind", "cause", "target", "confidence", "evidence")}})
     elif not detected:
         detect_stage = next(s for s in result.stages if s.name == "detect")
         say(f"no verdict: detection did not run ({detect_stage.detail}); "
@@ -545,6 +548,9 @@ def analyze(
         if all_detectors:
             _show_every_detector(result.dataset)
         _show_verdict(result.episodes, result.detector, result.dataset)
+    if result.time_split is not None and not as_json:
+        say(f"[bold]time split[/]: {result.time_split.cause}, "
+            f"{result.time_split.target or 'no culprit'}\n  {result.time_split.evidence}")
     if not as_json:
         say(f"dataset: {result.dataset}\nreport:  {result.report_html}")
     mixed = _mixed_jobs(result.dataset)

@@ -536,6 +536,65 @@ GPUS = Table(
     key=("job", "rank", "cuda_dev"),
 )
 
+TIME_SPLIT = Table(
+    "time_split",
+    "one rank's iteration split by what its device (or, in CPU-only traces, its thread) was "
+    "doing; compute + exposed_comm + memory + host + idle = duration (attribute/time_split.py)",
+    (
+        JOB,
+        RANK,
+        _c("iteration", I64, "", "iteration number, as in iterations"),
+        _c("t_start_ns", I64, NS, "iteration start"),
+        _c("t_end_ns", I64, NS, "iteration end"),
+        _c("duration_s", F64, "s", "iteration time"),
+        _c("compute_s", F64, "s", "time some compute kernel (or CPU operator) ran"),
+        _c("overlapped_comm_s", F64, "s", "communication that ran while compute ran (hidden; "
+           "part of compute_s)"),
+        _c("exposed_comm_s", F64, "s", "communication with no compute beside it"),
+        _c("memory_s", F64, "s", "copies and sets with neither compute nor communication "
+           "beside them"),
+        _c("host_s", F64, "s", "device idle because the host had not yet launched the next "
+           "work (launch / host bound)"),
+        _c("idle_s", F64, "s", "device idle with the next work already launched (waiting on a "
+           "dependency or a sync), or, without launch times, any gap"),
+        _c("late_send_s", F64, "s", "the part of host_s + idle_s that ends with the rank "
+           "issuing a send (the device or thread sat idle right before it: a send issued "
+           "late)"),
+        _c("bound", STR, "", "what bounds the iteration: compute, communication, host or idle "
+           "(the largest of compute + memory, exposed_comm, host, idle)"),
+        _c("timeline", STR, "", "gpu (device activity) or cpu (CPU operators of a trace "
+           "without GPU activity)"),
+    ),
+    key=("job", "rank", "iteration"),
+    time_column="t_start_ns",
+)
+
+CALL_SPLIT = Table(
+    "call_split",
+    "one collective call of a profiler trace split into queueing, waiting for the last peer "
+    "and transfer (attribute/time_split.py)",
+    (
+        JOB,
+        RANK,
+        _c("comm", STR, "", "communicator handle, as in collectives"),
+        _c("seq", I64, "", "call number, as in collectives"),
+        _c("op", STR, "", "operation, as in collectives"),
+        _c("instance", STR, "", "the matched call across ranks: group [members] #call number; null "
+           "when it was not matched"),
+        _c("members", I32, "", "ranks in the matched call"),
+        _c("last_rank", I32, "", "the member that started its execution last"),
+        _c("t_start_ns", I64, NS, "issue of the call (enqueue)"),
+        _c("queue_s", F64, "s", "issue to execution start (launch / queueing)"),
+        _c("wait_s", F64, "s", "execution start to the last member's (waiting for the last "
+           "peer); null when not matched"),
+        _c("transfer_s", F64, "s", "last member's execution start (its own when not matched) "
+           "to the end"),
+        _c("exec_on", STR, "", "gpu or cpu, as in collectives"),
+    ),
+    key=("job", "rank", "comm", "seq"),
+    time_column="t_start_ns",
+)
+
 TABLES: dict[str, Table] = {
     t.name: t
     for t in (
@@ -558,6 +617,8 @@ TABLES: dict[str, Table] = {
         PARALLEL_LAYOUT,
         VALIDATIONS,
         GPUS,
+        TIME_SPLIT,
+        CALL_SPLIT,
     )
 }
 

@@ -18,6 +18,7 @@ from typing import Any
 import polars as pl
 
 from tracekit.attribute import attribute_dataset
+from tracekit.attribute.time_split import TimeVerdict, has_timeline
 from tracekit.core.dataset import Dataset, create_dataset
 from tracekit.core.errors import InputError
 from tracekit.core.parallel import Executor, LocalExecutor
@@ -66,6 +67,8 @@ class Analysis:
     failed_sources: list[str] = field(default_factory=list)
     ingest: IngestSummary | None = None
     """Ingest's summary: each source's notes and errors, for the caller to show."""
+    time_split: TimeVerdict | None = None
+    """The job verdict of a profiler trace's time split (:mod:`tracekit.attribute.time_split`)."""
 
 
 class NothingIngested(InputError):
@@ -95,7 +98,8 @@ def _skip_reason(stage: str, dataset: Dataset) -> str | None:
         return "no collectives and no framework log: nothing to time iterations with"
     if stage == "detect" and not _rows(dataset, "iterations"):
         return "no iterations to detect on"
-    if stage == "attribute" and not _rows(dataset, "episodes"):
+    if stage == "attribute" and not _rows(dataset, "episodes") and not has_timeline(
+            dataset.table("collectives"), dataset.table("op_traces")):
         return "no episodes to attribute"
     return None
 
@@ -165,6 +169,8 @@ def analyze(
             _finish(result, notify, stage, started, "skipped", reason)
         else:
             value = function(dataset, executor=executor)
+            if stage == "attribute":
+                result.time_split = getattr(value, "time_split", None)  # fakes return None
             dataset = create_dataset(output)
             _finish(result, notify, stage, started, "done",
                     _describe(stage, value, dataset, detector))

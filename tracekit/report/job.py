@@ -20,6 +20,7 @@ from tracekit.report.document import Report, ReportFigure, ReportTable
 from tracekit.report.figures import EVIDENCE_PANELS, host_multiples, iteration_timeline
 from tracekit.report.series import SeriesAxis, series_axis
 from tracekit.report.tables import percent
+from tracekit.report.time_split import time_split_section
 from tracekit.report.verdict import (
     CLOCKED,
     NOT_ATTRIBUTED_REASON,
@@ -245,6 +246,7 @@ def job_report(dataset: Dataset, detector: str | None = None) -> Report:
         summary.tables.append(ReportTable(f"Fail-slow episodes ({detector}); their evidence is "
                                           "listed under the verdict",
                                           episode_table(episodes, axis).drop("evidence")))
+    time_split_section(report, dataset, episodes)
     if iterations.height and iterations["duration_s"].is_not_null().any():
         gpu, nic = (_evidence(dataset, timed["t_start_ns"].min(), timed["t_end_ns"].max())
                     if timed.height else (dataset.table("gpu_metrics").head(0).collect(),
