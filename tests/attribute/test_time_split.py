@@ -119,7 +119,7 @@ def _verdict(tables: dict[str, pl.DataFrame]):
     (Job(slow_rank=1, host_delay_us=1500), "compute", "host-bound", "rank:1",
      "its peers waited 1.5 ms per iteration for it"),
     (Job(slow_link=("node00", "node01"), transfer_factor=2.0), "communication",
-     "network-congestion", "link:node00-node01", "worst x1.33, 1.20 ms per call"),
+     "network-congestion", "link:node00<->node01", "worst x1.33, 1.20 ms per call"),
 ], ids=["balanced", "slow-compute", "host-bound", "congested-link"])
 def test_verdicts_on_simulated_nsight_jobs(tmp_path, job, kind, cause, target, numbers):
     verdict, _ = _verdict(_job_tables(tmp_path, job))
