@@ -431,20 +431,20 @@ def job_verdict(split: pl.DataFrame, calls: pl.DataFrame,
         return None
     per_rank = rank_summary(split, calls)
     iteration_s = per_rank["duration_s"].median()
-    peers_own = pl.concat([per_rank.filter(pl.col("rank") != rank).select(
-        pl.lit(rank).alias("rank"), pl.col("own_s").median().alias("peer_own_s"))
-        for rank in per_rank["rank"]]) if per_rank.height > 1 else None
-    if peers_own is not None:
+    if per_rank.height > 1:
+        peers_own = pl.concat([per_rank.filter(pl.col("rank") != rank).select(
+            pl.lit(rank).alias("rank"), pl.col("own_s").median().alias("peer_own_s"))
+            for rank in per_rank["rank"]])
         per_rank = per_rank.join(peers_own, on="rank").with_columns(
             (pl.col("own_s") - pl.col("peer_own_s")).alias("own_excess_s"))
-    waited = per_rank.filter(
-        pl.col("own_excess_s") >= STRAGGLER_SHARE * iteration_s,
-        (pl.col("last_share") >= LAST_SHARE_MIN) | (pl.col("p2p_share") >= LATE_SEND_SHARE),
-    ) if peers_own is not None else per_rank.clear()
-    for culprit in waited.sort("own_excess_s", descending=True).iter_rows(named=True):
-        verdict = _straggler(culprit, per_rank, rank_hosts, iteration_s)
-        if verdict is not None:
-            return verdict
+        waited = per_rank.filter(
+            pl.col("own_excess_s") >= STRAGGLER_SHARE * iteration_s,
+            (pl.col("last_share") >= LAST_SHARE_MIN) | (pl.col("p2p_share") >= LATE_SEND_SHARE),
+        )
+        for culprit in waited.sort("own_excess_s", descending=True).iter_rows(named=True):
+            verdict = _straggler(culprit, per_rank, rank_hosts, iteration_s)
+            if verdict is not None:
+                return verdict
     slow = _slow_groups(calls, iteration_s)
     if slow is not None:
         return _transfer_verdict(slow, per_rank, rank_hosts)
