@@ -5,8 +5,16 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from tracekit.attribute.evidence import CLOCK_DROP, CNP_SURGE, CPU_RISE_PCT, Window, gpu_finding
+from tracekit.attribute.evidence import (
+    CLOCK_DROP,
+    CNP_SURGE,
+    CPU_RISE_PCT,
+    FLAG_SHARE,
+    Window,
+    gpu_finding,
+)
 from tracekit.attribute.telemetry import (
+    SUSTAINED_SHARE,
     THERMAL_READINGS,
     cnp_surges,
     gpu_suspects,
@@ -121,3 +129,40 @@ def test_episodes_a_gap_apart_are_two_runs_and_the_second_baseline_stops_at_the_
     first, second = episode_runs(_episodes(NEIGHBOUR_GAP_ITERATIONS))
     assert first.window(-10**12, 10**12) == Window(100 * S, 141 * S, (100 - 4 * 41) * S)
     assert second.window(-10**12, 10**12) == Window(161 * S, 202 * S, 141 * S)
+
+
+@pytest.mark.parametrize(("set_in", "cause"), [(4, "gpu-thermal"), (3, "gpu-degradation")])
+def test_thermal_flag_share_with_call_ends(set_in, cause):
+    """With call ends, a thermal reason set in FLAG_SHARE of the episode's 8 samples makes
+    the timing culprit thermal; one sample fewer leaves normal clocks, so degradation."""
+    assert FLAG_SHARE == 0.5
+    episode = [t for t in SCRAPES if 300 <= t < 420]
+    rows = [{"ts_ns": t * S, "host": "h1", "gpu": 0, "metric": "clock_event_hw_thermal",
+             "value": float(t in episode[:set_in])} for t in SCRAPES]
+    assert gpu_finding(pl.DataFrame(rows), "h1", 0, WINDOW).cause == cause
+
+
+@pytest.mark.parametrize(("surging", "named"), [(5, True), (4, False)])
+def test_a_surge_holds_in_at_least_the_sustained_share_of_scrapes(surging, named):
+    """The episode's rates end at its 9 scrapes 315-435 s: a surge in 5 of them holds, in 4
+    it does not."""
+    assert SUSTAINED_SHARE == 0.5
+    rows = []
+    for host in ("h1", "h2"):
+        count = 1_000
+        for t in SCRAPES:
+            count += (10_000 if 300 < t <= 300 + 15 * surging else 100) * 15
+            rows.append({"ts_ns": t * S, "host": host, "device": "mlx5_0", "port": 1,
+                         "counter": "np_cnp_sent", "value": count, "rate_per_s": None})
+    frame = pl.DataFrame(rows, schema_overrides={"rate_per_s": pl.Float64})
+    assert [s.target for s in link_suspects(frame, ["h1", "h2"], WINDOW)] == (
+        ["link:h1-h2"] if named else [])
+
+
+def test_a_surge_on_a_link_no_ring_crosses_is_no_suspect():
+    frame = pl.DataFrame(_cnp("h1", 1_000) + _cnp("h2", 1_000) + _cnp("h3", 100),
+                         schema_overrides={"rate_per_s": pl.Float64})
+    job = ["h1", "h2", "h3"]
+    assert [s.target for s in link_suspects(frame, job, WINDOW, {("h1", "h2")})] == [
+        "link:h1-h2"]
+    assert link_suspects(frame, job, WINDOW, {("h1", "h3"), ("h2", "h3")}) == []
