@@ -11,8 +11,10 @@ import polars as pl
 
 from tracekit.attribute.evidence import CLOCK_DROP, CNP_SURGE, CPU_RISE_PCT, sm_clocks
 from tracekit.attribute.telemetry import (
+    CLOCK_READINGS,
     SUSTAINED_SHARE,
     THERMAL_READINGS,
+    clock_drops,
     cnp_surges,
     cpu_rises,
     thermal_onsets,
@@ -22,6 +24,7 @@ from tracekit.core.dataset import open_dataset
 
 THRESHOLDS = {
     "thermal readings": (THERMAL_READINGS, "distinct DCGM readings with a thermal reason"),
+    "clock readings": (CLOCK_READINGS, "distinct DCGM readings with the clock dropped"),
     "CNP ratio": (CNP_SURGE, "median CNP rate during over before"),
     "CNP share": (SUSTAINED_SHARE, "share of the episode's scrapes with the surge"),
     "CPU rise": (CPU_RISE_PCT, "points of CPU busy over before / peers"),
@@ -70,6 +73,10 @@ def job_margins(dataset_path: str, rank_units: dict[int, tuple[str, int]]) -> pl
         for row in onsets.iter_rows(named=True):
             rows.append(("thermal readings", float(row["set_during"]),
                          (row["host"], row["gpu"]) in faulty["thermal"]))
+        for row in clock_drops(gpu, window).iter_rows(named=True):
+            unit = row["host"], row["gpu"]
+            if unit not in faulty["thermal"]:  # its clock drop is the thermal cause's
+                rows.append(("clock readings", float(row["dropped"]), unit in faulty["clock"]))
         for unit in sorted(set(rank_units.values())):
             now, reference, _ = sm_clocks(gpu, *unit, window)
             if now is not None and reference:

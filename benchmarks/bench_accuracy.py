@@ -8,9 +8,10 @@ culprit / cause per labeled cause, and the reliability of the confidence (bins o
 it is right when its culprit and cause are right for every fail-slow it overlaps (one that
 overlaps none is wrong).
 
-``python -m benchmarks accuracy [--jobs N] [--seed S] [--workers W]``: N jobs (default 55,
-a few minutes on 2 cores), seed S (default: a fresh one, printed so a run can be repeated),
-W processes (default 2). The CI gate stays ``tracekit eval datasets/corpus``.
+``python -m benchmarks accuracy [--jobs N] [--seed S] [--workers W] [--keep=DIR]``: N jobs
+(default 55: about 15 CPU-s each, most of it ingesting the scrape files), seed S (default: a
+fresh one, printed so a run can be repeated), W processes (default 2), the jobs and their
+datasets kept under DIR to look at. The CI gate stays ``tracekit eval datasets/corpus``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 
 import polars as pl
@@ -97,7 +99,9 @@ def main() -> None:
     workers = _option("--workers", 2)
     jobs = draw_jobs(count, seed)
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="tracekit-accuracy-") as work:
+    keep = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--keep=")), None)
+    with (tempfile.TemporaryDirectory(prefix="tracekit-accuracy-") if keep is None
+          else nullcontext(keep)) as work:
         with ProcessPoolExecutor(workers) as pool:
             datasets = list(pool.map(_analyse, [(job, work) for job in jobs]))
         corpus = load_corpus([Path(p) for p in datasets])

@@ -14,12 +14,15 @@ from tracekit.attribute.evidence import (
     gpu_finding,
 )
 from tracekit.attribute.telemetry import (
+    CLOCK_READINGS,
     SUSTAINED_SHARE,
     THERMAL_READINGS,
+    clock_suspects,
     cnp_surges,
     gpu_suspects,
     host_suspects,
     link_suspects,
+    thermal_onsets,
 )
 from tracekit.attribute.windows import NEIGHBOUR_GAP_ITERATIONS, episode_runs
 
@@ -58,14 +61,41 @@ def test_thermal_reasons_count_from_the_threshold_of_readings():
     assert _thermal(_gpu("h1", set(sorted(readings)[:-1]))) == []
 
 
+def _set_readings(rows: list[dict]) -> int:
+    onsets = thermal_onsets(pl.DataFrame(rows), WINDOW)
+    return onsets.filter(pl.col("host") == "h1")["set_during"].item()
+
+
 def test_a_repeated_collect_is_one_reading():
     """dcgm-exporter's 30 s collect under a 15 s scrape: the second scrape serves the first's
     values, power to the milliwatt, so two samples with the flag are one reading; without a
     power sample nothing tells a repeat from a steady GPU, and each sample counts."""
-    assert THERMAL_READINGS == 2
-    assert _thermal(_gpu("h1", {300}, repeat_of={315: 300})) == []
-    assert _thermal(_gpu("h1", {300, 315})) == ["rank:0"]
-    assert _thermal(_gpu("h1", {300, 315}, power=False)) == ["rank:0"]
+    assert _set_readings(_gpu("h1", {300}, repeat_of={315: 300})) == 1
+    assert _set_readings(_gpu("h1", {300, 315})) == 2
+    assert _set_readings(_gpu("h1", {300}, repeat_of={315: 300}, power=False)) == 2
+
+
+def _clock(dropped_at: set[int]) -> list[dict]:
+    """h1's SM clock at 1000 MHz in the readings at ``dropped_at``, 1410 MHz elsewhere, with
+    no thermal reason; h2 steady."""
+    rows = []
+    for host in ("h1", "h2"):
+        for t in SCRAPES:
+            low = host == "h1" and t in dropped_at
+            rows += [{"ts_ns": t * S, "host": host, "gpu": 0, "metric": "sm_clock_mhz",
+                      "value": 1000.0 if low else 1410.0},
+                     {"ts_ns": t * S, "host": host, "gpu": 0, "metric": "power_w",
+                      "value": 300.0 + t / 1000}]
+    return rows
+
+
+def test_a_clock_drop_counts_from_the_threshold_of_readings():
+    readings = set(range(300, 300 + 15 * CLOCK_READINGS, 15))
+    found = clock_suspects(pl.DataFrame(_clock(readings)), RANKS, WINDOW, set())
+    assert [(s.cause, s.target) for s in found] == [("gpu-degradation", "rank:0")]
+    fewer = set(sorted(readings)[:-1])
+    assert clock_suspects(pl.DataFrame(_clock(fewer)), RANKS, WINDOW, set()) == []
+    assert clock_suspects(pl.DataFrame(_clock(readings)), RANKS, WINDOW, {"rank:0"}) == []
 
 
 def _cnp(host: str, during: float) -> list[dict]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracekit.attribute.evidence import (
+    CLOCK_DROP,
     CNP_SURGE,
     CPU_RISE_PCT,
     THERMAL_FLAGS,
@@ -47,9 +48,16 @@ SUSTAINED_SHARE = 0.5
 
 POWER_METRIC = "power_w"
 
-THERMAL_READINGS = 2
+THERMAL_READINGS = 1
 """A thermal reason counts when set in at least this many distinct DCGM readings of the
-episode: one reading is one collect, which a single power or clock blip can fill."""
+episode (set in none before it, in under half after it). One collect is enough: on fresh
+seeds the labeled thermal GPUs show 2 or more readings and every other GPU none (the margins
+in docs/attribution.md), and dcgm-exporter's 30 s collect gives a 30-40 s episode a single
+reading; a threshold of 2 sat exactly at the faulty minimum."""
+
+CLOCK_READINGS = 2
+"""A clock drop without a thermal reason counts in at least this many distinct readings:
+a single power-cap blip drops the clock for one collect."""
 
 
 @dataclass(frozen=True)
@@ -207,6 +215,58 @@ def gpu_suspects(gpu_metrics: pl.DataFrame, ranks: pl.DataFrame, window: Window)
         out.append(Suspect("compute", "gpu-thermal", target,
                            f"GPU {host}/{gpu}" + (f" (rank {rank[0]})" if rank.len() else "")
                            + ": " + "; ".join(parts)))
+    return out
+
+
+def clock_drops(gpu_metrics: pl.DataFrame, window: Window) -> pl.DataFrame:
+    """Per GPU (host, gpu) with an SM clock before the episode: the distinct DCGM readings
+    (:func:`readings`) of its span (lag included) more than :data:`CLOCK_DROP` under its own
+    median before, the share of such readings after it, its clock before, its lowest during
+    and its peers' median during."""
+    spans = _Spans.of(window, scrape_interval_ns(gpu_metrics), DCGM_LAG_SCRAPES)
+    fresh = readings(gpu_metrics).filter(~pl.col("repeat")).drop("repeat")
+    clocks = (gpu_metrics.filter(pl.col("metric") == "sm_clock_mhz")
+              .join(fresh, on=["host", "gpu", "ts_ns"])
+              .with_columns(spans.label().alias("span")).drop_nulls("span"))
+    before = clocks.filter(pl.col("span") == "before").group_by("host", "gpu").agg(
+        pl.col("value").median().alias("before"))
+    during = pl.col("span") == "during"
+    dropped = pl.col("value") < pl.col("before") * (1 - CLOCK_DROP)
+    per_gpu = clocks.join(before, on=["host", "gpu"]).group_by("host", "gpu").agg(
+        dropped.filter(during).sum().alias("dropped"),
+        dropped.filter(pl.col("span") == "after").mean().alias("share_after"),
+        pl.col("before").first(), pl.col("value").filter(during).min().alias("lowest"),
+        pl.col("value").filter(during).median().alias("median"))
+    peers = [per_gpu.filter((pl.col("host") != h) | (pl.col("gpu") != g))["median"].median()
+             for h, g in per_gpu.select("host", "gpu").iter_rows()]
+    return per_gpu.with_columns(pl.Series("peers", peers, dtype=pl.Float64)).sort("host", "gpu")
+
+
+def clock_suspects(gpu_metrics: pl.DataFrame, ranks: pl.DataFrame, window: Window,
+                   thermal: set[str]) -> list[Suspect]:
+    """GPUs (not among the ``thermal`` suspects' targets: a throttled clock is the thermal
+    cause seen again) whose SM clock drops with the episode without a thermal reason: under
+    its own level before in at least :data:`CLOCK_READINGS` readings, in fewer than half of
+    those after it, and its lowest under its peers' median by :data:`CLOCK_DROP`. A slower GPU,
+    shown by its own clock: degradation, not concluded by elimination."""
+    if gpu_metrics.is_empty():
+        return []
+    drops = clock_drops(gpu_metrics, window).filter(
+        pl.col("dropped") >= CLOCK_READINGS,
+        pl.col("share_after").is_null() | (pl.col("share_after") < SUSTAINED_SHARE),
+        pl.col("peers").is_null() | (pl.col("lowest") < pl.col("peers") * (1 - CLOCK_DROP)))
+    out = []
+    for row in drops.iter_rows(named=True):
+        rank = ranks.filter(pl.col("host") == row["host"], pl.col("gpu") == row["gpu"])["rank"]
+        target = f"rank:{rank[0]}" if rank.len() else f"gpu:{row['host']}/{row['gpu']}"
+        if target in thermal:
+            continue
+        out.append(Suspect("compute", "gpu-degradation", target, (
+            f"GPU {row['host']}/{row['gpu']}" + (f" (rank {rank[0]})" if rank.len() else "")
+            + f": SM clock {row['before']:.0f} -> {row['lowest']:.0f} MHz in {row['dropped']} "
+            "readings of the episode"
+            + (f" (peers {row['peers']:.0f} MHz)" if row["peers"] is not None else "")
+            + ", no thermal reason")))
     return out
 
 

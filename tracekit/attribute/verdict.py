@@ -13,7 +13,13 @@ import polars as pl
 from tracekit.attribute import evidence as ev
 from tracekit.attribute.links import localise, ring_links
 from tracekit.attribute.profiling import SUSPECT_RATIO
-from tracekit.attribute.telemetry import Suspect, gpu_suspects, host_suspects, link_suspects
+from tracekit.attribute.telemetry import (
+    Suspect,
+    clock_suspects,
+    gpu_suspects,
+    host_suspects,
+    link_suspects,
+)
 from tracekit.attribute.timing import EpisodeTiming
 
 INSUFFICIENT = "insufficient-evidence"
@@ -162,7 +168,9 @@ def _from_telemetry(signals: Signals) -> Verdict:
     links = set().union(*(ring_links([signals.rank_hosts[r] for r in members
                                       if r in signals.rank_hosts])
                           for members in signals.timing.members["members"]))
-    suspects = (gpu_suspects(signals.gpu_metrics, signals.ranks, signals.window)
+    thermal = gpu_suspects(signals.gpu_metrics, signals.ranks, signals.window)
+    suspects = (thermal + clock_suspects(signals.gpu_metrics, signals.ranks, signals.window,
+                                         {s.target for s in thermal})
                 + host_suspects(signals.host_metrics, hosts, signals.window)
                 + link_suspects(signals.nic_counters, hosts, signals.window, links))
     skew = signals.timing.skew
