@@ -266,3 +266,12 @@ def test_damaged_part_is_one_line_naming_it(tmp_path):
     with pytest.raises(InputError, match=r"iterations/a\.[0-9a-f]{12}\.parquet: damaged "
                                          r"Parquet part \("):
         open_dataset(tmp_path / "ds").ranks("iterations")
+
+
+def test_a_part_written_before_an_additive_column_reads_it_as_nulls(tmp_path):
+    old = schema.conform("episodes", pl.DataFrame({"job": ["j"], "episode": [1]},
+                                                  schema_overrides={"episode": pl.Int32}))
+    old.drop("inferred").write_parquet(tmp_path / "old.parquet")
+    read = dataset_module._scan("episodes", [tmp_path / "old.parquet"]).collect()
+    assert read.columns == schema.EPISODES.column_names
+    assert read.select("job", "episode", "inferred").rows() == [("j", 1, None)]
