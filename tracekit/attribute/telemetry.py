@@ -55,6 +55,11 @@ seeds the labeled thermal GPUs show 2 or more readings and every other GPU none 
 in docs/attribution.md), and dcgm-exporter's 30 s collect gives a 30-40 s episode a single
 reading; a threshold of 2 sat exactly at the faulty minimum."""
 
+THERMAL_LAG_SCRAPES = 2
+"""A thermal reading counts for the episode up to this many scrapes past its end: a reading
+is at most one collect old (30 s, two 15 s scrapes). One reading being enough, the longer
+DCGM lag let the onset of a thermal episode a minute after a CPU one count for the CPU one."""
+
 CLOCK_READINGS = 2
 """A clock drop without a thermal reason counts in at least this many distinct readings:
 a single power-cap blip drops the clock for one collect."""
@@ -153,9 +158,10 @@ def readings(gpu_metrics: pl.DataFrame) -> pl.DataFrame:
 
 def thermal_onsets(gpu_metrics: pl.DataFrame, window: Window) -> pl.DataFrame:
     """Per GPU (host, gpu): the DCGM readings (repeats apart, :func:`readings`) with a thermal
-    clock-event reason set during the episode's span (DCGM's lag included), the readings
-    there, those set before it and the share set after it, and the flags seen."""
-    spans = _Spans.of(window, scrape_interval_ns(gpu_metrics), DCGM_LAG_SCRAPES)
+    clock-event reason set during the episode's span (:data:`THERMAL_LAG_SCRAPES` past its
+    end), the readings there, those set before it and the share set after it, and the flags
+    seen."""
+    spans = _Spans.of(window, scrape_interval_ns(gpu_metrics), THERMAL_LAG_SCRAPES)
     fresh = readings(gpu_metrics).filter(~pl.col("repeat")).drop("repeat")
     thermal = (gpu_metrics.filter(pl.col("metric").is_in(THERMAL_FLAGS))
                .join(fresh, on=["host", "gpu", "ts_ns"])
