@@ -1,8 +1,11 @@
-"""Verdicts on dumps that nobody here wrote: NCCL_DEBUG logs with issue times only, a
-Megatron log and exporter scrapes named by host and time (``../shared/devset``).
+"""The dev set (``../shared/devset``: NCCL_DEBUG logs with issue times only, a Megatron log
+and exporter scrapes named by host and time) runs through the whole pipeline without a
+traceback, every monitoring file is read with its host, and every verdict is well formed.
 
-Each labeled fail-slow must get its culprit and cause; healthy jobs, near-misses and decoys
-(a hot GPU that does not slow, power-cap blips, CNP bursts of other tenants) none.
+The dev set is dev data, looked at to find failures: no test pins its accuracy (that would
+tune tracekit to eight dumps of at most two hosts, where a link or host culprit is nearly
+forced). Accuracy is measured on fresh seeds (``python -m benchmarks accuracy``) and gated
+on the committed corpus (``tests/test_accuracy_regression.py``).
 """
 
 from __future__ import annotations
@@ -12,23 +15,12 @@ import tarfile
 import polars as pl
 import pytest
 
+from tracekit.core import schema
 from tracekit.core.dataset import open_dataset
-from tracekit.detect.verdict import VERDICT_DETECTOR
 from tracekit.pipeline.corpus import evaluate_corpus
 
-EXPECTED = {
-    "4690175": [("network-congestion", "link:gpu-p55<->gpu-p56")],
-    "4822163": [("cpu-contention", "host:gpu-i34"),
-                ("gpu-thermal+network-congestion", "rank:2+link:gpu-i34<->gpu-i35")],
-    "5014163": [("cpu-contention", "host:gpu-l37"), ("gpu-thermal", "rank:1")],
-    "5071793": [],
-    "6230882": [("network-congestion", "link:gpu-g42<->gpu-g43")],
-    "6419707": [],
-    "8536444": [],
-    "8886318": [("gpu-thermal", "rank:7")],
-}
-"""One (cause, culprit) per episode of the verdict detector, in time order: the labels'
-(``truth/<job>/labels.json``); 4822163's second is one compound fail-slow."""
+CAUSES = {"gpu-thermal", "gpu-degradation", "cpu-contention", "network-congestion", "unknown",
+          "insufficient-evidence"}
 
 
 @pytest.fixture(scope="module")
@@ -52,28 +44,12 @@ def test_every_monitoring_file_is_read_and_has_a_host(devset, devset_dir):
             assert frame.height > 0 and frame["host"].null_count() == 0, (path, table)
 
 
-@pytest.mark.parametrize("job", sorted(EXPECTED))
-def test_verdicts(devset, job):
+def test_every_verdict_is_well_formed(devset):
     corpus, _ = devset
-    episodes = (corpus.episodes.filter(pl.col("job") == job,
-                                       pl.col("detector") == VERDICT_DETECTOR)
-                .sort("t_start_ns"))
-    assert list(episodes.select("cause", "target").iter_rows()) == EXPECTED[job]
-
-
-def test_culprit_and_cause_right_for_every_fail_slow(devset):
-    _, evaluation = devset
-    row = evaluation.episode_table.filter(pl.col("detector") == VERDICT_DETECTOR,
-                                          pl.col("category") == "all").row(0, named=True)
-    assert (row["recall_text"], row["precision_text"]) == ("100.0 (8/8)", "100.0 (7/7)")
-    assert (row["localisation_text"], row["cause_accuracy_text"]) == ("100.0 (8/8)",
-                                                                       "100.0 (8/8)")
-
-
-def test_accuracy_per_labeled_cause(devset):
-    _, evaluation = devset
-    table = evaluation.cause_table.filter(pl.col("detector") == VERDICT_DETECTOR)
-    assert table.select("cause", "recall_text", "culprit_text", "cause_right_text").rows() == [
-        ("cpu-contention", "100.0 (2/2)", "100.0 (2/2)", "100.0 (2/2)"),
-        ("gpu-thermal", "100.0 (3/3)", "100.0 (3/3)", "100.0 (3/3)"),
-        ("network-congestion", "100.0 (3/3)", "100.0 (3/3)", "100.0 (3/3)")]
+    episodes = corpus.episodes.filter(pl.col("detector") != "labels")
+    assert episodes.height > 0
+    schema.validate("episodes", episodes.select(schema.EPISODES.column_names))
+    for row in episodes.iter_rows(named=True):
+        assert set(row["cause"].split("+")) <= CAUSES, row
+        assert 0.0 <= row["confidence"] <= 1.0 and row["inferred"] is not None, row
+        assert row["evidence"], row

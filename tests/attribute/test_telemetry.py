@@ -32,7 +32,7 @@ def test_thermal_reasons_new_in_the_episode_name_the_gpu_and_its_rank():
             + _gpu_rows("h2", 0, "sm_clock_mhz", lambda t: 1200 if t in (330, 345) else 1410))
     ranks = pl.DataFrame({"rank": [0, 1, 2], "host": ["h1", "h1", "h2"], "gpu": [0, 1, 0]})
     found = gpu_suspects(pl.DataFrame(rows), ranks, WINDOW)
-    assert [(s.cause, s.target, s.signals) for s in found] == [("gpu-thermal", "rank:0", 2)]
+    assert [(s.cause, s.target) for s in found] == [("gpu-thermal", "rank:0")]
     assert "SM clock down to 1100 MHz (peers 1410 MHz)" in found[0].text
 
 
@@ -77,6 +77,5 @@ def test_cnp_surge_at_both_ends_with_the_episode_names_the_link_and_decoys_do_no
                          + _cnp_rows("h3", burst) + _cnp_rows("other-tenant", surge),
                          schema_overrides={"rate_per_s": pl.Float64})
     found = link_suspects(frame, job, WINDOW)
-    assert [(s.cause, s.target, s.signals) for s in found] == [
-        ("network-congestion", "link:h1<->h2", 2)]
+    assert [(s.cause, s.target) for s in found] == [("network-congestion", "link:h1<->h2")]
     assert link_suspects(frame, ["h3"], WINDOW) == []

@@ -286,3 +286,12 @@ def test_a_stage_run_again_marks_the_later_ones_stale_until_they_run(tmp_path):
     assert stale_stages(dataset) == {}
     dataset.record_build("ingest", {"engine": "local"})  # not an analysis stage: marks nothing
     assert stale_stages(dataset) == {}
+
+
+def test_a_part_written_before_an_additive_column_reads_it_as_nulls(tmp_path):
+    old = schema.conform("episodes", pl.DataFrame({"job": ["j"], "episode": [1]},
+                                                  schema_overrides={"episode": pl.Int32}))
+    old.drop("inferred").write_parquet(tmp_path / "old.parquet")
+    read = dataset_module._scan("episodes", [tmp_path / "old.parquet"]).collect()
+    assert read.columns == schema.EPISODES.column_names
+    assert read.select("job", "episode", "inferred").rows() == [("j", 1, None)]

@@ -65,7 +65,7 @@ NO_SEED = {
     "labels-json": "the ground truth of a labeled dump (tests/ingest/test_sources.py)",
     "truth-csv": "the ground truth of a labeled dump (tests/ingest/test_sources.py)",
     "whatif-meta": "job metadata YAML (tests/ingest/test_whatif.py)",
-    "nsys-sqlite": "an SQLite database that sqlite3 opens, not text (tests/ingest/test_nsys_sqlite.py)",
+    "nsys-sqlite": "an SQLite database, not text (tests/ingest/test_nsys_sqlite.py)",
 }
 """Formats fuzzed only with the other formats' samples (why): they hold no dump from a
 collector, and their own tests read their files."""

@@ -25,22 +25,20 @@ from tracekit.attribute.telemetry import monitoring_reach
 from tracekit.attribute.time_split import TimeVerdict, split_dataset, with_time_split
 from tracekit.attribute.timing import episode_timings, shared_reads
 from tracekit.attribute.verdict import (
-    BASE_CONFIDENCE,
+    CONFIDENCE_TIMING,
     INSUFFICIENT,
     Signals,
     Verdict,
     decide,
 )
+from tracekit.attribute.windows import episode_runs
 from tracekit.core import schema
 from tracekit.core.dataset import Dataset, open_dataset
 from tracekit.core.identity import rank_gpus
 from tracekit.core.parallel import Executor, LocalExecutor, map_all, record_build
 from tracekit.core.thresholds import WARMUP_ITERATIONS
 
-BASELINE_SPAN = 4.0
-"""The baseline is at most this many episode lengths of time right before the episode."""
-
-VERDICT_COLUMNS = ("kind", "cause", "target", "confidence", "evidence")
+VERDICT_COLUMNS = ("kind", "cause", "target", "confidence", "inferred", "evidence")
 
 MONITORING_TABLES = ("gpu_metrics", "host_metrics", "nic_counters")
 
@@ -89,11 +87,9 @@ def attribute_episodes(dataset: Dataset, episodes: pl.DataFrame,
 def _attribute(dataset: Dataset, episodes: pl.DataFrame,
                executor: Executor) -> tuple[pl.DataFrame, dict[str, int]]:
     """The attributed episodes and the partitions of each step."""
-    bounds = [(row["t_start_ns"], row["t_end_ns"]) for row in
-              episodes.select("t_start_ns", "t_end_ns").iter_rows(named=True)]
+    runs = episode_runs(episodes)
     with scratch_folder(dataset) as scratch:
-        job = signals_in_windows(dataset, [_widest_window(start, end) for start, end in bounds],
-                                 executor, scratch)
+        job = signals_in_windows(dataset, [run.widest() for run in runs], executor, scratch)
         if not job.instance_count:
             verdicts = [Verdict("unknown", INSUFFICIENT, None, 0.0,
                                 "no collective calls with timestamps: no timing per group or "
@@ -104,11 +100,7 @@ def _attribute(dataset: Dataset, episodes: pl.DataFrame,
             # A verdict depends on its window only, and the detectors often agree on an
             # episode: each distinct window is decided once, beside those it nearly coincides
             # with (their signals read once).
-            windows = []
-            for start, end in bounds:
-                end = end if end is not None else trace_end
-                windows.append(Window(start, end, max(
-                    trace_start, start - int(BASELINE_SPAN * (end - start)))))
+            windows = [run.window(trace_start, trace_end) for run in runs]
             names = {}
             for row, window in zip(episodes.iter_rows(named=True), windows, strict=True):
                 names.setdefault(window, f"{row['detector']} episode {row['episode']}")
@@ -125,7 +117,8 @@ def _attribute(dataset: Dataset, episodes: pl.DataFrame,
     filled = pl.DataFrame(
         [{c: getattr(v, c) for c in VERDICT_COLUMNS} for v in verdicts],
         schema={c: schema.EPISODES.schema[c] for c in VERDICT_COLUMNS})
-    attributed = (_with_cost(dataset, episodes.drop(VERDICT_COLUMNS).hstack(filled))
+    attributed = (_with_cost(dataset, episodes.drop(VERDICT_COLUMNS, strict=False)
+                             .hstack(filled))
                   .select(schema.EPISODES.column_names))
     return attributed, {**job.partitions, "episodes": episodes.height}
 
@@ -156,7 +149,7 @@ def with_detected_culprits(detected: pl.DataFrame, attributed: pl.DataFrame,
                 f"{split.text(ranks)}, and no telemetry on the steps' clock says why")
             row |= {"kind": "unknown" if split is None else split.kind, "cause": INSUFFICIENT,
                     "target": "+".join(f"rank:{r}" for r in ranks),
-                    "confidence": BASE_CONFIDENCE,
+                    "confidence": CONFIDENCE_TIMING, "inferred": False,
                     "evidence": f"{(found['evidence'] or '').split('; ')[0]}; {why}"}
         rows.append(row)
     return pl.DataFrame(rows, schema=attributed.schema)
@@ -166,15 +159,6 @@ def _named_ranks(episodes: pl.DataFrame) -> list[int]:
     """Ranks the episodes' targets name (``rank:N``)."""
     targets = episodes["target"].drop_nulls().str.split("+").explode()
     return sorted({int(t.removeprefix("rank:")) for t in targets if t.startswith("rank:")})
-
-
-def _widest_window(start: int, end: int | None) -> tuple[int | None, int | None]:
-    """Everything an episode's windows can hold before the trace span is known: the episode
-    and the longest baseline before it (unbounded when the episode runs to the trace end)."""
-    if end is None:
-        return None, None
-    return start - int(BASELINE_SPAN * (end - start)), end
-
 
 @dataclass
 class _Episodes:

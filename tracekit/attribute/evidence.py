@@ -51,6 +51,8 @@ class Finding:
     missing: str | None = None
     hosts: tuple[str, ...] = ()
     """Hosts the finding singles out (NICs with a CNP surge)."""
+    inferred: bool = False
+    """The cause is concluded by elimination: no signal of its own moved."""
 
 
 def _stats(frame: pl.DataFrame, window: Window, value: pl.Expr, by: list[str]) -> pl.DataFrame:
@@ -86,19 +88,13 @@ def gpu_finding(gpu_metrics: pl.DataFrame, host: str, gpu: int, window: Window) 
                        "episode: cannot tell thermal throttling from degradation")
     flags = _flag_shares(during)
     thermal = [name for name in THERMAL_FLAGS if flags.get(name, 0.0) >= FLAG_SHARE]
-    clocks = _stats(gpu_metrics.filter(pl.col("metric") == "sm_clock_mhz"), window,
-                    pl.col("value"), ["host", "gpu"])
-    own = clocks.filter(pl.col("host") == host, pl.col("gpu") == gpu)
-    peers = clocks.filter((pl.col("host") != host) | (pl.col("gpu") != gpu))["during"].median()
+    now, reference, peers = sm_clocks(gpu_metrics, host, gpu, window)
     parts = []
     dropped = False
-    if own.height and own["during"][0] is not None:
-        now, then = own["during"][0], own["before"][0]
-        reference = then if then is not None else peers
-        if reference:
-            dropped = now < reference * (1 - CLOCK_DROP)
-            parts.append(f"SM clock {reference:.0f} -> {now:.0f} MHz"
-                         + (f" (peers {peers:.0f} MHz)" if peers is not None else ""))
+    if now is not None and reference:
+        dropped = now < reference * (1 - CLOCK_DROP)
+        parts.append(f"SM clock {reference:.0f} -> {now:.0f} MHz"
+                     + (f" (peers {peers:.0f} MHz)" if peers is not None else ""))
     temperature = _stats(mine.filter(pl.col("metric") == "gpu_temp_c"), window,
                          pl.col("value"), ["host", "gpu"])
     if temperature.height and temperature["during"][0] is not None:
@@ -118,7 +114,21 @@ def gpu_finding(gpu_metrics: pl.DataFrame, host: str, gpu: int, window: Window) 
     if dropped:
         return Finding("gpu-degradation", text + "; no thermal clock-event reason")
     return Finding("gpu-degradation", text + "; clocks and throttle reasons normal, so the GPU "
-                   "itself is slower")
+                   "itself is slower (inferred: no signal of its own)", inferred=True)
+
+
+def sm_clocks(gpu_metrics: pl.DataFrame, host: str, gpu: int, window: Window
+              ) -> tuple[float | None, float | None, float | None]:
+    """The median SM clock of GPU ``gpu`` on ``host`` during the episode, its reference (its
+    own before, else its peers' during) and its peers' during."""
+    clocks = _stats(gpu_metrics.filter(pl.col("metric") == "sm_clock_mhz"), window,
+                    pl.col("value"), ["host", "gpu"])
+    own = clocks.filter(pl.col("host") == host, pl.col("gpu") == gpu)
+    peers = clocks.filter((pl.col("host") != host) | (pl.col("gpu") != gpu))["during"].median()
+    if not own.height or own["during"][0] is None:
+        return None, None, peers
+    then = own["before"][0]
+    return own["during"][0], then if then is not None else peers, peers
 
 
 def _flag_shares(samples: pl.DataFrame) -> dict[str, float]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracekit.attribute.evidence import (
+    CLOCK_DROP,
     CNP_SURGE,
     CPU_RISE_PCT,
     THERMAL_FLAGS,
@@ -46,17 +47,34 @@ cadence whether the job's whole monitoring is read or this slice of it."""
 SUSTAINED_SHARE = 0.5
 """A CPU or CNP signal holds for the episode when at least half its samples there show it."""
 
+POWER_METRIC = "power_w"
+
+THERMAL_READINGS = 1
+"""A thermal reason counts when set in at least this many distinct DCGM readings of the
+episode (set in none before it, in under half after it). One collect is enough: on fresh
+seeds the labeled thermal GPUs show 2 or more readings and every other GPU none (the margins
+in docs/attribution.md), and dcgm-exporter's 30 s collect gives a 30-40 s episode a single
+reading; a threshold of 2 sat exactly at the faulty minimum."""
+
+THERMAL_LAG_SCRAPES = 2
+"""A thermal reading counts for the episode up to this many scrapes past its end: a reading
+is at most one collect old (30 s, two 15 s scrapes). One reading being enough, the longer
+DCGM lag let the onset of a thermal episode a minute after a CPU one count for the CPU one."""
+
+CLOCK_READINGS = 2
+"""A clock drop without a thermal reason counts in at least this many distinct readings:
+a single power-cap blip drops the clock for one collect."""
+
 
 @dataclass(frozen=True)
 class Suspect:
     """A unit whose telemetry moved with the slowdown: ``target`` (``rank:N``, ``host:H``,
-    ``link:A<->B``, ``nic:H``), the cause it supports, how many independent signals agree, and
-    the numbers that decided it."""
+    ``link:A<->B``, ``nic:H``), the cause it supports, and the numbers that decided it (the
+    readings of one cause, however many, are one signal)."""
 
     kind: str
     cause: str
     target: str
-    signals: int
     text: str
 
 
@@ -105,42 +123,79 @@ def _rated_spans(rates: pl.DataFrame, value: str, window: Window) -> pl.DataFram
     return labelled.join(before, on="host", how="left")
 
 
-def _ends_with_the_episode(labelled: pl.DataFrame, host: str, raised: pl.Expr) -> bool:
-    """The signal does not hold on after the episode (in most scrapes of the stretch after it,
-    when there is one): a level that stays up did not move with the slowdown."""
-    after = labelled.filter(pl.col("host") == host, pl.col("span") == "after")
-    return after.is_empty() or after.select(raised.mean()).item() < SUSTAINED_SHARE
+def _held(labelled: pl.DataFrame, raised: pl.Expr, *columns: pl.Expr) -> pl.DataFrame:
+    """Per host of rate samples labelled by span: the share of the episode's samples that
+    show the signal (``share``), the share of those after it (``share_after``, null without
+    any: a level that stays up did not move with the slowdown), and ``columns``."""
+    during = pl.col("span") == "during"
+    return labelled.group_by("host").agg(
+        raised.filter(during).mean().alias("share"),
+        raised.filter(pl.col("span") == "after").mean().alias("share_after"),
+        *columns).filter(pl.col("share").is_not_null()).sort("host")
 
 
-def gpu_suspects(gpu_metrics: pl.DataFrame, ranks: pl.DataFrame, window: Window) -> list[Suspect]:
-    """GPUs whose thermal clock-event reasons appear with the episode: set in none of the
-    healthy samples before it, in at least two during it (one sample is one reading), and in
-    fewer than half of those after it. Their SM clock and temperature are quoted. ``ranks``
-    maps (host, gpu) to ranks."""
-    if gpu_metrics.is_empty():
-        return []
-    spans = _Spans.of(window, scrape_interval_ns(gpu_metrics), DCGM_LAG_SCRAPES)
-    watched = gpu_metrics.filter(pl.col("metric").is_in([*THERMAL_FLAGS, "sm_clock_mhz",
-                                                         "gpu_temp_c"]))
-    labelled = watched.with_columns(spans.label().alias("span")).drop_nulls("span")
-    thermal = (labelled.filter(pl.col("metric").is_in(THERMAL_FLAGS))
+def _moved(held: pl.DataFrame) -> pl.DataFrame:
+    """The hosts whose signal holds for most of the episode and not after it."""
+    return held.filter(pl.col("share") >= SUSTAINED_SHARE,
+                       pl.col("share_after").is_null()
+                       | (pl.col("share_after") < SUSTAINED_SHARE))
+
+
+def readings(gpu_metrics: pl.DataFrame) -> pl.DataFrame:
+    """host, gpu, ts_ns and ``repeat`` of every DCGM sample: a repeat serves exactly the values
+    of its GPU's sample before it, power draw included (dcgm-exporter's 30 s collect scraped
+    every 15 s), so it is the same reading, not a second one: two collects of a busy GPU do
+    not draw the same power to the milliwatt. Without a power sample, identical values may be
+    a steady GPU read twice, so each sample is a reading."""
+    keyed = gpu_metrics.group_by("host", "gpu", "ts_ns").agg(
+        pl.concat_str(pl.col("metric"), pl.lit("="), pl.col("value").cast(pl.String))
+        .sort().str.join(",").alias("key"),
+        (pl.col("metric") == POWER_METRIC).any().alias("power"))
+    return keyed.sort("host", "gpu", "ts_ns").select(
+        "host", "gpu", "ts_ns",
+        (pl.col("power") & (pl.col("key") == pl.col("key").shift(1).over("host", "gpu")))
+        .fill_null(False).alias("repeat"))
+
+
+def thermal_onsets(gpu_metrics: pl.DataFrame, window: Window) -> pl.DataFrame:
+    """Per GPU (host, gpu): the DCGM readings (repeats apart, :func:`readings`) with a thermal
+    clock-event reason set during the episode's span (:data:`THERMAL_LAG_SCRAPES` past its
+    end), the readings there, those set before it and the share set after it, and the flags
+    seen."""
+    spans = _Spans.of(window, scrape_interval_ns(gpu_metrics), THERMAL_LAG_SCRAPES)
+    fresh = readings(gpu_metrics).filter(~pl.col("repeat")).drop("repeat")
+    thermal = (gpu_metrics.filter(pl.col("metric").is_in(THERMAL_FLAGS))
+               .join(fresh, on=["host", "gpu", "ts_ns"])
+               .with_columns(spans.label().alias("span")).drop_nulls("span")
                .group_by("host", "gpu", "ts_ns", "span").agg(
                    (pl.col("value") > 0).any().alias("set"),
                    pl.col("metric").filter(pl.col("value") > 0).alias("flags")))
     during = pl.col("span") == "during"
-    onset = (thermal.group_by("host", "gpu").agg(
+    return thermal.group_by("host", "gpu").agg(
         pl.col("set").filter(during).sum().alias("set_during"),
-        pl.col("set").filter(during).len().alias("samples_during"),
+        pl.col("set").filter(during).len().alias("readings_during"),
         pl.col("set").filter(pl.col("span") == "before").sum().alias("set_before"),
         pl.col("set").filter(pl.col("span") == "after").mean().alias("share_after"),
         pl.col("flags").filter(during).list.explode(keep_nulls=False, empty_as_null=False)
-        .unique().sort().alias("flags"),
-    ).filter(pl.col("set_during") >= 2, pl.col("set_before") == 0,
-             pl.col("share_after").is_null() | (pl.col("share_after") < SUSTAINED_SHARE)))
+        .unique().sort().alias("flags"))
+
+
+def gpu_suspects(gpu_metrics: pl.DataFrame, ranks: pl.DataFrame, window: Window) -> list[Suspect]:
+    """GPUs whose thermal clock-event reasons appear with the episode: set in none of the
+    healthy readings before it, in at least :data:`THERMAL_READINGS` distinct readings during
+    it, and in fewer than half of those after it. Their SM clock and temperature are quoted.
+    ``ranks`` maps (host, gpu) to ranks."""
+    if gpu_metrics.is_empty():
+        return []
+    onset = thermal_onsets(gpu_metrics, window).filter(
+        pl.col("set_during") >= THERMAL_READINGS, pl.col("set_before") == 0,
+        pl.col("share_after").is_null() | (pl.col("share_after") < SUSTAINED_SHARE))
     if onset.is_empty():
         return []
-    levels = labelled.filter(pl.col("metric").is_in(["sm_clock_mhz", "gpu_temp_c"])).group_by(
-        "host", "gpu", "metric").agg(
+    spans = _Spans.of(window, scrape_interval_ns(gpu_metrics), DCGM_LAG_SCRAPES)
+    labelled = (gpu_metrics.filter(pl.col("metric").is_in(["sm_clock_mhz", "gpu_temp_c"]))
+                .with_columns(spans.label().alias("span")).drop_nulls("span"))
+    levels = labelled.group_by("host", "gpu", "metric").agg(
         pl.col("value").filter(pl.col("span") == "during").min().alias("worst_clock"),
         pl.col("value").filter(pl.col("span") == "during").median().alias("median_clock"),
         pl.col("value").filter(pl.col("span") == "during").max().alias("worst_temp"),
@@ -155,21 +210,70 @@ def gpu_suspects(gpu_metrics: pl.DataFrame, ranks: pl.DataFrame, window: Window)
         others = peers_clock.filter((pl.col("host") != host) | (pl.col("gpu") != gpu))
         peer = others["median_clock"].median()
         flags = "/".join(f.removeprefix("clock_event_") for f in row["flags"])
-        parts = [f"{flags} set in {row['set_during']} of {row['samples_during']} samples "
+        parts = [f"{flags} set in {row['set_during']} of {row['readings_during']} readings "
                  "during the episode, none before"]
-        signals = 1
         if clock.height and clock["worst_clock"][0] is not None and peer:
             low = clock["worst_clock"][0]
             parts.append(f"SM clock down to {low:.0f} MHz (peers {peer:.0f} MHz)")
-            signals += low < peer
         if temp.height and temp["worst_temp"][0] is not None and temp["before"][0] is not None:
             parts.append(f"temperature {temp['before'][0]:.0f} -> {temp['worst_temp'][0]:.0f} C")
-            signals += temp["worst_temp"][0] > temp["before"][0]
         rank = ranks.filter(pl.col("host") == host, pl.col("gpu") == gpu)["rank"]
         target = f"rank:{rank[0]}" if rank.len() else f"gpu:{host}/{gpu}"
-        out.append(Suspect("compute", "gpu-thermal", target, signals,
+        out.append(Suspect("compute", "gpu-thermal", target,
                            f"GPU {host}/{gpu}" + (f" (rank {rank[0]})" if rank.len() else "")
                            + ": " + "; ".join(parts)))
+    return out
+
+
+def clock_drops(gpu_metrics: pl.DataFrame, window: Window) -> pl.DataFrame:
+    """Per GPU (host, gpu) with an SM clock before the episode: the distinct DCGM readings
+    (:func:`readings`) of its span (lag included) more than :data:`CLOCK_DROP` under its own
+    median before, the share of such readings after it, its clock before, its lowest during
+    and its peers' median during."""
+    spans = _Spans.of(window, scrape_interval_ns(gpu_metrics), DCGM_LAG_SCRAPES)
+    fresh = readings(gpu_metrics).filter(~pl.col("repeat")).drop("repeat")
+    clocks = (gpu_metrics.filter(pl.col("metric") == "sm_clock_mhz")
+              .join(fresh, on=["host", "gpu", "ts_ns"])
+              .with_columns(spans.label().alias("span")).drop_nulls("span"))
+    before = clocks.filter(pl.col("span") == "before").group_by("host", "gpu").agg(
+        pl.col("value").median().alias("before"))
+    during = pl.col("span") == "during"
+    dropped = pl.col("value") < pl.col("before") * (1 - CLOCK_DROP)
+    per_gpu = clocks.join(before, on=["host", "gpu"]).group_by("host", "gpu").agg(
+        dropped.filter(during).sum().alias("dropped"),
+        dropped.filter(pl.col("span") == "after").mean().alias("share_after"),
+        pl.col("before").first(), pl.col("value").filter(during).min().alias("lowest"),
+        pl.col("value").filter(during).median().alias("median"))
+    peers = [per_gpu.filter((pl.col("host") != h) | (pl.col("gpu") != g))["median"].median()
+             for h, g in per_gpu.select("host", "gpu").iter_rows()]
+    return per_gpu.with_columns(pl.Series("peers", peers, dtype=pl.Float64)).sort("host", "gpu")
+
+
+def clock_suspects(gpu_metrics: pl.DataFrame, ranks: pl.DataFrame, window: Window,
+                   thermal: set[str]) -> list[Suspect]:
+    """GPUs (not among the ``thermal`` suspects' targets: a throttled clock is the thermal
+    cause seen again) whose SM clock drops with the episode without a thermal reason: under
+    its own level before in at least :data:`CLOCK_READINGS` readings, in fewer than half of
+    those after it, and its lowest under its peers' median by :data:`CLOCK_DROP`. A slower GPU,
+    shown by its own clock: degradation, not concluded by elimination."""
+    if gpu_metrics.is_empty():
+        return []
+    drops = clock_drops(gpu_metrics, window).filter(
+        pl.col("dropped") >= CLOCK_READINGS,
+        pl.col("share_after").is_null() | (pl.col("share_after") < SUSTAINED_SHARE),
+        pl.col("peers").is_null() | (pl.col("lowest") < pl.col("peers") * (1 - CLOCK_DROP)))
+    out = []
+    for row in drops.iter_rows(named=True):
+        rank = ranks.filter(pl.col("host") == row["host"], pl.col("gpu") == row["gpu"])["rank"]
+        target = f"rank:{rank[0]}" if rank.len() else f"gpu:{row['host']}/{row['gpu']}"
+        if target in thermal:
+            continue
+        out.append(Suspect("compute", "gpu-degradation", target, (
+            f"GPU {row['host']}/{row['gpu']}" + (f" (rank {rank[0]})" if rank.len() else "")
+            + f": SM clock {row['before']:.0f} -> {row['lowest']:.0f} MHz in {row['dropped']} "
+            "readings of the episode"
+            + (f" (peers {row['peers']:.0f} MHz)" if row["peers"] is not None else "")
+            + ", no thermal reason")))
     return out
 
 
@@ -191,13 +295,15 @@ def cpu_busy_pct(host_metrics: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([direct, derived])
 
 
-def host_suspects(host_metrics: pl.DataFrame, hosts: list[str], window: Window) -> list[Suspect]:
-    """Hosts of the job whose CPU busy share rises by :data:`CPU_RISE_PCT` points over their own
-    level before and over their peers' during the episode (whichever of the two the scrapes
-    allow), in most of its samples, and falls back after it."""
+def cpu_rises(host_metrics: pl.DataFrame, hosts: list[str], window: Window) -> pl.DataFrame:
+    """Per host of the job: the share of the episode's scrapes whose CPU busy share is
+    :data:`CPU_RISE_PCT` points over its own level before and over its peers' at the same
+    scrape (whichever of the two the scrapes allow), the share after it, the level before,
+    the median during and the peers' median during, and ``rise``: the median during less the
+    higher of the two references (points)."""
     busy = cpu_busy_pct(host_metrics).filter(pl.col("host").is_in(hosts))
     if busy.is_empty():
-        return []
+        return pl.DataFrame()
     labelled = _rated_spans(busy, "value", window)
     peers = labelled.join(labelled.select("host", "ts_ns", pl.col("value").alias("other")),
                           on="ts_ns").filter(pl.col("host") != pl.col("host_right")).group_by(
@@ -206,45 +312,67 @@ def host_suspects(host_metrics: pl.DataFrame, hosts: list[str], window: Window) 
     raised = ((pl.col("before").is_null() | (pl.col("value") >= pl.col("before") + CPU_RISE_PCT))
               & (pl.col("peers").is_null() | (pl.col("value") >= pl.col("peers") + CPU_RISE_PCT))
               & (pl.col("before").is_not_null() | pl.col("peers").is_not_null()))
-    out = []
-    for host in sorted(hosts):
-        mine = labelled.filter(pl.col("host") == host, pl.col("span") == "during")
-        share = mine.select(raised.mean()).item() if mine.height else None
-        if share is None or share < SUSTAINED_SHARE or \
-                not _ends_with_the_episode(labelled, host, raised):
-            continue
-        reference, others = mine["before"][0], mine["peers"].median()
-        out.append(Suspect("compute", "cpu-contention", f"host:{host}", 1, (
-            f"host {host}: CPU busy "
-            + (f"{reference:.0f} -> " if reference is not None else "(no scrape before) ")
-            + f"{mine['value'].median():.0f} % "
-            + (f"(peers {others:.0f} %) " if others is not None else "")
-            + f"in {share:.0%} of the episode's scrapes")))
-    return out
+    during = pl.col("span") == "during"
+    return _held(labelled, raised, pl.col("before").first(),
+                 pl.col("value").filter(during).median().alias("during"),
+                 pl.col("peers").filter(during).median().alias("peers")).with_columns(
+        (pl.col("during") - pl.max_horizontal("before", "peers")).alias("rise"))
 
 
-def link_suspects(nic_counters: pl.DataFrame, hosts: list[str],
-                  window: Window) -> list[Suspect]:
-    """The link (or NIC) whose hosts' congestion notifications surge with the episode: at least
-    :data:`CNP_SURGE` times their own rate before in most of the episode's scrapes, and not
-    after it. Two or more surging hosts of the job make a link of the two that surge most; one
-    makes its NIC."""
+def host_suspects(host_metrics: pl.DataFrame, hosts: list[str], window: Window) -> list[Suspect]:
+    """Hosts of the job whose CPU busy share rises (:func:`cpu_rises`) in most of the
+    episode's scrapes, and falls back after it."""
+    rises = cpu_rises(host_metrics, hosts, window)
+    if rises.is_empty():
+        return []
+    return [Suspect("compute", "cpu-contention", f"host:{row['host']}", (
+        f"host {row['host']}: CPU busy "
+        + (f"{row['before']:.0f} -> " if row["before"] is not None else "(no scrape before) ")
+        + f"{row['during']:.0f} % "
+        + (f"(peers {row['peers']:.0f} %) " if row["peers"] is not None else "")
+        + f"in {row['share']:.0%} of the episode's scrapes"))
+        for row in _moved(rises).iter_rows(named=True)]
+
+
+def cnp_surges(nic_counters: pl.DataFrame, hosts: list[str], window: Window) -> pl.DataFrame:
+    """Per host of the job with a rate before the episode: the share of the episode's scrapes
+    whose congestion-notification rate is :data:`CNP_SURGE` times its own before, the share
+    after it, the rate before, the median during and their ``ratio`` (before at least 1/s)."""
     rates = congestion_rates(nic_counters).filter(pl.col("host").is_in(hosts))
     if rates.is_empty():
-        return []
+        return pl.DataFrame()
     labelled = _rated_spans(rates, "rate_per_s", window).drop_nulls("before")
-    raised = pl.col("rate_per_s") >= pl.max_horizontal(pl.col("before"), pl.lit(1.0)) * CNP_SURGE
-    per_host = labelled.filter(pl.col("span") == "during").group_by("host").agg(
-        pl.col("before").first(), pl.col("rate_per_s").median().alias("during"),
-        raised.mean().alias("share"))
-    rows = [row for row in per_host.filter(pl.col("share") >= SUSTAINED_SHARE).iter_rows(
-        named=True) if _ends_with_the_episode(labelled, row["host"], raised)]
+    floor = pl.max_horizontal(pl.col("before"), pl.lit(1.0))
+    raised = pl.col("rate_per_s") >= floor * CNP_SURGE
+    return _held(labelled, raised, pl.col("before").first(),
+                 pl.col("rate_per_s").filter(pl.col("span") == "during").median()
+                 .alias("during"), floor.first().alias("floor")).with_columns(
+        (pl.col("during") / pl.col("floor")).alias("ratio")).drop("floor")
+
+
+def link_suspects(nic_counters: pl.DataFrame, hosts: list[str], window: Window,
+                  links: set[tuple[str, str]] | None = None) -> list[Suspect]:
+    """The link (or NIC) whose hosts' congestion notifications surge with the episode
+    (:func:`cnp_surges`) in most of its scrapes, and not after it. Two or more surging hosts
+    of the job make a link of the two that surge most; one makes its NIC. Given the ``links``
+    (sorted host pairs) that the job's rings cross, only such a link whose two ends surge is a
+    suspect: another tenant's surge on a link between the job's hosts that no ring uses, or
+    on one NIC, does not explain this job's slowdown."""
+    surges = cnp_surges(nic_counters, hosts, window)
+    if surges.is_empty():
+        return []
+    rows = list(_moved(surges).iter_rows(named=True))
+    if links is not None:
+        ratio = {r["host"]: r["ratio"] for r in rows}
+        crossed = [pair for pair in sorted(links) if all(h in ratio for h in pair)]
+        pair = max(crossed, key=lambda p: min(ratio[h] for h in p), default=None)
+        rows = [r for r in rows if pair is not None and r["host"] in pair]
     if not rows:
         return []
-    rows.sort(key=lambda r: r["during"] / max(r["before"], 1.0), reverse=True)
+    rows.sort(key=lambda r: r["ratio"], reverse=True)
     top = sorted(r["host"] for r in rows[:2])
     target = link_target(*top) if len(top) == 2 else f"nic:{top[0]}"
     text = "; ".join(f"{r['host']} CNP {r['before']:,.0f} -> {r['during']:,.0f}/s"
                      for r in sorted(rows[:2], key=lambda r: r["host"]))
-    return [Suspect("communication", "network-congestion", target, len(top),
+    return [Suspect("communication", "network-congestion", target,
                     text + " during the episode")]

@@ -44,6 +44,9 @@ class EpisodeTiming:
     skew: pl.DataFrame
     groups: pl.DataFrame
     own: pl.DataFrame | None
+    members: pl.DataFrame
+    """group and members of every group with instances in the episode: the rings whose links
+    the job uses."""
 
 
 SHARED_READ = 1.25
@@ -81,6 +84,7 @@ def episode_timings(job: JobSignals, windows: Sequence[Window],
     counts = [[0, 0] for _ in windows]
     skews = [([], []) for _ in windows]
     times = [([], []) for _ in windows]
+    members: list[list[pl.DataFrame]] = [[] for _ in windows]
     for part in job.instance_parts:
         one = replace(job, instance_parts=[part])
         # the episodes' and the baselines' instances are read apart: cutting one frame of
@@ -93,6 +97,8 @@ def episode_timings(job: JobSignals, windows: Sequence[Window],
                 counts[window][index] += cut.height
                 skews[window][index].append(arrival_skew(cut))
                 times[window][index].append(group_times(cut))
+                if index == 0 and cut.height:
+                    members[window].append(cut.unique("group").select("group", "members"))
     own: list[list[pl.DataFrame]] = [[] for _ in windows]
     # the job's first own time tells that the calls have end times (when none fall in the
     # windows, the verdict then finds no own-time change, not "issue times only")
@@ -110,7 +116,9 @@ def episode_timings(job: JobSignals, windows: Sequence[Window],
         suspect_groups(*(pl.concat(frames) for frames in times[w])),
         (pl.concat(own[w]).with_columns((pl.col("ratio") / pl.col("ratio").median())
                                         .alias("relative")).sort("rank")
-         if timed else None))
+         if timed else None),
+        (pl.concat(members[w]).unique("group").sort("group") if members[w]
+         else pl.DataFrame(schema={"group": pl.Int64, "members": pl.List(pl.Int32)})))
         for w, (during, before) in enumerate(spans)]
 
 

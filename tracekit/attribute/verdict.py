@@ -5,14 +5,21 @@ cause ``insufficient-evidence`` with what is missing.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import polars as pl
 
 from tracekit.attribute import evidence as ev
-from tracekit.attribute.links import localise
+from tracekit.attribute.links import localise, ring_links
 from tracekit.attribute.profiling import SUSPECT_RATIO
-from tracekit.attribute.telemetry import Suspect, gpu_suspects, host_suspects, link_suspects
+from tracekit.attribute.telemetry import (
+    Suspect,
+    clock_suspects,
+    gpu_suspects,
+    host_suspects,
+    link_suspects,
+)
 from tracekit.attribute.timing import EpisodeTiming
 from tracekit.core.identity import link_target
 
@@ -21,10 +28,19 @@ INSUFFICIENT = "insufficient-evidence"
 MIN_INSTANCES = 20
 """Fewer matched collective instances than this in the episode cannot support a verdict."""
 
-BASE_CONFIDENCE = 0.5
-"""Confidence of a culprit named by timing alone; a unique localisation and a confirming
-monitoring signal each add :data:`CONFIRMATION_BONUS`."""
-CONFIRMATION_BONUS = 0.25
+CONFIDENCE_TIMING_AND_SIGNAL = 0.95
+"""Confidence of a culprit that timing alone names (its own compute or transfer time, or the
+wait it imposes) and whose cause a monitoring signal of its own shows: two independent
+observations of one physical cause. Each confidence is the share of such verdicts that were
+right on fresh synthesized jobs (``python -m benchmarks accuracy``, docs/attribution.md)."""
+CONFIDENCE_SIGNAL = 0.9
+"""A culprit and cause that monitoring shows (the thermal reasons of one GPU, the CPU of one
+host, the congestion notifications of one link) where timing cannot localise on its own
+(issue times only, or ring links that tie). The readings of one cause (a throttle flag, its
+clock drop and temperature rise; CNP at both ends of a link) count once."""
+CONFIDENCE_TIMING = 0.6
+"""A culprit that timing names, with no signal that shows why: the cause is
+``insufficient-evidence``, or concluded by elimination (``inferred``, capped here)."""
 
 
 WAIT_RISE_MIN = 0.05
@@ -37,10 +53,6 @@ CPU runs ahead of it, and a victim that waited for the straggler inside one grou
 the next group's call, so it inherits imposed wait; but its own last arrivals fall, since it
 now waits inside the calls, while the straggler's rise."""
 
-SIGNAL_CONFIDENCE = 0.25
-"""Without call end times, confidence is this much per independent telemetry signal that moved
-with the slowdown (thermal reasons, clock, temperature; CNP at each end of a link), plus one
-share for the localisation, at most 1."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +62,8 @@ class Verdict:
     target: str | None
     confidence: float
     evidence: str
+    inferred: bool = False
+    """The cause was concluded by elimination, not shown by a signal of its own."""
 
 
 @dataclass(frozen=True)
@@ -88,15 +102,17 @@ def decide(signals: Signals) -> Verdict:
 
 def _combined(culprits: list[Verdict]) -> Verdict:
     """One verdict from its culprits: several make a compound one (targets and causes joined
-    by ``+``); its confidence is that of the least certain culprit."""
-    kinds = {c.kind for c in culprits}
-    kind = kinds.pop() if len(kinds) == 1 and len(culprits) == 1 else "compound"
+    by ``+``). It is right only when every part is, and the parts rest on separate signals,
+    so its confidence is their product; it is inferred when any part is."""
+    if len(culprits) == 1:
+        return culprits[0]
     causes = [c.cause for c in culprits]
     cause = INSUFFICIENT if INSUFFICIENT in causes else "+".join(sorted(set(causes)))
     targets = [c.target for c in culprits if c.target]
-    return Verdict(kind, cause, "+".join(targets) or None,
-                   round(min(c.confidence for c in culprits), 2),
-                   "; ".join(c.evidence for c in culprits))
+    return Verdict("compound", cause, "+".join(targets) or None,
+                   round(math.prod(c.confidence for c in culprits), 2),
+                   "; ".join(c.evidence for c in culprits),
+                   any(c.inferred for c in culprits))
 
 
 def _compute_culprits(signals: Signals) -> list[Verdict]:
@@ -132,6 +148,15 @@ def _compute_culprits(signals: Signals) -> list[Verdict]:
         out.append(_culprit("compute", f"host:{host}", timing, finding, unique=True))
     for row in late.filter(~pl.col("host").is_in(whole)).iter_rows(named=True):
         finding = ev.gpu_finding(signals.gpu_metrics, row["host"], row["gpu"], w)
+        if finding.cause is None or finding.inferred:
+            # before concluding anything by elimination: its host's CPU may show the cause
+            cpu = ev.host_finding(signals.host_metrics, row["host"], w)
+            if cpu.cause is not None:
+                if f"host:{row['host']}" not in {c.target for c in out}:
+                    out.append(_culprit("compute", f"host:{row['host']}",
+                                        f"{row['text']}; {finding.text or 'no GPU cause'}",
+                                        cpu, unique=False))
+                continue
         out.append(_culprit("compute", f"rank:{row['rank']}", row["text"], finding, unique=True))
     return out
 
@@ -141,9 +166,14 @@ def _from_telemetry(signals: Signals) -> Verdict:
     telemetry moved with the slowdown (:mod:`.telemetry`); with none, what is missing, or that
     nothing moved."""
     hosts = sorted(set(signals.rank_hosts.values()))
-    suspects = (gpu_suspects(signals.gpu_metrics, signals.ranks, signals.window)
+    links = set().union(*(ring_links([signals.rank_hosts[r] for r in members
+                                      if r in signals.rank_hosts])
+                          for members in signals.timing.members["members"]))
+    thermal = gpu_suspects(signals.gpu_metrics, signals.ranks, signals.window)
+    suspects = (thermal + clock_suspects(signals.gpu_metrics, signals.ranks, signals.window,
+                                         {s.target for s in thermal})
                 + host_suspects(signals.host_metrics, hosts, signals.window)
-                + link_suspects(signals.nic_counters, hosts, signals.window))
+                + link_suspects(signals.nic_counters, hosts, signals.window, links))
     skew = signals.timing.skew
     if suspects:
         return _combined([_suspect_verdict(s, _arrival_text(skew, s.target))
@@ -206,8 +236,7 @@ def _arrival_text(skew: pl.DataFrame, target: str) -> str:
 
 
 def _suspect_verdict(suspect: Suspect, timing: str) -> Verdict:
-    confidence = min(1.0, SIGNAL_CONFIDENCE * (suspect.signals + 1))
-    return Verdict(suspect.kind, suspect.cause, suspect.target, confidence,
+    return Verdict(suspect.kind, suspect.cause, suspect.target, CONFIDENCE_SIGNAL,
                    f"{suspect.text}{timing} (the calls have issue times only)")
 
 
@@ -223,7 +252,7 @@ def _communication_culprits(signals: Signals) -> list[Verdict]:
               f"{SUSPECT_RATIO - 1:.0%} slower (worst x{worst['self_ratio'] or 0:.2f} over its own "
               f"time before, x{worst['cluster_ratio']:.2f} over its comparable cluster)")
     if link.target is None and not link.hosts:
-        return [Verdict("communication", INSUFFICIENT, None, BASE_CONFIDENCE,
+        return [Verdict("communication", INSUFFICIENT, None, 0.0,
                         timing + "; the slow groups do not cross hosts, no link to blame")]
     finding = ev.nic_finding(signals.nic_counters, link.hosts, signals.window)
     target = link.target
@@ -248,11 +277,18 @@ def _surged_candidate(candidates: tuple[str, ...], surged: tuple[str, ...]) -> s
 
 def _culprit(kind: str, target: str | None, timing: str, finding: ev.Finding,
              unique: bool) -> Verdict:
-    confidence = BASE_CONFIDENCE + CONFIRMATION_BONUS * unique
+    """The verdict on a culprit that timing named (``unique``: alone; else monitoring chose
+    ``target`` among the candidates timing left, or none) with its monitoring finding."""
+    if target is None:
+        confidence = 0.0
+    elif finding.cause is None or finding.inferred:
+        confidence = CONFIDENCE_TIMING
+    else:
+        confidence = CONFIDENCE_TIMING_AND_SIGNAL if unique else CONFIDENCE_SIGNAL
     if finding.cause is None:
         reason = finding.missing or "monitoring does not explain it"
         text = f"{timing}; {finding.text + '; ' if finding.text else ''}{reason}"
         return Verdict(kind, INSUFFICIENT, target, confidence, text)
-    return Verdict(kind, finding.cause, target, confidence + CONFIRMATION_BONUS,
-                   f"{timing}; {finding.text}")
+    return Verdict(kind, finding.cause, target, confidence, f"{timing}; {finding.text}",
+                   finding.inferred)
 

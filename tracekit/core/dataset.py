@@ -533,7 +533,9 @@ def _scan(name: str, parts: list[Path]) -> pl.LazyFrame:
     """The parts of table ``name`` as one LazyFrame with the canonical schema."""
     if not parts:
         return schema.table(name).empty().lazy()
-    return pl.scan_parquet(parts, schema=schema.table(name).schema, hive_partitioning=False)
+    # a dataset written before an additive column reads it as nulls
+    return pl.scan_parquet(parts, schema=schema.table(name).schema, hive_partitioning=False,
+                           missing_columns="insert")
 
 
 def _fingerprint(files: list[str]) -> str:

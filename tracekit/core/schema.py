@@ -367,7 +367,10 @@ EPISODES = Table(
         _c("kind", STR, "", "compute, communication, compound or unknown"),
         _c("cause", STR, "", "attributed cause, or insufficient-evidence"),
         _c("target", STR, "", "attributed culprit (rank:13, gpu:b07/5, link:b03<->b07)"),
-        _c("confidence", F64, "", "confidence of the attribution, 0..1"),
+        _c("confidence", F64, "", "confidence of the attribution, 0..1: the share of verdicts "
+           "like it that were right on fresh synthesized jobs (docs/attribution.md)"),
+        _c("inferred", BOOL, "", "the cause was concluded by elimination (no signal of its "
+           "own moved, e.g. degradation from normal clocks), so its confidence is capped"),
         _c("evidence", STR, "", "the numbers behind the verdict, in words"),
         _c("points", I64, "", "logged points (iterations or samples) the episode holds; equals "
            "iterations for a log of every iteration"),

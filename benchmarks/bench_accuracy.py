@@ -1,0 +1,169 @@
+"""Accuracy on fresh seeds: a corpus drawn anew each run (:mod:`benchmarks.accuracy_corpus`:
+2-8 hosts, several dump layouts, single, compound, back-to-back and two-cause episodes,
+decoys), analysed end to end, scored against its labels.
+
+Prints, for the verdict detector: jobs right and FPR (overall and per dump layout), found /
+culprit / cause per labeled cause, and the reliability of the confidence (bins of confidence
+-> share of verdicts right, with the Brier score). A verdict is an episode that names a cause;
+it is right when its culprit and cause are right for every fail-slow it overlaps (one that
+overlaps none is wrong).
+
+``python -m benchmarks accuracy [--jobs N] [--seed S] [--workers W] [--keep=DIR]``: N jobs
+(default 55: about 15 CPU-s each, most of it ingesting the scrape files), seed S (default: a
+fresh one, printed so a run can be repeated), W processes (default 2), the jobs and their
+datasets kept under DIR to look at. The CI gate stays ``tracekit eval datasets/corpus``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
+from pathlib import Path
+
+import polars as pl
+
+from benchmarks.accuracy_corpus import DrawnJob, draw_jobs, write_job
+from benchmarks.accuracy_margins import print_margins
+
+DEFAULT_JOBS = 55
+BINS = (0.0, 0.3, 0.5, 0.7, 0.9, 1.0001)
+"""Confidence bins of the reliability table, ``[low, high)``."""
+
+
+def _option(name: str, default: int | None) -> int | None:
+    args = sys.argv[1:]
+    if name in args and args.index(name) + 1 < len(args):
+        return int(args[args.index(name) + 1])
+    return default
+
+
+def _analyse(task: tuple[DrawnJob, str]) -> str:
+    """Write one job and analyse it into ``work/<job>/dataset``; the dataset's path."""
+    from tracekit.pipeline.analyze import analyze
+
+    job, work = task
+    root = Path(work) / job.name
+    folder = write_job(job, root)
+    target = root / "dataset"
+    analyze([folder], target, job=job.name, write_job_report=False)
+    return str(target)
+
+
+def verdicts(evaluation, episodes: pl.DataFrame, detector: str) -> pl.DataFrame:
+    """One row per episode of ``detector`` that names a cause: job, episode, confidence,
+    ``inferred`` (when the table has it) and whether it is right."""
+    named = episodes.filter(pl.col("detector") == detector, pl.col("cause").is_not_null(),
+                            ~pl.col("cause").is_in(["", "unknown", "insufficient-evidence"]))
+    judged = (evaluation.matches.filter(pl.col("detector") == detector,
+                                        pl.col("detected_episode").is_not_null())
+              .group_by("job", pl.col("detected_episode").alias("episode"))
+              .agg((pl.col("target_correct").fill_null(False)
+                    & pl.col("cause_correct").fill_null(False)).all().alias("right")))
+    extra = ["inferred"] if "inferred" in named.columns else []
+    return (named.select("job", "episode", "cause", "confidence", *extra)
+            .join(judged, on=["job", "episode"], how="left")
+            .with_columns(pl.col("right").fill_null(False)))
+
+
+def reliability(judged: pl.DataFrame) -> tuple[pl.DataFrame, float | None]:
+    """Verdicts per confidence bin, their mean confidence and share right; the Brier score."""
+    if judged.is_empty():
+        return pl.DataFrame(), None
+    labels = [f"[{lo:.1f}, {min(hi, 1.0):.1f}{']' if hi > 1 else ')'}"
+              for lo, hi in zip(BINS, BINS[1:], strict=False)]
+    binned = judged.with_columns(pl.col("confidence").cut(list(BINS[1:-1]), labels=labels,
+                                                          left_closed=True).alias("bin"))
+    table = (binned.group_by("bin").agg(verdicts=pl.len(),
+                                         confidence=pl.col("confidence").mean(),
+                                         right=pl.col("right").mean())
+             .sort("bin"))
+    brier = judged.select(((pl.col("confidence") - pl.col("right").cast(pl.Float64)) ** 2)
+                          .mean()).item()
+    return table, brier
+
+
+def _share(right: int, total: int) -> str:
+    return f"{right}/{total}" + (f" ({100 * right / total:.1f} %)" if total else "")
+
+
+def main() -> None:
+    from tracekit.evaluate.scoring import load_corpus, score_corpus
+
+    count = _option("--jobs", DEFAULT_JOBS)
+    seed = _option("--seed", None)
+    seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
+    workers = _option("--workers", 2)
+    jobs = draw_jobs(count, seed)
+    started = time.perf_counter()
+    keep = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--keep=")), None)
+    with (tempfile.TemporaryDirectory(prefix="tracekit-accuracy-") if keep is None
+          else nullcontext(keep)) as work:
+        with ProcessPoolExecutor(workers) as pool:
+            datasets = list(pool.map(_analyse, [(job, work) for job in jobs]))
+        corpus = load_corpus([Path(p) for p in datasets])
+        evaluation = score_corpus(corpus, Path(work))
+        elapsed = time.perf_counter() - started
+        _print(count, seed, elapsed, workers, jobs, corpus, evaluation)
+        print_margins([Path(p) for p in datasets], jobs)
+
+
+def _print(count, seed, elapsed, workers, jobs, corpus, evaluation) -> None:
+    from tracekit.detect.verdict import VERDICT_DETECTOR
+
+    print(f"{count} fresh jobs (seed {seed}), {elapsed:.0f} s with {workers} processes; "
+          f"verdict detector {VERDICT_DETECTOR}")
+    outcomes = evaluation.outcomes.filter(pl.col("detector") == VERDICT_DETECTOR).join(
+        pl.DataFrame({"job": [j.name for j in jobs], "dump": [j.layout for j in jobs],
+                      "scenario": [j.scenario for j in jobs]}), on="job")
+    by_dump = (outcomes.group_by("dump").agg(
+        jobs=pl.len(), right=pl.col("outcome").is_in(["tp", "tn"]).sum(),
+        fp=(pl.col("outcome") == "fp").sum(), negatives=(~pl.col("positive")).sum())
+        .sort("dump"))
+    everything = by_dump.sum()
+    print(f"jobs right {_share(everything['right'][0], everything['jobs'][0])}, "
+          f"FPR {everything['fp'][0]}/{everything['negatives'][0]}")
+    for row in by_dump.iter_rows(named=True):
+        print(f"  {row['dump']:<24} jobs right {_share(row['right'], row['jobs'])}, "
+              f"FPR {row['fp']}/{row['negatives']}")
+    wrong = outcomes.filter(pl.col("outcome").is_in(["fp", "fn"]))
+    if wrong.height:
+        print("  wrong jobs: " + ", ".join(f"{r['job']} {r['scenario']} ({r['outcome']})"
+                                           for r in wrong.iter_rows(named=True)))
+    causes = evaluation.cause_table.filter(pl.col("detector") == VERDICT_DETECTOR)
+    print(f"{'labeled cause':<34} {'found':>14} {'culprit':>14} {'cause':>14}")
+    for row in causes.iter_rows(named=True):
+        print(f"{row['cause']:<34} {row['recall_text']:>14} {row['culprit_text']:>14} "
+              f"{row['cause_right_text']:>14}")
+    missed = evaluation.matches.filter(
+        pl.col("detector") == VERDICT_DETECTOR,
+        ~(pl.col("target_correct").fill_null(False) & pl.col("cause_correct").fill_null(False)))
+    for row in missed.join(corpus.episodes.filter(pl.col("detector") == VERDICT_DETECTOR)
+                           .select("job", pl.col("episode").alias("detected_episode"),
+                                   "evidence"), on=["job", "detected_episode"], how="left"
+                           ).iter_rows(named=True):
+        print(f"  wrong: {row['job']} {row['cause']} {row['target']} -> "
+              f"{row['detected_cause']} {row['detected_target']}: "
+              f"{(row['evidence'] or '')[:160]}")
+    judged = verdicts(evaluation, corpus.episodes, VERDICT_DETECTOR)
+    table, brier = reliability(judged)
+    print(f"reliability of {judged.height} verdicts (Brier {brier:.3f})" if brier is not None
+          else "no verdicts")
+    for row in table.iter_rows(named=True):
+        print(f"  confidence {row['bin']:<11} {row['verdicts']:>5} verdicts, mean "
+              f"{row['confidence']:.2f}, right {row['right']:.2f}")
+    classes = judged.group_by("confidence", *(["inferred"] if "inferred" in judged.columns
+                                                else [])).agg(
+        verdicts=pl.len(), right=pl.col("right").mean()).sort("confidence")
+    print("  by value: " + "; ".join(
+        f"{r['confidence']:.2f}{' inferred' if r.get('inferred') else ''}: "
+        f"{r['verdicts']} at {r['right']:.2f}" for r in classes.iter_rows(named=True)))
+
+
+RUN_BY_DEFAULT = True
+
+if __name__ == "__main__":
+    main()

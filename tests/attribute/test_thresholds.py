@@ -1,0 +1,198 @@
+"""Each evidence threshold probed just inside and just outside its value."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from tracekit.attribute.evidence import (
+    CLOCK_DROP,
+    CNP_SURGE,
+    CPU_RISE_PCT,
+    FLAG_SHARE,
+    Window,
+    gpu_finding,
+)
+from tracekit.attribute.telemetry import (
+    CLOCK_READINGS,
+    SUSTAINED_SHARE,
+    THERMAL_READINGS,
+    clock_suspects,
+    cnp_surges,
+    gpu_suspects,
+    host_suspects,
+    link_suspects,
+    thermal_onsets,
+)
+from tracekit.attribute.windows import NEIGHBOUR_GAP_ITERATIONS, episode_runs
+
+S = 10**9
+SCRAPES = range(0, 600, 15)
+WINDOW = Window(300 * S, 420 * S, 100 * S)
+"""The episode runs 300-420 s, its baseline 100-300 s; DCGM reads 4 scrapes past its end."""
+RANKS = pl.DataFrame({"rank": [0, 1], "host": ["h1", "h2"], "gpu": [0, 0]})
+
+
+def _gpu(host: str, set_at: set[int], repeat_of: dict[int, int] | None = None,
+         power: bool = True) -> list[dict]:
+    """One GPU's DCGM samples: the thermal flag set at the times ``set_at``; the sample at a
+    key of ``repeat_of`` serves the values of the one at its value (a repeated collect)."""
+    repeat_of = repeat_of or {}
+    rows = []
+    for t in SCRAPES:
+        source = repeat_of.get(t, t)
+        values = {"clock_event_hw_thermal": float(source in set_at),
+                  "sm_clock_mhz": 1100.0 if source in set_at else 1410.0}
+        if power:
+            values["power_w"] = 300.0 + source / 1000
+        rows += [{"ts_ns": t * S, "host": host, "gpu": 0, "metric": m, "value": v}
+                 for m, v in values.items()]
+    return rows
+
+
+def _thermal(rows: list[dict]) -> list[str]:
+    frame = pl.DataFrame(rows + _gpu("h2", set()))
+    return [s.target for s in gpu_suspects(frame, RANKS, WINDOW)]
+
+
+def test_thermal_reasons_count_from_the_threshold_of_readings():
+    readings = set(range(300, 300 + 15 * THERMAL_READINGS, 15))
+    assert _thermal(_gpu("h1", readings)) == ["rank:0"]
+    assert _thermal(_gpu("h1", set(sorted(readings)[:-1]))) == []
+
+
+def _set_readings(rows: list[dict]) -> int:
+    onsets = thermal_onsets(pl.DataFrame(rows), WINDOW)
+    return onsets.filter(pl.col("host") == "h1")["set_during"].item()
+
+
+def test_a_repeated_collect_is_one_reading():
+    """dcgm-exporter's 30 s collect under a 15 s scrape: the second scrape serves the first's
+    values, power to the milliwatt, so two samples with the flag are one reading; without a
+    power sample nothing tells a repeat from a steady GPU, and each sample counts."""
+    assert _set_readings(_gpu("h1", {300}, repeat_of={315: 300})) == 1
+    assert _set_readings(_gpu("h1", {300, 315})) == 2
+    assert _set_readings(_gpu("h1", {300}, repeat_of={315: 300}, power=False)) == 2
+
+
+def _clock(dropped_at: set[int]) -> list[dict]:
+    """h1's SM clock at 1000 MHz in the readings at ``dropped_at``, 1410 MHz elsewhere, with
+    no thermal reason; h2 steady."""
+    rows = []
+    for host in ("h1", "h2"):
+        for t in SCRAPES:
+            low = host == "h1" and t in dropped_at
+            rows += [{"ts_ns": t * S, "host": host, "gpu": 0, "metric": "sm_clock_mhz",
+                      "value": 1000.0 if low else 1410.0},
+                     {"ts_ns": t * S, "host": host, "gpu": 0, "metric": "power_w",
+                      "value": 300.0 + t / 1000}]
+    return rows
+
+
+def test_a_clock_drop_counts_from_the_threshold_of_readings():
+    readings = set(range(300, 300 + 15 * CLOCK_READINGS, 15))
+    found = clock_suspects(pl.DataFrame(_clock(readings)), RANKS, WINDOW, set())
+    assert [(s.cause, s.target) for s in found] == [("gpu-degradation", "rank:0")]
+    fewer = set(sorted(readings)[:-1])
+    assert clock_suspects(pl.DataFrame(_clock(fewer)), RANKS, WINDOW, set()) == []
+    assert clock_suspects(pl.DataFrame(_clock(readings)), RANKS, WINDOW, {"rank:0"}) == []
+
+
+def _cnp(host: str, during: float) -> list[dict]:
+    """CNP counters of one NIC at 100/s, and ``during``/s for the rates that end in the
+    episode's span (300-435 s: a rate describes the scrape interval ending at its sample)."""
+    rows, count = [], 1_000
+    for t in SCRAPES:
+        count += int((during if 300 < t <= 435 else 100) * 15)
+        rows.append({"ts_ns": t * S, "host": host, "device": "mlx5_0", "port": 1,
+                     "counter": "np_cnp_sent", "value": count, "rate_per_s": None})
+    return rows
+
+
+@pytest.mark.parametrize(("during", "named"), [(100 * CNP_SURGE, True),
+                                               (100 * CNP_SURGE - 1, False)])
+def test_cnp_surge_from_its_ratio(during, named):
+    frame = pl.DataFrame(_cnp("h1", during) + _cnp("h2", during),
+                         schema_overrides={"rate_per_s": pl.Float64})
+    surges = cnp_surges(frame, ["h1", "h2"], WINDOW)
+    assert surges["ratio"].to_list() == [during / 100] * 2
+    assert [s.target for s in link_suspects(frame, ["h1", "h2"], WINDOW)] == (
+        ["link:h1<->h2"] if named else [])
+
+
+@pytest.mark.parametrize(("rise", "named"), [(CPU_RISE_PCT, True), (CPU_RISE_PCT - 0.1, False)])
+def test_cpu_rise_from_its_points(rise, named):
+    rows = [{"ts_ns": t * S, "host": host, "metric": "cpu_util_pct",
+             "value": 20.0 + (rise if host == "h1" and 300 < t <= 435 else 0.0)}
+            for host in ("h1", "h2", "h3") for t in SCRAPES]
+    found = host_suspects(pl.DataFrame(rows), ["h1", "h2", "h3"], WINDOW)
+    assert [s.target for s in found] == (["host:h1"] if named else [])
+
+
+@pytest.mark.parametrize(("clock", "inferred"), [(1400 * (1 - CLOCK_DROP) - 1, False),
+                                                 (1400 * (1 - CLOCK_DROP), True)])
+def test_clock_drop_is_a_signal_of_its_own_and_normal_clocks_an_inference(clock, inferred):
+    """Under the drop the degradation is shown by the clock; at it, clocks count as normal
+    and the degradation is concluded by elimination."""
+    rows = [{"ts_ns": t * S, "host": "h1", "gpu": 0, "metric": "sm_clock_mhz",
+             "value": clock if 300 <= t < 420 else 1400.0} for t in SCRAPES]
+    finding = gpu_finding(pl.DataFrame(rows), "h1", 0, WINDOW)
+    assert (finding.cause, finding.inferred) == ("gpu-degradation", inferred)
+
+
+def _episodes(gap: int) -> pl.DataFrame:
+    """Two episodes of one detector, 40 iterations each (1 s apart), ``gap`` healthy between."""
+    second = 141 + gap
+    return pl.DataFrame({
+        "detector": ["x", "x"], "t_start_ns": [100 * S, second * S],
+        "t_end_ns": [141 * S, (second + 41) * S], "start_iteration": [100, second],
+        "end_iteration": [140, second + 40]})
+
+
+def test_episodes_closer_than_the_gap_are_one_run_judged_from_before_the_first():
+    first, second = episode_runs(_episodes(NEIGHBOUR_GAP_ITERATIONS - 1))
+    assert first == second
+    assert first.window(-10**12, 10**12) == Window(100 * S, 201 * S, (100 - 4 * 101) * S)
+
+
+def test_episodes_a_gap_apart_are_two_runs_and_the_second_baseline_stops_at_the_first():
+    first, second = episode_runs(_episodes(NEIGHBOUR_GAP_ITERATIONS))
+    assert first.window(-10**12, 10**12) == Window(100 * S, 141 * S, (100 - 4 * 41) * S)
+    assert second.window(-10**12, 10**12) == Window(161 * S, 202 * S, 141 * S)
+
+
+@pytest.mark.parametrize(("set_in", "cause"), [(4, "gpu-thermal"), (3, "gpu-degradation")])
+def test_thermal_flag_share_with_call_ends(set_in, cause):
+    """With call ends, a thermal reason set in FLAG_SHARE of the episode's 8 samples makes
+    the timing culprit thermal; one sample fewer leaves normal clocks, so degradation."""
+    assert FLAG_SHARE == 0.5
+    episode = [t for t in SCRAPES if 300 <= t < 420]
+    rows = [{"ts_ns": t * S, "host": "h1", "gpu": 0, "metric": "clock_event_hw_thermal",
+             "value": float(t in episode[:set_in])} for t in SCRAPES]
+    assert gpu_finding(pl.DataFrame(rows), "h1", 0, WINDOW).cause == cause
+
+
+@pytest.mark.parametrize(("surging", "named"), [(5, True), (4, False)])
+def test_a_surge_holds_in_at_least_the_sustained_share_of_scrapes(surging, named):
+    """The episode's rates end at its 9 scrapes 315-435 s: a surge in 5 of them holds, in 4
+    it does not."""
+    assert SUSTAINED_SHARE == 0.5
+    rows = []
+    for host in ("h1", "h2"):
+        count = 1_000
+        for t in SCRAPES:
+            count += (10_000 if 300 < t <= 300 + 15 * surging else 100) * 15
+            rows.append({"ts_ns": t * S, "host": host, "device": "mlx5_0", "port": 1,
+                         "counter": "np_cnp_sent", "value": count, "rate_per_s": None})
+    frame = pl.DataFrame(rows, schema_overrides={"rate_per_s": pl.Float64})
+    assert [s.target for s in link_suspects(frame, ["h1", "h2"], WINDOW)] == (
+        ["link:h1<->h2"] if named else [])
+
+
+def test_a_surge_on_a_link_no_ring_crosses_is_no_suspect():
+    frame = pl.DataFrame(_cnp("h1", 1_000) + _cnp("h2", 1_000) + _cnp("h3", 100),
+                         schema_overrides={"rate_per_s": pl.Float64})
+    job = ["h1", "h2", "h3"]
+    assert [s.target for s in link_suspects(frame, job, WINDOW, {("h1", "h2")})] == [
+        "link:h1<->h2"]
+    assert link_suspects(frame, job, WINDOW, {("h1", "h3"), ("h2", "h3")}) == []
