@@ -13,6 +13,7 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
+from tracekit.attribute.verdict import CONFIDENCE_TIMING
 from tracekit.cli import app
 from tracekit.core.dataset import open_dataset
 from tracekit.pipeline.analyze import analyze
@@ -53,8 +54,8 @@ def test_step_only_straggler_is_named_from_its_iteration(analysed):
         f"{NOT_OBSERVABLE}); it cost 14.9 s (12.3 % of the job)."]
     attributed = open_dataset(analysed["steps"].dataset).table("episodes").filter(
         pl.col("detector") == "peers").collect()
-    assert attributed.select("target", "cause", "confidence").row(0) == (
-        "rank:2", "insufficient-evidence", 0.5)
+    assert attributed.select("target", "cause", "confidence", "inferred").row(0) == (
+        "rank:2", "insufficient-evidence", CONFIDENCE_TIMING, False)
 
 
 def test_normalised_sampled_series_says_ratios_steps_and_what_it_cannot(analysed):
