@@ -442,12 +442,14 @@ def export_whatif(
 
 
 def _culprit_cell(row: dict) -> str:
-    """The attributed culprit, else the ranks a peer comparison found (its own culprit)."""
+    """The attributed culprit, else the ranks a peer comparison found (its own culprit; its
+    episodes, also as the verdict's, are those with ``persistent`` set)."""
     from tracekit.detect.peers import NAME as PEER_DETECTOR
 
     if row["target"]:
         return row["target"]
-    return f"rank(s) {row['ranks']}" if row["detector"] == PEER_DETECTOR and row["ranks"] else "-"
+    by_peers = row["detector"] == PEER_DETECTOR or row.get("persistent") is not None
+    return f"rank(s) {row['ranks']}" if by_peers and row["ranks"] else "-"
 
 
 def _show_episodes(episodes, title: str, dataset: Path) -> None:
@@ -458,7 +460,8 @@ def _show_episodes(episodes, title: str, dataset: Path) -> None:
     from tracekit.report.series import series_axis
 
     axis = series_axis(open_dataset(dataset).table("iterations").collect())
-    show_table(title, ("#", "start (UTC)", "duration", "slowdown", "JCT", "culprit", "cause"),
+    start = "start (UTC)" if axis.clock else "start"
+    show_table(title, ("#", start, "duration", "slowdown", "JCT", "culprit", "cause"),
                ([row["episode"], format_ns(row["t_start_ns"]) if row["t_start_ns"] is not None
                  else f"iteration {row['start_iteration']}",
                  f"{axis.counted(row)} {axis.noun()}s" if row["duration_s"] is None

@@ -17,6 +17,18 @@ synth_app = cli_support.new_app(name="synth", no_args_is_help=True,
 _command = functools.partial(cli_support.command, synth_app)
 """Register a ``synth`` sub-command with the main CLI's error handling."""
 
+MonitoringFilesOption = Annotated[str, typer.Option(
+    help="series (one file per exporter and host) or scrapes (one file per scrape named "
+         "<exporter>.<host>.<unix_s>, as collectors leave them).")]
+DumpLayoutOption = Annotated[str, typer.Option(
+    help="Where monitoring files lie: per-host (monitoring/<host>/), flat, per-exporter, "
+         "per-day, sysfs-names (hw_counters-<unix_s>.txt in per-host folders), site-names "
+         "(a site's own collector names) or prometheus-job (one range-query JSON); see "
+         "docs/synth.md.")]
+HostPrefixOption = Annotated[str, typer.Option(
+    help="Host names are this prefix and a number (gpu01, ...; node- gives node-01).")]
+"""Options ``synth job`` and ``synth corpus`` share."""
+
 
 @_command("job")
 def job(
@@ -47,17 +59,9 @@ def job(
              "them an NCCL log has no timing.")] = True,
     monitoring: Annotated[bool, typer.Option(help="Write DCGM, RNIC, IPMI and host CPU "
                                                   "exports.")] = True,
-    monitoring_files: Annotated[str, typer.Option(
-        help="series (one file per exporter and host) or scrapes (one file per scrape named "
-             "<exporter>.<host>.<unix_s>, as collectors leave them).")] = "series",
-    dump_layout: Annotated[str, typer.Option(
-        help="Where monitoring files lie: per-host (monitoring/<host>/), flat, per-exporter, "
-             "per-day, sysfs-names (hw_counters-<unix_s>.txt in per-host folders), site-names "
-             "(a site's own collector names) or "
-             "prometheus-job (one range-query JSON); see docs/synth.md.")] = "per-host",
-    host_prefix: Annotated[str, typer.Option(
-        help="Host names are this prefix and a number (gpu01, ...; node- gives node-01).")]
-    = "gpu",
+    monitoring_files: MonitoringFilesOption = "series",
+    dump_layout: DumpLayoutOption = "per-host",
+    host_prefix: HostPrefixOption = "gpu",
     seed: Annotated[int, typer.Option(help="Random seed (same seed, same bytes).")] = 0,
     pack: Annotated[bool, typer.Option(help="Store ranks/, megatron/ and monitoring/ as "
                                             ".tar.xz archives (ingest reads them).")] = False,
@@ -105,17 +109,9 @@ def corpus(
     iterations: Annotated[int | None, typer.Option(help="Iterations per job (default: the "
                                                         "preset's).")] = None,
     collectives: Annotated[str, typer.Option(help="hook, nccl or none.")] = "hook",
-    monitoring_files: Annotated[str, typer.Option(
-        help="series (one file per exporter and host) or scrapes (one file per scrape named "
-             "<exporter>.<host>.<unix_s>, as collectors leave them).")] = "series",
-    dump_layout: Annotated[str, typer.Option(
-        help="Where monitoring files lie: per-host (monitoring/<host>/), flat, per-exporter, "
-             "per-day, sysfs-names (hw_counters-<unix_s>.txt in per-host folders), site-names "
-             "(a site's own collector names) or "
-             "prometheus-job (one range-query JSON); see docs/synth.md.")] = "per-host",
-    host_prefix: Annotated[str, typer.Option(
-        help="Host names are this prefix and a number (gpu01, ...; node- gives node-01).")]
-    = "gpu",
+    monitoring_files: MonitoringFilesOption = "series",
+    dump_layout: DumpLayoutOption = "per-host",
+    host_prefix: HostPrefixOption = "gpu",
     pack: Annotated[bool, typer.Option(help="Store each job's raw folders as .tar.xz "
                                             "archives.")] = False,
     decoys: Annotated[int | None, typer.Option(

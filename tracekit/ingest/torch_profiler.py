@@ -107,6 +107,15 @@ FOLD = {
 counts, as the skipped ones are)."""
 
 
+def _counted_note(what: str, counts: Counter[str], reasons: dict[str, str]) -> str | None:
+    """One note for the events ``what`` (skipped, folded), each reason with its count, so the
+    accounting of a trace is one line rather than one per reason."""
+    shown = [f"{count:,} {reasons[reason]}" for reason, count in sorted(counts.items()) if count]
+    if not shown:
+        return None
+    return f"{what} {sum(counts.values()):,} event(s): " + "; ".join(shown)
+
+
 class TorchProfilerReader(Reader):
     format = "torch-profiler"
     version = "1"
@@ -124,7 +133,6 @@ class TorchProfilerReader(Reader):
 
     def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
         yield read_trace(source, options).chunk
-
 
 @dataclass
 class TraceRead:
@@ -331,10 +339,9 @@ class _Assembly:
         bad = pl.DataFrame(self.events.bad, schema={"line_no": pl.Int64, "line": pl.String,
                                                     "reason": pl.String}, orient="row")
         derived = comms.height + gpus.height - sum(self.folded.values())
-        self.notes += [f"skipped {count:,} event(s): {SKIP[reason]}"
-                       for reason, count in sorted(self.skipped.items()) if count]
-        self.notes += [f"folded {count:,} event(s) into another's row: {FOLD[reason]}"
-                       for reason, count in sorted(self.folded.items()) if count]
+        self.notes += [note for note in (_counted_note("skipped", self.skipped, SKIP),
+                                         _counted_note("folded into another's row", self.folded,
+                                                       FOLD)) if note]
         unnamed = collectives["comm"].null_count()
         if unnamed:
             self.notes.append(
