@@ -13,9 +13,10 @@ import time
 
 import numpy as np
 
+from tracekit.core.parallel import RANKS_PER_BLOCK
 from tracekit.detect import make_detector
 from tracekit.detect.bocd_kernel import compiled
-from tracekit.detect.episodes import JOB_DETECTORS, RANKS_PER_BLOCK, detect_series
+from tracekit.detect.episodes import JOB_DETECTORS, detect_series
 
 
 def _series(points: int, seed: int = 0) -> np.ndarray:

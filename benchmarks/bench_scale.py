@@ -181,9 +181,8 @@ def _partitions(stage: str, ranks: int, measured: dict, workers: int) -> int:
     rules tracekit partitions with (tracekit.core.parallel.partition_size); ``measured``: a run
     of the benchmark's job (its files per rank, its detection blocks)."""
     from tracekit.attribute.job_signals import RANKS_PER_BATCH as ATTRIBUTE_RANKS
-    from tracekit.core.parallel import PARTITIONS_PER_WORKER
+    from tracekit.core.parallel import PARTITIONS_PER_WORKER, RANKS_PER_BLOCK
     from tracekit.detect.episodes import JOB_DETECTORS
-    from tracekit.detect.peers import RANKS_PER_BLOCK as PEER_RANKS
     from tracekit.iterations.reconstruct import RANKS_PER_BATCH as ITERATION_RANKS
 
     def batches(most: int) -> int:
@@ -198,7 +197,7 @@ def _partitions(stage: str, ranks: int, measured: dict, workers: int) -> int:
     if stage == "detect":  # each detector: its blocks of ranks and the job-level series;
         # the peer comparison: its blocks of ranks' own times
         return (len(JOB_DETECTORS) * (1 + math.ceil(ranks / measured["ranks_per_block"]))
-                + math.ceil(ranks / PEER_RANKS))
+                + math.ceil(ranks / RANKS_PER_BLOCK))
     return batches(ATTRIBUTE_RANKS)  # the rank batches; group bins are as many or fewer
 
 

@@ -189,9 +189,11 @@ def _bins(groups: pl.DataFrame, executor: Executor) -> list[pl.DataFrame]:
     :func:`~tracekit.core.parallel.partition_size` asks, of about :data:`CALLS_PER_BIN` calls),
     each reading few ranks; costliest bin first, so the longest partitions start first.
 
-    A bin reads every member rank of its groups to find their calls, so a rank is paid for
-    once per bin holding one of its groups (its calls: what reading it costs). The bins are
-    grown (:func:`_grown_bins`), then groups are moved where they cost fewer reads
+    What is packed: communicator groups, whole, each weighing its calls. Into what: ``count``
+    bins of about ``share`` calls each. By which rule: a bin reads every member rank of its
+    groups to find their calls, so a rank is paid for once per bin holding one of its groups
+    (its calls: what reading it costs); groups that share ranks should share a bin. The bins
+    are grown (:func:`_grown_bins`), then groups are moved where they cost fewer reads
     (:func:`_fewer_reads`). Packing for calls alone put the TP and DP groups of one stage in
     different bins, each rank read by up to its group count of bins (the 64 x 10,000 job:
     240 rank reads, against 196)."""
@@ -201,23 +203,35 @@ def _bins(groups: pl.DataFrame, executor: Executor) -> list[pl.DataFrame]:
                                           pl.col("rank").drop_nulls().unique())
              .sort("group"))
     calls = sizes["calls"].to_numpy().astype(np.int64)
-    count = min(sizes.height, math.ceil(calls.sum() / partition_size(int(calls.sum()), executor,
-                                                                      CALLS_PER_BIN)))
-    per_rank = groups.group_by("rank").agg(pl.col("calls").sum()).drop_nulls("rank")
-    column = {rank: index for index, rank in enumerate(per_rank["rank"].to_list())}
-    rank_calls = per_rank["calls"].to_numpy().astype(np.int64)
-    members = np.zeros((sizes.height, len(column)), dtype=np.int64)
-    for row, ranks in enumerate(sizes["rank"].to_list()):
-        members[row, [column[rank] for rank in ranks]] = 1
+    total = int(calls.sum())
+    count = min(sizes.height, math.ceil(total / partition_size(total, executor, CALLS_PER_BIN)))
+    members, rank_calls = _membership(groups, sizes)
     share = calls.sum() / count
-    bin_of = _fewer_reads(_grown_bins(members, rank_calls, calls, share, count), members,
-                          rank_calls, calls, share)
-    cost = {b: calls[bin_of == b].sum()
-            + READ_COST * rank_calls[members[bin_of == b].any(axis=0)].sum()
-            for b in np.unique(bin_of)}
+    grown = _grown_bins(members, rank_calls, calls, share, count)
+    bin_of = _fewer_reads(grown, members, rank_calls, calls, share)
+    cost = {b: _bin_cost(bin_of == b, members, rank_calls, calls) for b in np.unique(bin_of)}
     return [groups.filter(pl.col("group").is_in(sizes["group"].filter(pl.Series(bin_of == b))
                                                 .implode()))
             for b in sorted(cost, key=lambda b: -cost[b])]
+
+
+def _membership(groups: pl.DataFrame, sizes: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """``members``, a row of 0/1 per group of ``sizes`` (in its order) and a column per rank
+    (1: the rank is a member), and ``rank_calls``, each rank's calls: what reading it costs."""
+    per_rank = groups.group_by("rank").agg(pl.col("calls").sum()).drop_nulls("rank")
+    column = {rank: index for index, rank in enumerate(per_rank["rank"].to_list())}
+    members = np.zeros((sizes.height, len(column)), dtype=np.int64)
+    for row, ranks in enumerate(sizes["rank"].to_list()):
+        members[row, [column[rank] for rank in ranks]] = 1
+    return members, per_rank["calls"].to_numpy().astype(np.int64)
+
+
+def _bin_cost(in_bin: np.ndarray, members: np.ndarray, rank_calls: np.ndarray,
+              calls: np.ndarray) -> float:
+    """What the bin of the groups ``in_bin`` (a mask) costs its partition: the groups' calls
+    and, at :data:`READ_COST` each, the calls of every rank it reads."""
+    reads = members[in_bin].any(axis=0)
+    return calls[in_bin].sum() + READ_COST * rank_calls[reads].sum()
 
 
 def _grown_bins(members: np.ndarray, rank_calls: np.ndarray, calls: np.ndarray, share: float,
@@ -248,34 +262,44 @@ def _grown_bins(members: np.ndarray, rank_calls: np.ndarray, calls: np.ndarray, 
 def _fewer_reads(bin_of: np.ndarray, members: np.ndarray, rank_calls: np.ndarray,
                  calls: np.ndarray, share: float) -> np.ndarray:
     """``bin_of`` after moving groups, largest first and until none gains, to the bin where
-    they save the most reading (the calls of the ranks only they made their bin read, less
-    those of their members the other bin does not read yet), never past a bin's ``share`` of
-    the calls or the calls it already holds, if more: no bin's spill, cut of instances or
-    time as a partition grows. Growing alone is myopic: it leaves a group spanning every
-    rank, whose bin reads every rank anyway, for the last bin, with room left in others.
-    Moving up to the largest bin's calls instead read 40 fewer ranks on the 64 x 10,000 job,
-    but its bins then spilled 60 MiB more."""
+    they save the most reading (:func:`_saved_reads`), never past a bin's ``share`` of the
+    calls or the calls it already holds, if more: no bin's spill, cut of instances or time as
+    a partition grows. Growing alone is myopic: it leaves a group spanning every rank, whose
+    bin reads every rank anyway, for the last bin, with room left in others. Moving up to the
+    largest bin's calls instead read 40 fewer ranks on the 64 x 10,000 job, but its bins then
+    spilled 60 MiB more."""
     bins = np.arange(bin_of.max() + 1)
-    reading = (bin_of[None, :] == bins[:, None]).astype(np.int64) @ members  # bins x ranks
+    in_bin = (bin_of[None, :] == bins[:, None]).astype(np.int64)  # bins x groups, 0/1
+    readers = in_bin @ members  # bins x ranks: how many of a bin's groups make it read a rank
     kept = np.bincount(bin_of, weights=calls, minlength=len(bins))
     room = np.maximum(kept, share)
     moved = True
     while moved:
         moved = False
         for group in np.argsort(-calls, kind="stable"):
-            own, ranks = bin_of[group], members[group] == 1
-            freed = rank_calls[ranks & (reading[own] == 1)].sum()
-            gain = freed - (reading[:, ranks] == 0) @ rank_calls[ranks]
-            gain[(bins == own) | (kept + calls[group] > room)] = 0
-            target = int(np.argmax(gain))
-            if gain[target] > 0:
-                reading[own] -= members[group]
-                reading[target] += members[group]
+            own = bin_of[group]
+            saved = _saved_reads(readers, members[group] == 1, own, rank_calls)
+            full = kept + calls[group] > room
+            saved[(bins == own) | full] = 0
+            target = int(np.argmax(saved))
+            if saved[target] > 0:
+                readers[own] -= members[group]
+                readers[target] += members[group]
                 kept[own] -= calls[group]
                 kept[target] += calls[group]
                 bin_of[group] = target
                 moved = True
     return bin_of
+
+
+def _saved_reads(readers: np.ndarray, ranks: np.ndarray, own: int,
+                 rank_calls: np.ndarray) -> np.ndarray:
+    """Per bin, the rank calls a group of member ``ranks`` (a mask) in bin ``own`` saves by
+    moving there: those of the ranks only it makes ``own`` read (``readers``, bins x ranks,
+    drops to 0), less those of its members the bin does not read yet."""
+    freed = rank_calls[ranks & (readers[own] == 1)].sum()
+    unread = readers[:, ranks] == 0  # bins x the group's ranks
+    return freed - unread @ rank_calls[ranks]
 
 
 def _in_windows(column: str, windows: Windows) -> pl.Expr:

@@ -16,7 +16,7 @@ once for all of them (:func:`shared_reads`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import polars as pl
 
@@ -80,26 +80,21 @@ def episode_timings(job: JobSignals, windows: Sequence[Window],
     """The timing of each of ``windows`` from ``job``'s parts, one part at a time, each read
     once for all the windows (:func:`shared_reads`); ``ranks`` (rank, host, cuda_dev) are
     those whose own times count."""
-    spans = [((w.start_ns, w.end_ns), (w.before_start_ns, w.start_ns)) for w in windows]
-    counts = [[0, 0] for _ in windows]
-    skews = [([], []) for _ in windows]
-    times = [([], []) for _ in windows]
-    members: list[list[pl.DataFrame]] = [[] for _ in windows]
+    # Each window has two sides, its episode and the baseline before it. Every part of the
+    # instances is read once per side for all the windows together and each window's cut of
+    # it is reduced on the spot (_Side.add); the own times likewise, per part of gaps. Only
+    # then are the reductions of all the parts combined into one timing per window.
+    tallies = [_Tally(_Side(w.start_ns, w.end_ns, keeps_members=True),
+                      _Side(w.before_start_ns, w.start_ns)) for w in windows]
     for part in job.instance_parts:
         one = replace(job, instance_parts=[part])
         # the episodes' and the baselines' instances are read apart: cutting one frame of
         # both would hold the part's cut twice while they are cut
-        for index in range(2):
-            cuts = [span[index] for span in spans]
-            instances = one.instances(min(c[0] for c in cuts), max(c[1] for c in cuts))
-            for window, (start, end) in enumerate(cuts):
-                cut = _between(instances, start, end)
-                counts[window][index] += cut.height
-                skews[window][index].append(arrival_skew(cut))
-                times[window][index].append(group_times(cut))
-                if index == 0 and cut.height:
-                    members[window].append(cut.unique("group").select("group", "members"))
-    own: list[list[pl.DataFrame]] = [[] for _ in windows]
+        for sides in ([t.during for t in tallies], [t.before for t in tallies]):
+            instances = one.instances(min(s.start_ns for s in sides),
+                                      max(s.end_ns for s in sides))
+            for side in sides:
+                side.add(_between(instances, side.start_ns, side.end_ns))
     # the job's first own time tells that the calls have end times (when none fall in the
     # windows, the verdict then finds no own-time change, not "issue times only")
     timed = job.any_gap.height > 0
@@ -107,19 +102,71 @@ def episode_timings(job: JobSignals, windows: Sequence[Window],
         for part in job.gap_parts:
             gaps = replace(job, gap_parts=[part]).gaps(
                 min(w.before_start_ns for w in windows), max(w.end_ns for w in windows))
-            for window, (during, before) in enumerate(spans):
-                own[window].append(own_time_change(gaps, ranks, during, before))
-    return [EpisodeTiming(
-        counts[w][0], counts[w][1],
-        skew_change(*(_summed(frames) for frames in skews[w]),
-                    (during[1] - during[0]) / 1e9, (before[1] - before[0]) / 1e9),
-        suspect_groups(*(pl.concat(frames) for frames in times[w])),
-        (pl.concat(own[w]).with_columns((pl.col("ratio") / pl.col("ratio").median())
-                                        .alias("relative")).sort("rank")
-         if timed else None),
-        (pl.concat(members[w]).unique("group").sort("group") if members[w]
-         else pl.DataFrame(schema={"group": pl.Int64, "members": pl.List(pl.Int32)})))
-        for w, (during, before) in enumerate(spans)]
+            for tally in tallies:
+                tally.own.append(own_time_change(gaps, ranks, tally.during.span,
+                                                 tally.before.span))
+    return [tally.timing(timed) for tally in tallies]
+
+
+@dataclass
+class _Side:
+    """One side of a window, ``[start_ns, end_ns)``: the reductions of its cut of each part
+    read so far, and (for an episode) the groups seen in it with their members."""
+
+    start_ns: int
+    end_ns: int
+    keeps_members: bool = False
+    instances: int = 0
+    skews: list[pl.DataFrame] = field(default_factory=list)
+    """:func:`.arrival.arrival_skew` of each part's cut."""
+    times: list[pl.DataFrame] = field(default_factory=list)
+    """:func:`.profiling.group_times` of each part's cut (exact: a group lies in one part)."""
+    members: list[pl.DataFrame] = field(default_factory=list)
+
+    @property
+    def span(self) -> tuple[int, int]:
+        return self.start_ns, self.end_ns
+
+    @property
+    def seconds(self) -> float:
+        return (self.end_ns - self.start_ns) / 1e9
+
+    def add(self, cut: pl.DataFrame) -> None:
+        """Reduce one part's instances in this side."""
+        self.instances += cut.height
+        self.skews.append(arrival_skew(cut))
+        self.times.append(group_times(cut))
+        if self.keeps_members and cut.height:
+            self.members.append(cut.unique("group").select("group", "members"))
+
+
+@dataclass
+class _Tally:
+    """What one window has gathered from the parts: its two sides and each gap part's
+    :func:`.arrival.own_time_change`."""
+
+    during: _Side
+    before: _Side
+    own: list[pl.DataFrame] = field(default_factory=list)
+
+    def timing(self, timed: bool) -> EpisodeTiming:
+        """The parts' reductions combined; own times only when the calls have end times."""
+        return EpisodeTiming(
+            self.during.instances, self.before.instances,
+            skew_change(_summed(self.during.skews), _summed(self.before.skews),
+                        self.during.seconds, self.before.seconds),
+            suspect_groups(pl.concat(self.during.times), pl.concat(self.before.times)),
+            _relative_own(self.own) if timed else None,
+            (pl.concat(self.during.members).unique("group").sort("group")
+             if self.during.members
+             else pl.DataFrame(schema={"group": pl.Int64, "members": pl.List(pl.Int32)})))
+
+
+def _relative_own(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """The gap parts' own-time changes as one, ``relative`` taken again against the median
+    rank of all of them (each part's was against its own batch's)."""
+    return (pl.concat(parts).with_columns((pl.col("ratio") / pl.col("ratio").median())
+                                          .alias("relative")).sort("rank"))
 
 
 def _between(instances: pl.DataFrame, start_ns: int, end_ns: int) -> pl.DataFrame:

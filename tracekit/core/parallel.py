@@ -404,6 +404,18 @@ PARTITIONS_PER_WORKER = 4
 worker, handed out largest first, no worker idles while another runs the last big one."""
 
 
+RANKS_PER_BLOCK = 16
+"""Ranks of one partition of the detect stage (``tracekit detect --cluster``): a block of
+ranks' rows a detector runs together, and a block of ranks whose own times are read (one rank
+at a time within it, a rank's calls joined to its own iterations only, so a worker holds one
+rank's calls whatever the job). Blocks are fixed by rank order, never by the number of
+workers, because BOCD steps a block's rows together and prunes run lengths jointly (kept while
+any row needs one), so a rank's change points can depend on its block (1-6 of 256 ranks of
+10,000 iterations move between one block of 256 and blocks of 16); detectors that read each
+row alone (the sliding window) give the same result for any split. With the compiled
+recursion small blocks cost nothing per rank, and they spread a job over the workers."""
+
+
 def partition_size(items: int, executor: Executor, most: int) -> int:
     """Items per partition: at most ``most`` (a partition's memory), and with several workers
     small enough for :data:`PARTITIONS_PER_WORKER` partitions each. The local loop keeps

@@ -47,9 +47,12 @@ from tracekit.detect.cusum import CUSUM_INTERVAL, cusum_steps, last_zero
 PAPER_MIN_CHANGE = 0.10
 """Greyhound keeps a change point only when before and after differ by more than 10 %."""
 
-MIN_FAIL_SLOW_ITERATIONS = 10
-"""A fail-slow lasts at least 10 iterations (the label policy, ``LabelPolicy.min_iterations``):
-a slow stretch ending sooner is a disturbance (GC pauses, a checkpoint), whatever its level."""
+CONFIRM_POINTS = 10
+"""Points a rise must last for BOCD+V (and bocd+b, its subclass) to confirm it as a change:
+one ending sooner is a disturbance (GC pauses, a checkpoint), whatever its level. The
+detector's own persistence rule, in the series' points; whether a confirmed change is long
+enough to be a fail-slow (``core.thresholds.FAIL_SLOW_MIN_ITERATIONS``, in iterations) is
+decided on the episode it gives (:mod:`tracekit.detect.episodes`)."""
 
 CONFIDENCE_Z = 3.0
 """Half-width of the confidence interval in standard errors (three sigma): with a few looks
@@ -319,7 +322,7 @@ class SegmentVerifier:
 
     def slow_points(self, start: int, stop: int, level: float, noise: float) -> int:
         """How many points from ``start`` to ``stop`` are more than ``CONFIDENCE_Z`` relative
-        ``noise`` deviations above ``level``: a fail-slow has at least ``min_duration``."""
+        ``noise`` deviations above ``level``: a confirmed change has at least ``min_duration``."""
         points = np.asarray(self.values[start:stop], dtype=np.float64)
         return int(np.count_nonzero(points / level - 1.0 > CONFIDENCE_Z * noise))
 
@@ -357,7 +360,7 @@ class BocdVerify(Bocd):
     min_points: int = 4
     """Points from a candidate on at its first look (judged this many - 1 later): the median
     of 4 is not moved by one disturbed iteration."""
-    min_duration: int = MIN_FAIL_SLOW_ITERATIONS
+    min_duration: int = CONFIRM_POINTS
     """A segment judged as a whole is a change only when it lasts this many points."""
     baseline_window: int = 50
     """At most this many points before a candidate give the level it is compared with."""

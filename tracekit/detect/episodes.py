@@ -30,7 +30,14 @@ import polars as pl
 from tracekit.core import schema
 from tracekit.core.dataset import Dataset, open_dataset
 from tracekit.core.errors import InputError
-from tracekit.core.parallel import Executor, LocalExecutor, map_all, rank_scans, record_build
+from tracekit.core.parallel import (
+    RANKS_PER_BLOCK,
+    Executor,
+    LocalExecutor,
+    map_all,
+    rank_scans,
+    record_build,
+)
 from tracekit.core.thresholds import FAIL_SLOW_MIN_ITERATIONS, FAIL_SLOW_RATIO, WARMUP_ITERATIONS
 from tracekit.detect.base import Detector
 from tracekit.detect.peers import NAME as PEER_DETECTOR
@@ -281,17 +288,6 @@ def detect_series(detector: Detector, matrix: np.ndarray) -> list[np.ndarray]:
                                                            for row in distinct]
     copy = dict(zip(first, found, strict=True))
     return [copy[row.tobytes()] for row in matrix]
-
-
-RANKS_PER_BLOCK = 16
-"""Ranks a detector runs together: one partition of ``tracekit detect --cluster``. Blocks are
-fixed by rank order, never by the number of workers, because BOCD steps a block's rows together
-and prunes run lengths jointly (kept while any row needs one), so a rank's change points can
-depend on its block (measured: 1-6 of 256 ranks of 10,000 iterations move between one block of
-256 and blocks of 16); detectors that read each row alone (the sliding window) give the same
-result for any split. With the compiled recursion small blocks cost nothing (one thread, ms per
-rank at 10,000 points: 10.9 for blocks of 256, 10.4 of 64, 10.1 of 16), and they spread a job
-over the workers."""
 
 
 @dataclass

@@ -56,7 +56,14 @@ import polars as pl
 from scipy.ndimage import median_filter
 
 from tracekit.core import schema
-from tracekit.core.parallel import Executor, LocalExecutor, RankScans, map_all, per_rank
+from tracekit.core.parallel import (
+    RANKS_PER_BLOCK,
+    Executor,
+    LocalExecutor,
+    RankScans,
+    map_all,
+    per_rank,
+)
 from tracekit.core.schema import COMPUTE_OPS
 from tracekit.core.thresholds import FAIL_SLOW_MIN_ITERATIONS, SUSPECT_RATIO
 from tracekit.detect.base import MAD_TO_SIGMA
@@ -132,11 +139,6 @@ def own_times(iterations: pl.DataFrame, op_traces: pl.DataFrame,
     matrix[rows, columns] = own["duration_s"].to_numpy()
     return OwnTimes(source, ranks["rank"].to_numpy(), ranks["group"].to_numpy(), timeline,
                     matrix)
-
-
-RANKS_PER_BLOCK = 16
-"""Ranks of one own-time partition (read one rank at a time within it): a rank's calls are
-joined to its own iterations only, so a worker holds one rank's calls, whatever the job."""
 
 
 def outside_collectives(iterations: pl.DataFrame, collectives: pl.LazyFrame | RankScans,

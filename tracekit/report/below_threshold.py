@@ -4,8 +4,11 @@ A job whose one slow GPU costs it 4 % from some iteration on is no fail-slow by 
 but "the job ran at its own pace" hides a change an operator wants to see. The verdict's BOCD
 finds such a level change and its verification drops it for its size; this module takes those
 job-level change points back from the ``events`` table: a rise of at least
-:data:`MIN_CHANGE` that holds for a fail-slow's length and lies outside every shown episode,
-with what it cost over the iterations it held.
+:data:`MIN_CHANGE` that lasts as long as the verification asks of any change (its
+:data:`~tracekit.detect.bocd_verify.CONFIRM_POINTS` logged points: dropped for its size alone,
+not as a burst) and lies outside every shown episode, with what it cost over the iterations it
+held. Not a fail-slow's 20 iterations: a change under the threshold is no fail-slow whatever
+its length, and a short log's small step would go unseen.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracekit.core.thresholds import SUSPECT_RATIO
-from tracekit.detect.bocd_verify import MIN_FAIL_SLOW_ITERATIONS
+from tracekit.detect.bocd_verify import CONFIRM_POINTS
 from tracekit.report.series import SeriesAxis
 
 MIN_CHANGE = 0.02
@@ -39,9 +42,10 @@ def job_series(iterations: pl.DataFrame) -> pl.DataFrame:
 def below_threshold_changes(events: pl.DataFrame, iterations: pl.DataFrame,
                             episodes: pl.DataFrame, detector: str) -> pl.DataFrame:
     """Job-level rises of ``detector``'s change points (or the unverified BOCD's) between
-    :data:`MIN_CHANGE` and the fail-slow threshold, held for at least a fail-slow's length and
-    outside ``episodes``: iteration, ts_ns, ratio, iterations held (logged), whether to the end
-    of the log, the time lost in the series' unit and its share of the logged time."""
+    :data:`MIN_CHANGE` and the fail-slow threshold, held for at least :data:`CONFIRM_POINTS`
+    points and outside ``episodes``: iteration, ts_ns, ratio, iterations held (logged), whether
+    to the end of the log, the time lost in the series' unit and its share of the logged
+    time."""
     source = UNVERIFIED_EVENTS.get(detector, detector)
     changes = (events.filter(pl.col("detector") == source, pl.col("rank").is_null())
                .sort("iteration"))
@@ -56,7 +60,7 @@ def below_threshold_changes(events: pl.DataFrame, iterations: pl.DataFrame,
             continue
         held = series.filter(pl.col("iteration") >= row["iteration"],
                              pl.col("iteration") < end if end is not None else pl.lit(True))
-        if held.height < MIN_FAIL_SLOW_ITERATIONS or _covered(episodes, held):
+        if held.height < CONFIRM_POINTS or _covered(episodes, held):
             continue
         lost = float((held["duration_s"] - row["before_s"]).sum())
         rows.append({"iteration": row["iteration"], "ts_ns": row["ts_ns"],
