@@ -4,9 +4,11 @@ under ``torch.profiler`` by :mod:`tracekit.synth.profiled`, balanced or with one
 
 The slowdowns are clear fail-slows (four times the work, 100 ms sleeps in steps of tens of ms):
 the ranks of these CPU jobs share the machine with everything else running on it, and
-scheduling noise moves a balanced rank's own time by up to ~9 % of a step. The compute case
-uses 1024-wide layers: with small ones the operators are short beside Python's dispatch
-between them, so extra passes show as gaps on the CPU timeline rather than as compute.
+scheduling noise moves a balanced rank's own time by up to ~9 % of a step, and by a quarter
+of a 6 ms step on a loaded machine. The balanced and compute cases use 1024-wide layers (steps
+of ~60 ms, where the same noise is a few per cent); with small ones the operators are short
+beside Python's dispatch between them, so extra passes show as gaps on the CPU timeline rather
+than as compute.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ pytest.importorskip("torch", reason="torch is not installed (the gpu extra): no 
 from tracekit.synth.profiled import ProfiledJob, run_profiled_job  # noqa: E402
 
 CASES = {
-    "balanced": (ProfiledJob(world_size=2, steps=8), None, None),
+    "balanced": (ProfiledJob(world_size=2, steps=8, hidden=1024), None, None),
     "compute": (ProfiledJob(world_size=2, steps=4, slow_rank=1, slow_kind="compute",
                             slow_factor=4, hidden=1024), "rank:1", ("compute", "slow-compute")),
     "data": (ProfiledJob(world_size=3, steps=4, slow_rank=2, slow_kind="data", slow_ms=100),
