@@ -21,6 +21,7 @@ from tracekit.attribute.telemetry import (
 )
 from tracekit.attribute.windows import episode_runs
 from tracekit.core.dataset import open_dataset
+from tracekit.core.identity import link_hosts
 
 THRESHOLDS = {
     "thermal readings": (THERMAL_READINGS, "distinct DCGM readings with a thermal reason"),
@@ -48,8 +49,10 @@ def _culprits(cause: str, target: str, hosts: dict[int, tuple[str, int]]) -> dic
                 units["thermal"].add(hosts[int(value)])
         elif kind == "host":
             units["cpu"].add(value)
-        elif kind in ("link", "nic"):
-            units["nic"].update(value.split("-"))
+        elif kind == "link":
+            units["nic"].update(link_hosts(value) or ())
+        elif kind == "nic":
+            units["nic"].add(value)
     return units
 
 
