@@ -2,9 +2,10 @@
 parallel layout on 2-8 hosts, a dump layout (how the files lie on disk) and a scenario (which
 episodes, back to back or overlapping, with decoys), written by the synthesizer.
 
-A dump layout is a :class:`DumpLayout`: the synthesizer's options plus a function that moves
-or rewrites the written files. Adding a layout the synthesizer learns (per-day folders, sysfs
-names) is one entry in :data:`DUMP_LAYOUTS`.
+A dump layout is a :class:`DumpLayout`: the synthesizer's options (its collective log, its
+monitoring files, where they lie: ``synth --dump-layout``, and how hosts are named) plus a
+function that moves or rewrites the written files. A new layout is one entry in
+:data:`DUMP_LAYOUTS`.
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ class DumpLayout:
     collectives: str
     monitoring_files: str
     rewrite: Callable[[Path], None] | None = None
+    dump_layout: str = "per-host"
+    host_prefix: str = "gpu"
 
 
 DUMP_LAYOUTS: dict[str, DumpLayout] = {
@@ -71,8 +74,16 @@ DUMP_LAYOUTS: dict[str, DumpLayout] = {
     "nccl/per-host-scrapes": DumpLayout("nccl", "scrapes"),
     "nccl/flat-scrapes": DumpLayout("nccl", "scrapes", _flatten),
     "nccl/scrapes-dcgm-30s": DumpLayout("nccl", "scrapes", _repeat_dcgm_collects),
+    "nccl/flat-node-hosts": DumpLayout("nccl", "scrapes", dump_layout="flat",
+                                       host_prefix="node-"),
+    "nccl/per-exporter": DumpLayout("nccl", "scrapes", dump_layout="per-exporter"),
+    "nccl/per-day": DumpLayout("nccl", "scrapes", dump_layout="per-day"),
+    "nccl/sysfs-names": DumpLayout("nccl", "scrapes", dump_layout="sysfs-names"),
+    "nccl/site-names": DumpLayout("nccl", "scrapes", dump_layout="site-names"),
+    "hook/prometheus-job": DumpLayout("hook", "series", dump_layout="prometheus-job"),
 }
-"""Collective log format, monitoring files, and what is done to them after writing."""
+"""Collective log format, monitoring files, where they lie and how hosts are named, and what
+is done to them after writing."""
 
 SCENARIOS = ("clean", "clean", "gpu-thermal", "gpu-degradation", "cpu-contention",
              "network-congestion", "compound", "back-to-back", "two-causes", "decoy",
@@ -155,7 +166,9 @@ def draw_jobs(count: int, seed: int) -> list[DrawnJob]:
         spec = JobSpec(layout, ITERATIONS, int(rng.integers(2**31)),
                        _injections(scenario, layout, rng),
                        collectives=DUMP_LAYOUTS[dump].collectives,
-                       monitoring_files=DUMP_LAYOUTS[dump].monitoring_files, job=name)
+                       monitoring_files=DUMP_LAYOUTS[dump].monitoring_files,
+                       dump_layout=DUMP_LAYOUTS[dump].dump_layout,
+                       host_prefix=DUMP_LAYOUTS[dump].host_prefix, job=name)
         jobs.append(DrawnJob(name, dump, scenario, spec))
     return jobs
 
