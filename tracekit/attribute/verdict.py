@@ -6,7 +6,7 @@ cause ``insufficient-evidence`` with what is missing.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import polars as pl
 
@@ -103,7 +103,14 @@ def decide(signals: Signals) -> Verdict:
 def _combined(culprits: list[Verdict]) -> Verdict:
     """One verdict from its culprits: several make a compound one (targets and causes joined
     by ``+``). It is right only when every part is, and the parts rest on separate signals,
-    so its confidence is their product; it is inferred when any part is."""
+    so its confidence is their product; it is inferred when any part is. A part that timing
+    alone points at does not hide the parts a signal confirms: a thermal GPU slows the groups
+    it is in, and a slow group with no congestion notifications is no second cause."""
+    confirmed = [c for c in culprits if c.cause != INSUFFICIENT]
+    if confirmed and len(confirmed) < len(culprits):
+        shown = _combined(confirmed)
+        unconfirmed = "; ".join(c.evidence for c in culprits if c.cause == INSUFFICIENT)
+        return replace(shown, evidence=f"{shown.evidence}; not confirmed: {unconfirmed}")
     if len(culprits) == 1:
         return culprits[0]
     causes = [c.cause for c in culprits]
