@@ -452,14 +452,19 @@ def _culprit_cell(row: dict) -> str:
     return f"rank(s) {row['ranks']}" if by_peers and row["ranks"] else "-"
 
 
-def _show_episodes(episodes, title: str, dataset: Path) -> None:
-    """Episodes as the terminal shows them: times, slowdown, culprit, cause (never cut); by
-    iteration, without seconds or a JCT share, where the series has no clock, no unit or gaps
-    (:mod:`tracekit.report.series`)."""
+def _axis(dataset: Path):
+    """How the dataset's iterations are told (:mod:`tracekit.report.series`): read once per
+    command, whatever number of episode tables it shows."""
     from tracekit.core.dataset import open_dataset
     from tracekit.report.series import series_axis
 
-    axis = series_axis(open_dataset(dataset).table("iterations").collect())
+    return series_axis(open_dataset(dataset).table("iterations").collect())
+
+
+def _show_episodes(episodes, title: str, axis) -> None:
+    """Episodes as the terminal shows them: times, slowdown, culprit, cause (never cut); by
+    iteration, without seconds or a JCT share, where the series has no clock, no unit or gaps
+    (``axis``, from :func:`_axis`)."""
     start = "start (UTC)" if axis.clock else "start"
     show_table(title, ("#", start, "duration", "slowdown", "JCT", "culprit", "cause"),
                ([row["episode"], format_ns(row["t_start_ns"]) if row["t_start_ns"] is not None
@@ -548,9 +553,10 @@ def analyze(
         say(f"no verdict: detection did not run ({detect_stage.detail}); "
             f"`tracekit info {result.dataset}` shows what was ingested")
     else:
+        axis = _axis(result.dataset)
         if all_detectors:
-            _show_every_detector(result.dataset)
-        _show_verdict(result.episodes, result.detector, result.dataset)
+            _show_every_detector(result.dataset, axis)
+        _show_verdict(result.episodes, result.detector, axis)
     if result.time_split is not None and not as_json:
         say(f"[bold]time split[/]: {result.time_split.cause}, "
             f"{result.time_split.target or 'no culprit'}\n  {result.time_split.evidence}")
@@ -566,16 +572,16 @@ def analyze(
         raise typer.Exit(1)
 
 
-def _show_verdict(episodes, name: str, dataset: Path) -> None:
+def _show_verdict(episodes, name: str, axis) -> None:
     """The episodes of the verdict (or of the detector asked for), or one line saying none."""
     if episodes.is_empty():
         say(f"verdict ({name}): none")
     else:
         _show_episodes(episodes.sort("start_iteration"), f"fail-slow episodes ({name})",
-                       dataset)
+                       axis)
 
 
-def _show_every_detector(dataset: Path) -> None:
+def _show_every_detector(dataset: Path, axis) -> None:
     """Each detector's episodes, one table each, for ``--all-detectors``."""
     import polars as pl
 
@@ -584,7 +590,7 @@ def _show_every_detector(dataset: Path) -> None:
     episodes = open_dataset(dataset).table("episodes").collect()
     for name in episodes["detector"].unique(maintain_order=True).to_list():
         _show_episodes(episodes.filter(pl.col("detector") == name),
-                       f"fail-slow episodes ({name})", dataset)
+                       f"fail-slow episodes ({name})", axis)
 
 
 @command()
@@ -741,12 +747,13 @@ def detect(
     for note in found.notes:
         errors.print(f"[dim]note: {note}[/]", highlight=False, soft_wrap=True)
     ran = found.episodes["detector"].unique(maintain_order=True).to_list()
+    axis = _axis(dataset)
     if all_detectors or verdict is None:
         for shown in ran:
             _show_episodes(found.episodes.filter(pl.col("detector") == shown),
-                           f"fail-slow episodes ({shown})", dataset)
+                           f"fail-slow episodes ({shown})", axis)
     if verdict is not None:
-        _show_verdict(verdict, name, dataset)
+        _show_verdict(verdict, name, axis)
     compared = "" if all_detectors or verdict is None else " (--all-detectors compares them)"
     say(f"written to {dataset}: {plural(found.events.height, 'change event')} and "
         f"{plural(found.episodes.height, 'episode')} of "
@@ -824,10 +831,7 @@ def attribute(
         return
     shown = episodes if all_detectors else verdict
     if shown.height:
-        from tracekit.core.dataset import open_dataset
-        from tracekit.report.series import series_axis
-
-        axis = series_axis(open_dataset(dataset).table("iterations").collect())
+        axis = _axis(dataset)
     for row in shown.iter_rows(named=True):
         share = "JCT" if axis.whole_job else "share of logged time"
         say(f"[bold]{row['detector']} episode {row['episode']}[/]: {row['kind']}, "
