@@ -13,6 +13,8 @@ than as compute.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tracekit.pipeline.analyze import analyze
@@ -36,6 +38,10 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_analyze_names_the_slow_rank_and_what_grew(tmp_path, case):
     job, target, kind_cause = CASES[case]
+    if target is None and len(os.sched_getaffinity(0)) <= job.world_size:
+        pytest.skip(f"a balanced job needs a core per rank and one for this process "
+                    f"({job.world_size + 1}): on {len(os.sched_getaffinity(0))} the scheduler "
+                    "makes one rank up to x2 slower, and its trace says so")
     run_profiled_job(job, tmp_path / "traces")
     result = analyze([tmp_path / "traces"], tmp_path / "ds", write_job_report=False)
     verdict = result.time_split
