@@ -13,6 +13,11 @@ import benchmarks
 
 
 def main(selected: list[str]) -> None:
+    if "--help" in selected or "-h" in selected:
+        print(__doc__)
+        for name in (n for n in selected if not n.startswith("-")):
+            print(f"== bench_{name}\n{importlib.import_module(f'benchmarks.bench_{name}').__doc__}")
+        return
     names = sorted(m.name for m in pkgutil.iter_modules(benchmarks.__path__)
                    if m.name.startswith("bench_"))
     for name in names:

@@ -151,17 +151,21 @@ def _injections(scenario: str, layout: Layout, rng: np.random.Generator
     return (_episode((one("gpu-thermal"),), start, length, rng), decoy)
 
 
-def draw_jobs(count: int, seed: int) -> list[DrawnJob]:
-    """``count`` jobs from ``seed``: layouts and dump layouts in turn, scenarios drawn."""
+def draw_jobs(count: int, seed: int, dumps: tuple[str, ...] = tuple(DUMP_LAYOUTS),
+              scenarios: tuple[str, ...] = SCENARIOS) -> list[DrawnJob]:
+    """``count`` jobs from ``seed``: dump layouts in turn, parallel layouts and scenarios
+    drawn (from ``dumps`` and ``scenarios``, to hunt one kind of miss)."""
+    unknown = sorted(set(dumps) - set(DUMP_LAYOUTS)) + sorted(set(scenarios) - set(SCENARIOS))
+    if unknown:
+        raise ValueError(f"unknown dump layout or scenario: {', '.join(unknown)}")
     rng = np.random.default_rng([seed, 36])
-    dumps = list(DUMP_LAYOUTS)
     jobs = []
     for number in range(count):
         tp, dp, pp, per_host = PARALLEL[int(rng.integers(len(PARALLEL)))]
         layout = Layout(tp=tp, dp=dp, pp=pp, gpus_per_host=per_host, model=MODEL,
                         hardware=CI_HOST)
         dump = dumps[number % len(dumps)]
-        scenario = str(rng.choice(SCENARIOS))
+        scenario = str(rng.choice(list(scenarios)))
         name = f"fresh-{number:03d}"
         spec = JobSpec(layout, ITERATIONS, int(rng.integers(2**31)),
                        _injections(scenario, layout, rng),

@@ -8,10 +8,14 @@ culprit / cause per labeled cause, and the reliability of the confidence (bins o
 it is right when its culprit and cause are right for every fail-slow it overlaps (one that
 overlaps none is wrong).
 
-``python -m benchmarks accuracy [--jobs N] [--seed S] [--workers W] [--keep=DIR]``: N jobs
-(default 55: about 15 CPU-s each, most of it ingesting the scrape files), seed S (default: a
-fresh one, printed so a run can be repeated), W processes (default 2), the jobs and their
-datasets kept under DIR to look at. The CI gate stays ``tracekit eval datasets/corpus``.
+``python -m benchmarks accuracy [--jobs N] [--seed S] [--workers W] [--keep=DIR]
+[--dumps=A,B] [--scenarios=X,Y]``: N jobs (default 55: about 15 CPU-s each, most of it
+ingesting the scrape files), seed S (default: a fresh one, printed so a run can be repeated),
+W processes (default 2), the jobs and their datasets kept under DIR to look at, only the dump
+layouts and scenarios named (default: all of
+:data:`~benchmarks.accuracy_corpus.DUMP_LAYOUTS` and
+:data:`~benchmarks.accuracy_corpus.SCENARIOS`). The CI gate stays
+``tracekit eval datasets/corpus``.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from pathlib import Path
 
 import polars as pl
 
-from benchmarks.accuracy_corpus import DrawnJob, draw_jobs, write_job
+from benchmarks.accuracy_corpus import DUMP_LAYOUTS, SCENARIOS, DrawnJob, draw_jobs, write_job
 from benchmarks.accuracy_margins import print_margins
 
 DEFAULT_JOBS = 55
@@ -39,6 +43,11 @@ def _option(name: str, default: int | None) -> int | None:
     if name in args and args.index(name) + 1 < len(args):
         return int(args[args.index(name) + 1])
     return default
+
+
+def _listed(name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    value = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith(f"{name}=")), None)
+    return default if value is None else tuple(v for v in value.split(",") if v)
 
 
 def _analyse(task: tuple[DrawnJob, str]) -> str:
@@ -97,9 +106,10 @@ def main() -> None:
     seed = _option("--seed", None)
     seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
     workers = _option("--workers", 2)
-    jobs = draw_jobs(count, seed)
+    jobs = draw_jobs(count, seed, _listed("--dumps", tuple(DUMP_LAYOUTS)),
+                     _listed("--scenarios", SCENARIOS))
     started = time.perf_counter()
-    keep = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--keep=")), None)
+    keep = next(iter(_listed("--keep", ())), None)
     with (tempfile.TemporaryDirectory(prefix="tracekit-accuracy-") if keep is None
           else nullcontext(keep)) as work:
         with ProcessPoolExecutor(workers) as pool:
