@@ -33,6 +33,7 @@ from tracekit.attribute.verdict import (
 )
 from tracekit.attribute.windows import episode_runs
 from tracekit.core import schema
+from tracekit.core.culprits import LOCALISING_DETECTORS, named_ranks
 from tracekit.core.dataset import Dataset, open_dataset
 from tracekit.core.identity import rank_gpus
 from tracekit.core.parallel import Executor, LocalExecutor, map_all, record_build
@@ -70,7 +71,7 @@ def attribute_dataset(dataset: Dataset | str | Path,
     attributed = with_detected_culprits(episodes, attributed, op_traces)
     if timed is not None:
         attributed = with_time_split(attributed, dataset.table("time_split").collect())
-    stages = stage_imbalance(op_traces, _named_ranks(attributed))
+    stages = stage_imbalance(op_traces, named_ranks(attributed))
     with dataset.updating():
         dataset.write_table("episodes", attributed)
         record_build(dataset, "attribute", executor, partitions=partitions)
@@ -123,11 +124,6 @@ def _attribute(dataset: Dataset, episodes: pl.DataFrame,
     return attributed, {**job.partitions, "episodes": episodes.height}
 
 
-LOCALISING_DETECTORS = ("peers",)
-"""Detectors whose episodes name their culprit ranks (``ranks``): the peer comparison of
-:mod:`tracekit.detect.peers` finds a rank slower than its peers, so its rank is the culprit even
-where attribution has nothing to time (stages import only ``core``, hence the name here)."""
-
 NOT_OBSERVABLE = ("cause not observable from step times alone: no collective calls, op traces "
                   "or monitoring on the steps' clock say whether its compute or its "
                   "communication grew")
@@ -155,10 +151,6 @@ def with_detected_culprits(detected: pl.DataFrame, attributed: pl.DataFrame,
     return pl.DataFrame(rows, schema=attributed.schema)
 
 
-def _named_ranks(episodes: pl.DataFrame) -> list[int]:
-    """Ranks the episodes' targets name (``rank:N``)."""
-    targets = episodes["target"].drop_nulls().str.split("+").explode()
-    return sorted({int(t.removeprefix("rank:")) for t in targets if t.startswith("rank:")})
 
 @dataclass
 class _Episodes:

@@ -56,6 +56,7 @@ import polars as pl
 from scipy.ndimage import median_filter
 
 from tracekit.core import schema
+from tracekit.core.culprits import PEERS_DETECTOR
 from tracekit.core.parallel import (
     RANKS_PER_BLOCK,
     Executor,
@@ -70,7 +71,7 @@ from tracekit.detect.base import MAD_TO_SIGMA
 from tracekit.detect.bocd_verify import CONFIDENCE_Z, MEDIAN_STANDARD_ERROR
 from tracekit.detect.spans import fail_slow_points, reach
 
-NAME = "peers"
+NAME = PEERS_DETECTOR
 """The detector name of peer-comparison episodes in the ``episodes`` table."""
 
 MIN_STRAGGLER_EXCESS = SUSPECT_RATIO - 1.0
