@@ -5,8 +5,10 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
+from tracekit.core.dataset import SAMPLE_SECONDS, open_dataset
 from tracekit.core.errors import InputError
 from tracekit.ingest.base import Source
+from tracekit.ingest.pipeline import ingest
 from tracekit.ingest.step_table import StepTableReader
 
 READER = StepTableReader()
@@ -101,3 +103,14 @@ def test_pai_header_with_a_quoted_index_name():
     assert read(data, step="gpu").notes[:1] == [  # another step column: no such note
         "durations are normalised (unit-less), stored as-is in duration_s with quality "
         "'normalised'"]
+    assert (chunk.step_axis, read(data, step="gpu").step_axis) == (SAMPLE_SECONDS, None)
+
+
+def test_sample_seconds_are_recorded_with_the_source(tmp_path):
+    """The dataset knows its step axis from the source that wrote its iterations."""
+    (tmp_path / "job_1_norm.csv").write_text(",worker,gpu,time,batch_time_norm\n0,0,25,1,700\n")
+    (tmp_path / "steps.csv").write_text("worker,step,duration_s\n0,1,1.0\n")
+    ingest([tmp_path / "job_1_norm.csv"], tmp_path / "pai")
+    ingest([tmp_path / "steps.csv"], tmp_path / "steps")
+    assert open_dataset(tmp_path / "pai").step_axis() == SAMPLE_SECONDS
+    assert open_dataset(tmp_path / "steps").step_axis() is None

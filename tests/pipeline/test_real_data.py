@@ -155,6 +155,19 @@ def test_real_whatif_verdict_is_the_stage_imbalance_not_a_fail_slow(analysed):
         "whole job's lost time, is not in the log."]
 
 
+def test_real_sampled_step_table_says_samples_and_seconds_not_iterations(analysed):
+    """The Alibaba PAI table's step column is the second each batch time was sampled at."""
+    summary = job_summary(open_dataset(analysed("real/alibaba-pai-minibatch/job_3_norm.csv")
+                                       .dataset))
+    assert summary["verdict"][0].startswith(
+        "The job ran 22 % slower for 34 samples from second 2151 to 2481 on ranks 6, 7, 8 and 9")
+    assert summary["verdict"][1] == (
+        "The log holds 249 samples over the 2,481 seconds from 1 to 2481 (one every 10.0 s): "
+        "slowdowns and the time they span are those sampled; what happened between the "
+        "samples, and so the whole job's lost time, is not in the log.")
+    assert summary["axis"]["steps"] == "sample seconds"
+
+
 def test_real_normalised_job_reports_no_seconds(analysed):
     result = analysed("real/alibaba-pai-minibatch/job_3_norm.csv")
     markdown = result.report_markdown.read_text()

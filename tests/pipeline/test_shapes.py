@@ -61,14 +61,15 @@ def test_step_only_straggler_is_named_from_its_iteration(analysed):
 def test_normalised_sampled_series_says_ratios_steps_and_what_it_cannot(analysed):
     summary = job_summary(open_dataset(analysed["normalised"].dataset))
     assert summary["verdict"] == [
-        "The job ran 40 % slower for 40 logged iterations from iteration 1001 to 1391 on rank 3 "
+        "The job ran 40 % slower for 40 samples from second 1001 to 1391 on rank 3 "
         f"({NOT_OBSERVABLE}); it cost 7.9 % of the logged steps' time.",
-        "The log holds 200 of the 1,991 iterations from 1 to 1991 (10.0 % of them): slowdowns "
-        "and the iterations they span are those logged; what happened between them, and so the "
-        "whole job's lost time, is not in the log.",
+        "The log holds 200 samples over the 1,991 seconds from 1 to 1991 (one every 10.0 s): "
+        "slowdowns and the time they span are those sampled; what happened between the "
+        "samples, and so the whole job's lost time, is not in the log.",
         "Step times are normalised (no unit): slowdowns are ratios and costs shares of the "
         "logged steps' time, never seconds or a share of the job's completion time."]
-    assert summary["axis"] == {"clock": False, "unit": "normalised", "first_iteration": 1,
+    assert summary["axis"] == {"clock": False, "unit": "normalised", "steps": "sample seconds",
+                               "first_iteration": 1,
                                "last_iteration": 1991, "coverage": pytest.approx(200 / 1991)}
     assert (summary["lost_s"], summary["jct_slowdown"], summary["median_iteration_s"]) == (
         None, None, None)
@@ -77,6 +78,8 @@ def test_normalised_sampled_series_says_ratios_steps_and_what_it_cannot(analysed
     assert "JCT" not in markdown and "lost (s)" not in markdown and "duration (s)" not in markdown
     assert not re.search(r"\d s\b", markdown.split("## Timeline")[0])
     assert "median iteration time 700 on the normalised scale" in markdown
+    assert "200 samples of seconds 1-1991 on 6 ranks" in markdown
+    assert "| # | seconds | samples | slowdown |" in markdown and "iteration 1001" not in markdown
 
 
 def test_job_level_series_without_a_clock(analysed):

@@ -4,9 +4,11 @@ short rises and rises inside an episode are not."""
 from __future__ import annotations
 
 import polars as pl
+import pytest
 
 from tracekit.report.below_threshold import below_threshold_changes, below_threshold_sentence
 from tracekit.report.series import series_axis
+from tracekit.report.verdict import episode_sentence
 
 
 def _series(levels: list[tuple[int, float]]) -> pl.DataFrame:
@@ -49,3 +51,23 @@ def test_noise_speedups_short_rises_and_episodes_are_not_reported():
     # another detector's events are not read for the verdict's
     assert below_threshold_changes(_events([(85, 101.0, 104.0)], "window"), iterations,
                                    NO_EPISODES, "bocd+b").is_empty()
+
+
+@pytest.mark.parametrize(("quality", "cost"), [
+    ("ok", "it cost 80.0 s over the logged iterations (1.3 % of the logged steps' time)"),
+    ("normalised", "it cost 1.3 % of the logged steps' time"),
+])
+def test_a_sampled_or_normalised_change_costs_what_an_episode_would(quality, cost):
+    """The below-threshold sentence and the episode sentence say a cost in one wording."""
+    iterations = _series([(40, 100.0), (20, 104.0)]).with_columns(
+        pl.col("iteration") * 10, quality=pl.lit(quality))
+    found = below_threshold_changes(_events([(400, 100.0, 104.0)]), iterations, NO_EPISODES,
+                                    "bocd+b")
+    axis = series_axis(iterations)
+    row = found.row(0, named=True)
+    assert below_threshold_sentence(row, axis) == (
+        "The job ran x1.04 from iteration 400 (20 logged iterations, to the end of the log), "
+        f"below the fail-slow threshold x1.10: not a fail-slow, but {cost}.")
+    episode = {"slowdown": 1.04, "start_iteration": 400, "end_iteration": 590, "points": 20,
+               "iterations": 200, "lost_s": row["lost"], "jct_slowdown": row["share"]}
+    assert episode_sentence(episode, axis).endswith(f"; {cost}.")

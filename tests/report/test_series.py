@@ -41,3 +41,33 @@ def test_interval_means_cover_their_intervals():
     axis = series_axis(_iterations(range(10, 101, 10), quality="interval-mean"))
     assert (axis.logged, axis.covered, axis.span, axis.sampled) == (10, 91, 91, False)
     assert axis.ranks == 0
+
+
+def test_sample_seconds_are_named_seconds_and_samples():
+    """A step table numbered by sample time (Alibaba PAI) is told in seconds, not iterations."""
+    axis = series_axis(_iterations(range(1, 100, 10), quality="normalised", ranks=(0, 1)),
+                       sample_seconds=True)
+    assert (axis.at(21, None), axis.at(None, None), axis.noun(), axis.span_name) == (
+        "second 21", "an unknown second", "sample", "seconds")
+    assert axis.coverage_sentence() == (
+        "The log holds 10 samples over the 91 seconds from 1 to 91 (one every 9.1 s): slowdowns "
+        "and the time they span are those sampled; what happened between the samples, and so "
+        "the whole job's lost time, is not in the log.")
+
+
+@pytest.mark.parametrize(("quality", "every", "sample_seconds", "clause"), [
+    ("ok", 1, False, "it cost 12.5 s (2.0 % of the job)"),
+    ("ok", 10, False, "it cost 12.5 s over the logged iterations (2.0 % of the logged steps' "
+                      "time)"),
+    ("ok", 10, True, "it cost 12.5 s over the logged samples (2.0 % of the logged steps' time)"),
+    ("normalised", 10, False, "it cost 2.0 % of the logged steps' time"),
+])
+def test_cost_clause_in_the_series_unit(quality, every, sample_seconds, clause):
+    axis = series_axis(_iterations(range(1, 100, every), quality=quality), sample_seconds)
+    assert axis.cost(12.5, 0.02) == clause
+
+
+def test_cost_clause_without_a_share_or_a_cost():
+    normalised = series_axis(_iterations(range(1, 100, 10), quality="normalised"))
+    assert normalised.cost(3.0, None) == "its cost in time is not known (normalised)"
+    assert normalised.cost(None, 0.1) == "its cost was not measured"

@@ -456,9 +456,9 @@ def _axis(dataset: Path):
     """How the dataset's iterations are told (:mod:`tracekit.report.series`): read once per
     command, whatever number of episode tables it shows."""
     from tracekit.core.dataset import open_dataset
-    from tracekit.report.series import series_axis
+    from tracekit.report.series import dataset_axis
 
-    return series_axis(open_dataset(dataset).table("iterations").collect())
+    return dataset_axis(open_dataset(dataset))
 
 
 def _show_episodes(episodes, title: str, axis) -> None:
@@ -468,7 +468,7 @@ def _show_episodes(episodes, title: str, axis) -> None:
     start = "start (UTC)" if axis.clock else "start"
     show_table(title, ("#", start, "duration", "slowdown", "JCT", "culprit", "cause"),
                ([row["episode"], format_ns(row["t_start_ns"]) if row["t_start_ns"] is not None
-                 else f"iteration {row['start_iteration']}",
+                 else axis.at(row["start_iteration"], None),
                  f"{axis.counted(row)} {axis.noun()}s" if row["duration_s"] is None
                  or not axis.whole_job else f"{row['duration_s']:.0f} s",
                  "-" if row["slowdown"] is None else f"x{row['slowdown']:.2f}",

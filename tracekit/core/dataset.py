@@ -41,6 +41,9 @@ from tracekit.core.errors import InputError
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
+SAMPLE_SECONDS = "sample-seconds"
+"""A source record's ``step_axis`` where its iteration numbers are the seconds each step time
+was sampled at (a step table with a row per worker every few seconds), not iterations."""
 LOCK_WAIT_S = 10.0
 """How long a second writer waits for the first before refusing: long enough for a short
 ingest or a manifest save to finish, short enough that a user is not left guessing."""
@@ -314,6 +317,14 @@ class Dataset:
     def source(self, sha256: str) -> dict[str, Any] | None:
         """The manifest record of an ingested source with this content hash, if any."""
         return next((s for s in self.manifest["sources"] if s["sha256"] == sha256), None)
+
+    def step_axis(self) -> str | None:
+        """What the ``iteration`` numbers of the iterations count where a source that wrote
+        them says they are not iterations (its record's ``step_axis``: :data:`SAMPLE_SECONDS`);
+        None: iterations."""
+        return next((s["step_axis"] for s in self.manifest["sources"]
+                     if s is not None and s.get("step_axis")
+                     and s.get("rows", {}).get("iterations")), None)
 
     def record_source(self, record: dict[str, Any]) -> None:
         """Add or replace (by :func:`source_record_key`) a source record in the manifest, with

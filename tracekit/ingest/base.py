@@ -142,6 +142,9 @@ class Chunk:
     sample), minus lines folded into another line's row (CPU modes summed into one share)."""
     bytes_read: int = 0
     notes: list[str] = field(default_factory=list)
+    step_axis: str | None = None
+    """What its iterations' numbers count where not iterations
+    (:data:`~tracekit.core.dataset.SAMPLE_SECONDS`), recorded with the source."""
 
 
 class Reader:

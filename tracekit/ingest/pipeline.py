@@ -92,6 +92,8 @@ class SourceSummary:
     another job of the dump than the one ``--job`` picked: not kept)."""
     error: str | None = None
     notes: list[str] = field(default_factory=list)
+    step_axis: str | None = None
+    """:attr:`~tracekit.ingest.base.Chunk.step_axis`"""
     record_key: str | None = None
     """Its manifest record's key, when it has one."""
     job_keys: list[str] = field(default_factory=list)
@@ -340,6 +342,7 @@ def _ingest_source(
         "skipped": summary.skipped,
         "quarantined": summary.quarantined,
         "notes": summary.notes,
+        **({"step_axis": summary.step_axis} if summary.step_axis else {}),
         "job_keys": summary.job_keys,
         "parts": parts,
     }
@@ -391,6 +394,7 @@ def _read_into(
             summary.lines += chunk.lines
             summary.skipped += chunk.skipped
             summary.notes.extend(n for n in chunk.notes if n not in summary.notes)
+            summary.step_axis = summary.step_axis or chunk.step_axis
             if report:
                 report(source=source.name, bytes=chunk.bytes_read, rows=rows)
         writer.close()

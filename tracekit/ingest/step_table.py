@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import polars as pl
 
 from tracekit.core import schema
+from tracekit.core.dataset import SAMPLE_SECONDS
 from tracekit.core.errors import InputError
 from tracekit.ingest.base import (
     Chunk,
@@ -54,7 +55,7 @@ RANK_LIMIT = 2**31
 class StepTableReader(Reader):
     format = "step-table"
     options = ("worker", "step", "duration", "duration_unit", "time", "time_unit")
-    version = "1"
+    version = "2"
     tables = ("iterations",)
     priority = 80
     description = "per-worker step table CSV (worker, step, duration; columns mapped by options)"
@@ -193,6 +194,7 @@ def _parse(source: Source, lines: pl.DataFrame, bytes_read: int, names: list[str
         skipped=lines.height - rows.height,
         bytes_read=bytes_read,
         notes=notes,
+        step_axis=SAMPLE_SECONDS if "step_is_time" in mapping else None,
     )
 
 

@@ -81,14 +81,6 @@ def below_threshold_sentence(row: dict, axis: SeriesAxis) -> str:
     the fail-slow threshold x1.10: not a fail-slow, but it cost 46.1 s (2.4 % of the job).``"""
     held = f"{row['iterations']} {axis.noun()}s" + (", to the end of the log"
                                                      if row["to_end"] else "")
-    share = f"{100 * row['share']:.1f} %" if row["share"] is not None else None
-    if axis.whole_job:
-        cost = f"{row['lost']:.1f} s" + (f" ({share} of the job)" if share else "")
-    elif axis.seconds:
-        cost = f"{row['lost']:.1f} s over the logged iterations" + (
-            f" ({share} of their time)" if share else "")
-    else:
-        cost = f"{share} of the logged steps' time" if share else "an unknown time"
     return (f"The job ran x{row['ratio']:.2f} from {axis.at(row['iteration'], row['ts_ns'])} "
             f"({held}), below the fail-slow threshold x{SUSPECT_RATIO:.2f}: not a fail-slow, "
-            f"but it cost {cost}.")
+            f"but {axis.cost(row['lost'], row['share'])}.")

@@ -22,7 +22,7 @@ from tracekit.core.dataset import Dataset, atomic_path
 from tracekit.detect.verdict import shown_episodes
 from tracekit.evaluate.scoring import Corpus, Evaluation
 from tracekit.report.job import job_verdict
-from tracekit.report.series import NORMALISED, series_axis
+from tracekit.report.series import NORMALISED, dataset_axis, series_axis
 from tracekit.report.verdict import by_start, culprits, evidence_clauses
 
 EXPORT_FOLDER = "export"
@@ -144,8 +144,9 @@ def job_summary(dataset: Dataset, detector: str | None = None) -> dict:
     iterations = dataset.table("iterations").collect()
     all_episodes = dataset.table("episodes").collect()
     detector, episodes = shown_episodes(all_episodes, detector)
-    said = job_verdict(iterations, episodes, all_episodes, dataset.table("events").collect(),
-                       dataset.table("op_traces").collect(), detector)
+    said = job_verdict(iterations, dataset_axis(dataset), episodes, all_episodes,
+                       dataset.table("events").collect(), dataset.table("op_traces").collect(),
+                       detector)
     axis = said.axis
     timed = iterations.drop_nulls(["t_start_ns", "t_end_ns"])
     median = iterations["duration_s"].median() if iterations.height else None
@@ -157,6 +158,7 @@ def job_summary(dataset: Dataset, detector: str | None = None) -> dict:
         "span_s": (timed["t_end_ns"].max() - timed["t_start_ns"].min()) / 1e9
         if timed.height else None,
         "axis": {"clock": axis.clock, "unit": "s" if axis.seconds else NORMALISED,
+                 "steps": "sample seconds" if axis.sample_seconds else "iterations",
                  "first_iteration": axis.first, "last_iteration": axis.last,
                  "coverage": axis.coverage},
         "median_iteration": median,

@@ -64,6 +64,8 @@ class _XAxis:
 
     clock: bool
     t0_ns: int | None
+    steps: str = "iteration"
+    """What the iteration numbers count without a clock (``sample second``)."""
 
     def start(self) -> pl.Expr:
         return (_minutes("t_start_ns", self.t0_ns) if self.clock
@@ -80,7 +82,8 @@ class _XAxis:
 
     @property
     def label(self) -> str:
-        return "time since job start (min)" if self.clock else "iteration (no clock in the log)"
+        return ("time since job start (min)" if self.clock
+                else f"{self.steps} (no clock in the log)")
 
 
 def _gaps(values: pl.Series, top: float | None) -> np.ndarray:
@@ -198,15 +201,16 @@ def _telemetry_panels(gpu_metrics: pl.DataFrame, congestion: pl.DataFrame,
 def iteration_timeline(iterations: pl.DataFrame, events: pl.DataFrame, episodes: pl.DataFrame,
                        gpu_metrics: pl.DataFrame, nic_counters: pl.DataFrame,
                        title: str, small_changes: pl.DataFrame | None = None,
-                       unit: str = "s") -> Figure:
+                       unit: str = "s", steps: str = "iteration") -> Figure:
     """Iteration time per rank (culprit against its peers) with change points, changes below
     the fail-slow threshold (dotted) and shaded, labeled episodes; below it, the telemetry the
     evidence reads (SM clock, GPU temperature, CNP rate), the culprit's GPU or hosts against
     their peers. Iterations without a clock are drawn on the iteration axis, without telemetry
-    (nothing places its samples among the steps); ``unit`` is the durations' unit."""
+    (nothing places its samples among the steps); ``unit`` is the durations' unit, ``steps``
+    what the iteration numbers count."""
     clock = iterations["t_start_ns"].is_not_null().all() and iterations["t_end_ns"].is_not_null(
     ).all()
-    x = _XAxis(clock, iterations["t_start_ns"].min() if clock else None)
+    x = _XAxis(clock, iterations["t_start_ns"].min() if clock else None, steps)
     if not clock:
         gpu_metrics, nic_counters = gpu_metrics.clear(), nic_counters.clear()
     gpu_metrics = gpu_metrics.filter(pl.col("ts_ns").is_not_null())

@@ -12,20 +12,20 @@ import polars as pl
 
 from tracekit.attribute.evidence import CONGESTION_COUNTERS
 from tracekit.attribute.stages import StageVerdict, stage_imbalance
+from tracekit.core.culprits import named_ranks
 from tracekit.core.dataset import Dataset, stale_stages
 from tracekit.detect.verdict import change_point_detector, shown_episodes, with_verdict
 from tracekit.evaluate.scoring import NOT_ATTRIBUTED, episode_matches
 from tracekit.report.below_threshold import below_threshold_changes, below_threshold_sentence
 from tracekit.report.document import Report, ReportFigure, ReportTable
 from tracekit.report.figures import EVIDENCE_PANELS, host_multiples, iteration_timeline
-from tracekit.report.series import SeriesAxis, series_axis
+from tracekit.report.series import SeriesAxis, dataset_axis
 from tracekit.report.tables import percent
 from tracekit.report.time_split import time_split_section
 from tracekit.report.verdict import (
     CLOCKED,
     NOT_ATTRIBUTED_REASON,
     by_start,
-    culprits,
     evidence_clauses,
     verdict_sentences,
 )
@@ -44,9 +44,9 @@ def episode_table(episodes: pl.DataFrame, axis: SeriesAxis = CLOCKED) -> pl.Data
         columns.append(_utc("t_start_ns").alias("start (UTC)"))
     if axis.whole_job:
         columns.append(pl.col("duration_s").round(1).alias("duration (s)"))
-    columns.append(pl.format("{}-{}", "start_iteration", "end_iteration").alias("iterations"))
+    columns.append(pl.format("{}-{}", "start_iteration", "end_iteration").alias(axis.span_name))
     if axis.sampled:
-        columns.append(pl.col("iterations").alias("logged iterations"))
+        columns.append(pl.coalesce("points", "iterations").alias(f"{axis.noun()}s"))
     columns.append(pl.format("x{}", pl.col("slowdown").round(3)).alias("slowdown"))
     if axis.seconds:
         columns.append(pl.col("lost_s").round(1).alias("lost (s)"))
@@ -63,12 +63,13 @@ def episode_table(episodes: pl.DataFrame, axis: SeriesAxis = CLOCKED) -> pl.Data
 
 
 def detector_comparison(episodes: pl.DataFrame, axis: SeriesAxis = CLOCKED) -> pl.DataFrame:
-    """Per detector: its episodes, the iterations they span and the time they lost (in
-    seconds when the series is; else as a share of the logged steps' time)."""
+    """Per detector: its episodes, the iterations (or sample seconds) they span and the time
+    they lost (in seconds when the series is; else as a share of the logged steps' time)."""
     lost = (pl.col("lost_s").sum().round(1).alias("lost (s)") if axis.seconds
             else percent(pl.col("jct_slowdown").sum(), 2).alias("share of logged time"))
     return (episodes.group_by("detector")
-            .agg(pl.len().alias("episodes"), pl.col("iterations").sum(), lost,
+            .agg(pl.len().alias("episodes"), pl.col("iterations").sum().alias(axis.span_name),
+                 lost,
                  pl.col("ranks").drop_nulls().unique().sort().str.join("; ").alias("ranks"))
             .sort("detector"))
 
@@ -123,13 +124,13 @@ class JobVerdict:
     stages: StageVerdict | None
 
 
-def job_verdict(iterations: pl.DataFrame, episodes: pl.DataFrame, all_episodes: pl.DataFrame,
-                events: pl.DataFrame, op_traces: pl.DataFrame, detector: str,
-                unattributed: str = NOT_ATTRIBUTED_REASON) -> JobVerdict:
-    """The verdict of ``detector``'s ``episodes``: a sentence per episode, per change below
-    the fail-slow threshold, the pipeline stages of op traces, and what a gapped or normalised
-    series cannot tell; ``unattributed`` says why an episode without a cause has none."""
-    axis = series_axis(iterations)
+def job_verdict(iterations: pl.DataFrame, axis: SeriesAxis, episodes: pl.DataFrame,
+                all_episodes: pl.DataFrame, events: pl.DataFrame, op_traces: pl.DataFrame,
+                detector: str, unattributed: str = NOT_ATTRIBUTED_REASON) -> JobVerdict:
+    """The verdict of ``detector``'s ``episodes`` in the words of the iterations' ``axis``
+    (:func:`.series.dataset_axis`): a sentence per episode, per change below the fail-slow
+    threshold, the pipeline stages of op traces, and what a gapped or normalised series cannot
+    tell; ``unattributed`` says why an episode without a cause has none."""
     small = below_threshold_changes(events, iterations, episodes,
                                     change_point_detector(detector))
     stages = stage_imbalance(op_traces, named_ranks(all_episodes))
@@ -148,11 +149,6 @@ def stage_sentence(stages: StageVerdict) -> str:
         return f"Pipeline stages: {stages.evidence}."
     return (f"The job's pace is set by a pipeline imbalance from its first step (a property of "
             f"its layout, not a fail-slow): {stages.evidence}.")
-
-
-def named_ranks(episodes: pl.DataFrame) -> list[int]:
-    """Ranks the episodes' culprits name."""
-    return sorted(int(r) for r in culprits(episodes)["rank"])
 
 
 def _collect(dataset: Dataset, name: str) -> pl.DataFrame:
@@ -190,13 +186,13 @@ def job_report(dataset: Dataset, detector: str | None = None) -> Report:
     events = events_all.filter(pl.col("detector") == change_point_detector(detector))
     labels = _collect(dataset, "labels")
     report = Report(f"tracekit report: job {dataset.job}")
-    axis = series_axis(iterations)
+    axis = dataset_axis(dataset)
     timed = iterations.filter(pl.col("t_start_ns").is_not_null(), pl.col("t_end_ns").is_not_null())
     job_s = (timed["t_end_ns"].max() - timed["t_start_ns"].min()) / 1e9 if timed.height else None
     detected = "detect" in dataset.manifest.get("build", {}) or all_episodes.height > 0
     stale = stale_stages(dataset)
     median_s = iterations["duration_s"].median() if iterations.height else None
-    said = job_verdict(iterations, episodes, all_episodes, events_all,
+    said = job_verdict(iterations, axis, episodes, all_episodes, events_all,
                        _collect(dataset, "op_traces"), detector,
                        _why_unattributed(dataset, stale))
     small = said.below_threshold
@@ -220,8 +216,9 @@ def job_report(dataset: Dataset, detector: str | None = None) -> Report:
         span = "" if job_s is None else f" over {job_s / 60:.1f} min"
         timing = ("no iteration has a duration" if median_s is None
                   else f"median iteration time {axis.value(median_s)}")
-        logged = (f"{axis.logged:,} logged iterations of {axis.first}-{axis.last}"
-                  if axis.sampled else f"{axis.logged:,} iterations")
+        stretch = f"{'seconds ' if axis.sample_seconds else ''}{axis.first}-{axis.last}"
+        logged = (f"{axis.logged:,} {axis.noun()}s of {stretch}" if axis.sampled
+                  else f"{axis.logged:,} {axis.noun()}s")
         who = (f"on {axis.ranks} ranks" if axis.ranks
                else "as one job-level series (no per-rank times)")
         summary.paragraphs.append(f"{logged}{span} {who}; {timing}.")
@@ -251,11 +248,12 @@ def job_report(dataset: Dataset, detector: str | None = None) -> Report:
         gpu, nic = (_evidence(dataset, timed["t_start_ns"].min(), timed["t_end_ns"].max())
                     if timed.height else (dataset.table("gpu_metrics").head(0).collect(),
                                           dataset.table("nic_counters").head(0).collect()))
+        steps = "sample second" if axis.sample_seconds else "iteration"
         figure = iteration_timeline(timed if timed.height else iterations, events, episodes,
                                     gpu, nic, title=f"Job {dataset.job}: iteration time and "
                                     "evidence", small_changes=small,
-                                    unit="s" if axis.seconds else "normalised")
-        axis_words = "" if timed.height else " on the iteration axis (the log has no clock)"
+                                    unit="s" if axis.seconds else "normalised", steps=steps)
+        axis_words = "" if timed.height else f" on the {steps} axis (the log has no clock)"
         report.section("Timeline").figures.append(ReportFigure(
             "timeline", figure,
             f"Iteration time per rank{axis_words} with {change_point_detector(detector)} change "

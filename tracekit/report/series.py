@@ -4,10 +4,12 @@ Real traces differ in three ways the simulated dumps never do: many carry steps 
 clock (what-if op traces, per-worker step tables, Megatron logs before core_v0.6); some step
 tables are normalised (Alibaba PAI scales each job's times to 0..1000, so values are ratios,
 not seconds); and many log a sample of the steps (a what-if trace keeps a few dozen steps of a
-long run, a step table samples every 10 s). A report built on :class:`SeriesAxis` places a
-stretch by clock time when there is one and by iteration otherwise, states durations and costs
-in seconds only when the values are seconds, and states the job's share (JCT) only when every
-iteration is logged; otherwise it says which of these it cannot give.
+long run, a step table samples every 10 s); and some number their rows by sample time, not by
+iteration (the Alibaba PAI table's "step" is the second a worker's batch time was sampled at).
+A report built on :class:`SeriesAxis` places a stretch by clock time when there is one and by
+iteration (or sample second) otherwise, states durations and costs in seconds only when the
+values are seconds, and states the job's share (JCT) only when every iteration is logged;
+otherwise it says which of these it cannot give.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import polars as pl
+
+from tracekit.core.dataset import SAMPLE_SECONDS, Dataset
 
 NORMALISED = "normalised"
 """``iterations.quality`` of a step time without a unit (a step table's ``duration_unit``)."""
@@ -42,6 +46,9 @@ class SeriesAxis:
     """Iterations the logged ones stand for (an interval mean stands for its interval)."""
     ranks: int
     """Ranks with their own series (0: one job-level series)."""
+    sample_seconds: bool = False
+    """The ``iteration`` numbers are the seconds the step times were sampled at, not
+    iterations (a source recorded :data:`~tracekit.core.dataset.SAMPLE_SECONDS`)."""
 
     @property
     def span(self) -> int:
@@ -64,10 +71,12 @@ class SeriesAxis:
         return self.seconds and not self.sampled
 
     def at(self, iteration: int | None, t_ns: int | None) -> str:
-        """Where a stretch starts: ``09:04:15 UTC`` on a clock, else ``iteration 2161``."""
+        """Where a stretch starts: ``09:04:15 UTC`` on a clock, else ``iteration 2161`` (or
+        ``second 2161`` of sample seconds)."""
         if self.clock and t_ns is not None:
             return datetime.fromtimestamp(t_ns / 1e9, UTC).strftime("%H:%M:%S UTC")
-        return f"iteration {iteration}" if iteration is not None else "an unknown iteration"
+        step = "second" if self.sample_seconds else "iteration"
+        return f"{step} {iteration}" if iteration is not None else f"an unknown {step}"
 
     def value(self, value: float | None, digits: int = 3) -> str:
         """A step time in the series' own unit: ``2.211 s`` or ``831 on the normalised
@@ -78,7 +87,29 @@ class SeriesAxis:
 
     def noun(self) -> str:
         """What one logged iteration is called in a sentence."""
+        if self.sample_seconds:
+            return "sample"
         return "logged iteration" if self.sampled else "iteration"
+
+    @property
+    def span_name(self) -> str:
+        """What a table's ``first-last`` column of a stretch counts."""
+        return "seconds" if self.sample_seconds else "iterations"
+
+    def cost(self, lost: float | None, share: float | None) -> str:
+        """What a slowdown cost, as a clause in the series' unit: seconds and the job's share
+        when every iteration is logged in seconds; else the share of the logged steps' time,
+        and why no more can be said."""
+        if lost is None:
+            return "its cost was not measured"
+        if self.whole_job:
+            return f"it cost {lost:.1f} s" + (f" ({100 * share:.1f} % of the job)"
+                                              if share is not None else "")
+        logged = f"{100 * share:.1f} % of the logged steps' time" if share is not None else None
+        if not self.seconds:
+            return f"it cost {logged}" if logged else "its cost in time is not known (normalised)"
+        steps = "samples" if self.sample_seconds else "iterations"
+        return f"it cost {lost:.1f} s over the logged {steps}" + (f" ({logged})" if logged else "")
 
     def counted(self, episode: dict) -> int | None:
         """An episode's length as :meth:`noun` counts it: its logged points on a gapped log
@@ -92,6 +123,11 @@ class SeriesAxis:
         every iteration is logged."""
         if not self.sampled:
             return None
+        if self.sample_seconds:
+            return (f"The log holds {self.logged:,} samples over the {self.span:,} seconds from "
+                    f"{self.first} to {self.last} (one every {self.span / self.logged:.1f} s): "
+                    "slowdowns and the time they span are those sampled; what happened between "
+                    "the samples, and so the whole job's lost time, is not in the log.")
         return (f"The log holds {self.logged:,} of the {self.span:,} iterations from "
                 f"{self.first} to {self.last} ({100 * self.coverage:.1f} % of them): slowdowns "
                 "and the iterations they span are those logged; what happened between them, "
@@ -105,8 +141,16 @@ class SeriesAxis:
                 "the logged steps' time, never seconds or a share of the job's completion time.")
 
 
-def series_axis(iterations: pl.DataFrame) -> SeriesAxis:
-    """The axis of a job's ``iterations`` table (any sources)."""
+def dataset_axis(dataset: Dataset) -> SeriesAxis:
+    """The axis of a dataset's iterations, numbered as its sources say
+    (:meth:`~tracekit.core.dataset.Dataset.step_axis`)."""
+    return series_axis(dataset.table("iterations").collect(),
+                       dataset.step_axis() == SAMPLE_SECONDS)
+
+
+def series_axis(iterations: pl.DataFrame, sample_seconds: bool = False) -> SeriesAxis:
+    """The axis of a job's ``iterations`` table (any sources); ``sample_seconds``: its
+    iteration numbers are sample times in seconds."""
     timed = iterations.filter(pl.col("t_start_ns").is_not_null(), pl.col("t_end_ns").is_not_null())
     logged = (iterations.group_by("iteration")
               .agg((pl.col("quality") == INTERVAL_MEAN).all().alias("interval"))
@@ -122,4 +166,5 @@ def series_axis(iterations: pl.DataFrame) -> SeriesAxis:
         last=logged["iteration"].max() if logged.height else None,
         covered=int(covered.item() or 0),
         ranks=iterations["rank"].drop_nulls().n_unique(),
+        sample_seconds=sample_seconds,
     )

@@ -111,21 +111,6 @@ def _when(row: dict, axis: SeriesAxis) -> str:
     return f"{span} from {start}" + (f" to {end}" if end is not None else "")
 
 
-def _cost(lost: float | None, share: float | None, axis: SeriesAxis) -> str:
-    """What a slowdown cost in the series' unit: seconds and the job's share when every
-    iteration is logged in seconds; else the share of the logged steps' time, and why."""
-    if lost is None:
-        return "its cost was not measured"
-    if axis.whole_job:
-        return f"it cost {lost:.1f} s" + (f" ({100 * share:.1f} % of the job)"
-                                          if share is not None else "")
-    logged = f"{100 * share:.1f} % of the logged steps' time" if share is not None else None
-    if not axis.seconds:
-        return f"it cost {logged}" if logged else "its cost in time is not known (normalised)"
-    return (f"it cost {lost:.1f} s over the logged iterations"
-            + (f" ({logged})" if logged else ""))
-
-
 def episode_sentence(row: dict, axis: SeriesAxis = CLOCKED,
                      unattributed: str = NOT_ATTRIBUTED_REASON) -> str:
     """One episode as a sentence: when, how much, how long, who and why, what it cost;
@@ -155,7 +140,7 @@ def episode_sentence(row: dict, axis: SeriesAxis = CLOCKED,
         text += f" (not attributed: {clauses[-1]})"
     else:
         text += f" (not attributed: {unattributed})"
-    return f"{text}; {_cost(row.get('lost_s'), row.get('jct_slowdown'), axis)}."
+    return f"{text}; {axis.cost(row.get('lost_s'), row.get('jct_slowdown'))}."
 
 
 def by_start(episodes: pl.DataFrame) -> pl.DataFrame:
@@ -179,5 +164,5 @@ def verdict_sentences(episodes: pl.DataFrame, median_iteration_s: float | None,
         lost = sum(r["lost_s"] or 0.0 for r in rows)
         share = sum(r["jct_slowdown"] or 0.0 for r in rows)
         sentences.append(f"In all, {len(rows)} episodes "
-                         f"{_cost(lost, share, axis).removeprefix('it ')}.")
+                         f"{axis.cost(lost, share).removeprefix('it ')}.")
     return sentences
