@@ -381,6 +381,35 @@ def test_a_detect_after_attribute_marks_it_stale_until_it_runs_again(detected):
     assert "stale" not in runner.invoke(app, ["info", str(path)], terminal_width=300).stdout
 
 
+def test_a_re_ingest_of_new_rows_marks_the_analysis_stale(tmp_path):
+    """Ingesting a grown log into an analysed dataset leaves detect and attribute out of date;
+    ingesting the same bytes again does not."""
+    log = tmp_path / "steps.csv"
+    log.write_text("worker,step,duration_s\n" + "".join(  # worker 2 slow from step 30
+        f"{w},{s},{1.5 if w == 2 and s >= 30 else 1.0 + 0.01 * (s % 3)}\n"
+        for s in range(60) for w in range(3)))
+    path = tmp_path / "ds"
+    assert runner.invoke(app, ["analyze", str(log), "-o", str(path)]).exit_code == 0
+    same = runner.invoke(app, ["ingest", str(log), "-o", str(path)])
+    assert same.exit_code == 0 and "stale" not in same.stderr
+    with log.open("a") as out:
+        out.write("".join(f"{w},{s},1.0\n" for s in range(60, 70) for w in range(3)))
+    grown = runner.invoke(app, ["ingest", str(log), "-o", str(path)], terminal_width=300)
+    assert grown.exit_code == 0, grown.output
+    stale = [line for line in grown.stderr.splitlines() if line.startswith("stale:")]
+    assert stale == [f"stale: {stage}: new or changed sources were ingested after it; bring it "
+                     f"up to date with `tracekit {stage} {path}` or a new `tracekit analyze`"
+                     for stage in ("detect", "attribute")]
+    assert json.loads(runner.invoke(app, ["info", str(path), "--json"]).stdout)["stale"].keys() \
+        == {"detect", "attribute"}
+    from tracekit import open_dataset
+    from tracekit.report.job import job_report
+
+    paragraphs = [text for section in job_report(open_dataset(path)).sections
+                  for text in section.paragraphs]
+    assert sum(text.startswith("Out of date: ") for text in paragraphs) == 2
+
+
 def test_an_error_under_json_is_a_json_object(tmp_path):
     result = runner.invoke(app, ["info", str(tmp_path / "nope"), "--json"])
     assert result.exit_code == 2

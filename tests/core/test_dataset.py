@@ -284,8 +284,13 @@ def test_a_stage_run_again_marks_the_later_ones_stale_until_they_run(tmp_path):
     dataset.record_build("detect", {"engine": "local"})
     dataset.record_build("attribute", {"engine": "local"})
     assert stale_stages(dataset) == {}
-    dataset.record_build("ingest", {"engine": "local"})  # not an analysis stage: marks nothing
+    dataset.record_build("ingest", {"engine": "local"}, changed=False)  # every source known
     assert stale_stages(dataset) == {}
+    dataset.record_build("ingest", {"engine": "local"})
+    assert list(stale_stages(dataset)) == ["iterations", "detect", "attribute"]
+    assert stale_stages(dataset)["detect"] == (
+        f"new or changed sources were ingested after it; bring it up to date with `tracekit "
+        f"detect {dataset.path}` or a new `tracekit analyze`")
 
 
 def test_a_part_written_before_an_additive_column_reads_it_as_nulls(tmp_path):

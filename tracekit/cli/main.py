@@ -183,6 +183,7 @@ def ingest(
     as_json: JsonOption = False,
 ) -> None:
     """Normalise cluster dumps into a Parquet dataset (re-running is idempotent)."""
+    from tracekit.core.dataset import MANIFEST
     from tracekit.core.parallel import open_executor
     from tracekit.ingest.pipeline import ingest as run_ingest
 
@@ -201,7 +202,11 @@ def ingest(
 
         summary = run_ingest(sources, output, job=job, format=format, options=options,
                              progress=advance, executor=executor)
-    _print_ingest(summary, format, as_json)
+    try:
+        _print_ingest(summary, format, as_json)
+    finally:  # a re-ingest leaves an analysed dataset's results out of date
+        if (summary.dataset / MANIFEST).is_file():
+            _say_stale(summary.dataset)
 
 
 def _check_options(options: dict[str, str], forced: str | None) -> None:

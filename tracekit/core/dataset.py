@@ -423,16 +423,19 @@ class Dataset:
             yield self
             self.save_manifest()
 
-    def record_build(self, stage: str, entry: dict[str, Any]) -> None:
+    def record_build(self, stage: str, entry: dict[str, Any], changed: bool = True) -> None:
         """Note in the manifest's ``build`` section what ran ``stage`` (saved with the
-        manifest), and mark every later analysis stage that ran before it as stale: its
-        results were computed from what this run replaced (:func:`stale_stages`)."""
+        manifest), and, when it ``changed`` what the later stages read (an ingest that found
+        every source unchanged did not), mark every later stage that ran before it as stale:
+        its results were computed from what this run replaced (:func:`stale_stages`)."""
         build = self.manifest.setdefault("build", {})
         build[stage] = entry
-        if stage in ANALYSIS_STAGES:
-            for later in ANALYSIS_STAGES[ANALYSIS_STAGES.index(stage) + 1:]:
+        if changed and stage in BUILD_STAGES:
+            why = ("new or changed sources were ingested after it" if stage == "ingest"
+                   else f"{stage} ran again after it")
+            for later in BUILD_STAGES[BUILD_STAGES.index(stage) + 1:]:
                 if later in build:
-                    build[later].setdefault("stale", f"{stage} ran again after it")
+                    build[later].setdefault("stale", why)
 
     def save_manifest(self) -> None:
         """Unlist replaced sources' files, refresh table statistics and replace the manifest
@@ -452,6 +455,9 @@ class Dataset:
 ANALYSIS_STAGES = ("iterations", "detect", "attribute")
 """The stages that derive a dataset's tables, in order: each reads what the one before wrote
 (``detect`` rewrites ``episodes`` without the culprits and causes ``attribute`` added)."""
+
+BUILD_STAGES = ("ingest", *ANALYSIS_STAGES)
+"""Every stage that writes a dataset, in order: the analysis stages read what ingest wrote."""
 
 
 def stale_stages(dataset: Dataset) -> dict[str, str]:

@@ -208,9 +208,10 @@ def _ingest_files(dataset: Dataset, files: list[Path], format: str | None,
             info["source"], info["bytes"], info["rows"]),
         at_once=at_once)
     summaries = _merge(dataset, outcomes)
-    dataset.manifest.setdefault("build", {})["ingest"] = {
+    dataset.record_build("ingest", {
         **executor.description, "partitions": len(tasks),
-        "failed_partitions": sum(not o.ok for o in outcomes)}
+        "failed_partitions": sum(not o.ok for o in outcomes)},
+        changed=any(s.status == "ingested" for s in summaries))
     dataset.save_manifest()
     return summaries
 
