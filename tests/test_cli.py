@@ -410,6 +410,18 @@ def test_a_re_ingest_of_new_rows_marks_the_analysis_stale(tmp_path):
     assert sum(text.startswith("Out of date: ") for text in paragraphs) == 2
 
 
+def test_a_stage_error_names_the_dataset_it_read(tmp_path):
+    """detect finds the iterations table empty: the one line names the dataset folder."""
+    from tracekit.core.dataset import create_dataset
+
+    create_dataset(tmp_path / "ds").save_manifest()
+    result = runner.invoke(app, ["detect", str(tmp_path / "ds")], terminal_width=300)
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (
+        f"error: {tmp_path / 'ds'}: no iterations to detect on; ingest collectives or framework "
+        "logs first (the iterations table is empty)")
+
+
 def test_an_error_under_json_is_a_json_object(tmp_path):
     result = runner.invoke(app, ["info", str(tmp_path / "nope"), "--json"])
     assert result.exit_code == 2

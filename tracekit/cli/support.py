@@ -24,7 +24,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
-from tracekit.core.errors import TracekitError
+from tracekit.core.errors import InputError, TracekitError
 
 console = Console()
 errors = Console(stderr=True)
@@ -166,7 +166,7 @@ def command(on: typer.Typer, *args, **kwargs):
             except TracekitError as error:
                 if state["debug"]:
                     raise
-                fail(str(error), kw.get("as_json", False))
+                fail(_naming_the_input(error, kw), kw.get("as_json", False))
             except OSError as error:  # a read-only or full target, a folder that is a file
                 if state["debug"] or error.filename is None:
                     raise
@@ -180,6 +180,20 @@ def command(on: typer.Typer, *args, **kwargs):
         return on.command(*args, cls=HelpCommand, **kwargs)(wrapper)
 
     return decorate
+
+
+DATASET_ARGUMENTS = ("dataset", "corpus")
+"""A command's parameters that name the dataset (or corpus) it reads."""
+
+
+def _naming_the_input(error: TracekitError, arguments: dict[str, Any]) -> str:
+    """The one-line error, with the dataset the command read where an input error names no
+    file (a stage that finds a table empty knows its rows, not its folder)."""
+    given = next((arguments[name] for name in DATASET_ARGUMENTS
+                  if arguments.get(name) is not None), None)
+    if isinstance(error, InputError) and error.path is None and given is not None:
+        return f"{given}: {error}"
+    return str(error)
 
 
 ERROR_STATUS = 2
