@@ -531,10 +531,25 @@ def test_eval_with_nothing_detected_scores_the_verdict_as_missing_and_warns(tmp_
     result = runner.invoke(app, ["eval", str(tmp_path / "corpus"), "--work",
                                  str(tmp_path / "work"), "--json"])
     assert result.exit_code == 0, result.output
-    rows = json.loads(result.stdout)["job_level"]
-    assert [(r["detector"], r["category"], r["accuracy"], r["FNR"]) for r in rows] == [
-        (VERDICT_DETECTOR, "unknown", "0.0 (0/2)", "100.0 (2/2)"),
-        (VERDICT_DETECTOR, "all", "0.0 (0/2)", "100.0 (2/2)")]
+    document = json.loads(result.stdout)
+    none = {"percent": None, "count": 0, "of": 0}
+    assert document["job_level"] == [
+        {"detector": VERDICT_DETECTOR, "category": category, "jobs": 2, "tp": 0, "fp": 0,
+         "tn": 0, "fn": 2, "accuracy": {"percent": 0.0, "count": 0, "of": 2}, "fpr": none,
+         "fnr": {"percent": 100.0, "count": 2, "of": 2}, "localisation": none,
+         "cause_accuracy": none} for category in ("unknown", "all")]
+    assert document["episode_level"][1] == {
+        "detector": VERDICT_DETECTOR, "category": "all", "labels": 2, "detections": 0,
+        "delay_s_median": None, "delay_s_max": None, "delay_iterations_median": None,
+        "delay_iterations_max": None, "alarm_delay_s_median": None,
+        "alarm_delay_iterations_median": None, "precision": none,
+        "recall": {"percent": 0.0, "count": 0, "of": 2}, "localisation": none,
+        "cause_accuracy": none}
+    assert document["by_cause"] == [
+        {"detector": VERDICT_DETECTOR, "cause": "gpu-thermal", "labels": 2,
+         "recall": {"percent": 0.0, "count": 0, "of": 2},
+         "culprit": {"percent": 0.0, "count": 0, "of": 2},
+         "cause_right": {"percent": 0.0, "count": 0, "of": 2}}]
     assert "no detector found an episode in any of the 2 jobs of" in " ".join(
         result.stderr.split())
 

@@ -6,6 +6,8 @@ benign GC pause). Detector ``a`` flags c1, n1, n3; detector ``b`` flags n2 only.
 
 from __future__ import annotations
 
+import json
+
 import polars as pl
 import pytest
 
@@ -380,3 +382,22 @@ def test_cause_accuracy_counts_missed_and_unattributed_as_wrong():
                                           "cause_right_text").rows()
     assert rows == [("cpu-contention", "100.0 (1/1)", "0.0 (0/1)", "100.0 (1/1)"),
                     ("gpu-thermal", "66.7 (2/3)", "33.3 (1/3)", "33.3 (1/3)")]
+
+
+def test_the_tables_as_json_hold_numbers_and_rate_objects(evaluation):
+    """``tracekit eval --json``: what the printed tables show as ``33.3 (1/3)``."""
+    document = json.loads(json.dumps(evaluation.as_json()))
+    rows = {(r["detector"], r["category"]): r for r in document["job_level"]}
+    assert rows[("a", "communication")] == {
+        "detector": "a", "category": "communication", "jobs": 3, "tp": 1, "fp": 1, "tn": 0,
+        "fn": 1, "accuracy": {"percent": 33.333, "count": 1, "of": 3},
+        "fpr": {"percent": 100.0, "count": 1, "of": 1},
+        "fnr": {"percent": 50.0, "count": 1, "of": 2},
+        "localisation": {"percent": 100.0, "count": 1, "of": 1},
+        "cause_accuracy": {"percent": 100.0, "count": 1, "of": 1}}
+    episode = {(r["detector"], r["category"]): r for r in document["episode_level"]}[("a", "all")]
+    assert (episode["precision"], episode["localisation"], episode["delay_s_max"]) == (
+        {"percent": 75.0, "count": 3, "of": 4}, {"percent": 100.0, "count": 2, "of": 2}, 3.0)
+    assert rows[("a", "all")]["localisation"] == episode["localisation"]
+    assert {r["detector"] for r in document["by_cause"]} == {"a", "b"}
+    assert all(isinstance(r["recall"]["of"], int) for r in document["by_cause"])

@@ -685,22 +685,20 @@ def eval_command(
                      "fail-slow counts as missed (`tracekit info` on a job's dataset under "
                      f"{work} shows whether it has iterations to detect on)",
                      highlight=False, soft_wrap=True)
-    job_level = job_level_table(result.job_table, result.episode_table)
-    episode_level = episode_accuracy_table(result.episode_table)
-    by_cause = cause_accuracy_table(result.cause_table, VERDICT_DETECTOR)
     if update_baseline:
         write_baseline(update_baseline, result.metrics(), corpus)
     better = improvements(result.metrics(), expected) if expected else []
     worse = regressions(result.metrics(), expected) if expected else []
     if as_json:
-        print_json({"job_level": job_level.to_dicts(), "episode_level": episode_level.to_dicts(),
-                    "by_cause": by_cause.to_dicts(), "metrics": result.metrics(),
+        print_json({**result.as_json(), "metrics": result.metrics(),
                     "improvements": better, "regressions": worse})
     else:
         shown = pl.lit(True) if all_detectors else pl.col("detector") == VERDICT_DETECTOR
-        _show_frame(job_level.filter(shown), "job level")
-        _show_frame(episode_level.filter(shown), "episode level")
-        _show_frame(by_cause, f"by labeled cause ({VERDICT_DETECTOR})")
+        _show_frame(job_level_table(result.job_table, result.episode_table).filter(shown),
+                    "job level")
+        _show_frame(episode_accuracy_table(result.episode_table).filter(shown), "episode level")
+        _show_frame(cause_accuracy_table(result.cause_table, VERDICT_DETECTOR),
+                    f"by labeled cause ({VERDICT_DETECTOR})")
         if update_baseline:
             say(f"baseline written: {update_baseline}")
         for improved in better:

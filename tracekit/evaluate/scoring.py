@@ -122,6 +122,18 @@ def job_outcomes(jobs: pl.DataFrame, labels: pl.DataFrame, episodes: pl.DataFram
     )
 
 
+JOB_RATES = {"accuracy": ("correct", "jobs"), "fpr": ("fp", "negatives"),
+             "fnr": ("fn", "positives")}
+EPISODE_RATES = {"precision": ("true_detections", "detections"),
+                 "recall": ("detected_labels", "labels"),
+                 "localisation": ("correct_targets", "attributed_targets"),
+                 "cause_accuracy": ("correct_causes", "attributed_causes")}
+CAUSE_RATES = {"recall": ("detected_labels", "labels"),
+               "culprit": ("correct_targets", "labels"),
+               "cause_right": ("correct_causes", "labels")}
+"""Each rate of the job, episode and per-cause tables: (numerator, denominator) columns."""
+
+
 def _with_rates(table: pl.DataFrame, rates: dict[str, tuple[str, str]],
                 empty: dict[str, str] | None = None) -> pl.DataFrame:
     """Add each rate ``name: (numerator, denominator)`` as a percentage (null over zero) and as
@@ -158,9 +170,7 @@ def job_accuracy(outcomes: pl.DataFrame) -> pl.DataFrame:
                       negatives=pl.col("fp") + pl.col("tn"),
                       correct=pl.col("tp") + pl.col("tn"))
     )
-    rates = {"accuracy": ("correct", "jobs"), "fpr": ("fp", "negatives"),
-             "fnr": ("fn", "positives")}
-    return _with_rates(counts, rates).sort("detector", _category_order(), "category")
+    return _with_rates(counts, JOB_RATES).sort("detector", _category_order(), "category")
 
 
 def episode_matches(labels: pl.DataFrame, episodes: pl.DataFrame,
@@ -329,15 +339,11 @@ def episode_accuracy(jobs: pl.DataFrame, labels: pl.DataFrame, episodes: pl.Data
     )
     precision = detections.group_by("detector", "category").agg(
         detections=pl.len(), true_detections=pl.col("true_positive").sum())
-    rates = {"precision": ("true_detections", "detections"),
-             "recall": ("detected_labels", "labels"),
-             "localisation": ("correct_targets", "attributed_targets"),
-             "cause_accuracy": ("correct_causes", "attributed_causes")}
-    counts = [c for pair in rates.values() for c in pair]
+    counts = [c for pair in EPISODE_RATES.values() for c in pair]
     table = (names.join(recall, on=["detector", "category"], how="left")
              .join(precision, on=["detector", "category"], how="left")
              .with_columns(pl.col(counts).fill_null(0).cast(pl.Int64)))
-    return _with_rates(table, rates, {"localisation": NOT_ATTRIBUTED,
+    return _with_rates(table, EPISODE_RATES, {"localisation": NOT_ATTRIBUTED,
                                       "cause_accuracy": NOT_ATTRIBUTED}
                        ).sort("detector", _category_order(), "category")
 
@@ -377,11 +383,45 @@ class Evaluation:
     cause_table: pl.DataFrame
     """Per detector and labeled cause: found, culprit and cause right (:func:`cause_accuracy`)."""
 
+    def as_json(self) -> dict[str, list[dict[str, Any]]]:
+        """The job-level, episode-level and per-cause tables as JSON-ready rows: counts and
+        delays as numbers, each rate as ``{"percent", "count", "of"}`` (``percent`` null over
+        zero), where the printed tables hold ``99.1 (106/107)`` text. A job-level row has its
+        detections' culprit and cause accuracy too, as the printed table has."""
+        attributed = {key: EPISODE_RATES[key] for key in ("localisation", "cause_accuracy")}
+        job_level = self.job_table.join(
+            self.episode_table.select("detector", "category",
+                                      *dict.fromkeys(c for pair in attributed.values()
+                                                     for c in pair),
+                                      *attributed),
+            on=["detector", "category"], how="left", maintain_order="left")
+        return {
+            "job_level": _json_rows(job_level, ("detector", "category", "jobs", "tp", "fp",
+                                                "tn", "fn"), JOB_RATES | attributed),
+            "episode_level": _json_rows(
+                self.episode_table, ("detector", "category", "labels", "detections",
+                                     "delay_s_median", "delay_s_max", "delay_iterations_median",
+                                     "delay_iterations_max", "alarm_delay_s_median",
+                                     "alarm_delay_iterations_median"), EPISODE_RATES),
+            "by_cause": _json_rows(self.cause_table, ("detector", "cause", "labels"),
+                                   CAUSE_RATES),
+        }
+
     def metrics(self) -> dict[str, Any]:
         """The numbers the regression baseline keeps, as plain JSON-ready values:
         ``{"job"|"episode": {detector: {category: {metric: value}}}}``."""
         return {"job": _metric_tree(self.job_table, JOB_METRICS),
                 "episode": _metric_tree(self.episode_table, EPISODE_METRICS)}
+
+
+def _json_rows(table: pl.DataFrame, keys: tuple[str, ...],
+               rates: dict[str, tuple[str, str]]) -> list[dict[str, Any]]:
+    """``table``'s ``keys`` and each of its ``rates`` as ``{"percent", "count", "of"}``."""
+    return [{**{key: row[key] for key in keys},
+             **{name: {"percent": None if row[name] is None else round(row[name], METRIC_DIGITS),
+                       "count": row[num] or 0, "of": row[den] or 0}
+                for name, (num, den) in rates.items()}}
+            for row in table.iter_rows(named=True)]
 
 
 def evaluate(jobs: pl.DataFrame, labels: pl.DataFrame, episodes: pl.DataFrame,
@@ -410,10 +450,7 @@ def cause_accuracy(matches: pl.DataFrame) -> pl.DataFrame:
         correct_causes=pl.col("cause_correct").fill_null(False).sum(),
     ).with_columns(pl.col("labels", "detected_labels", "correct_targets", "correct_causes")
                    .cast(pl.Int64))
-    return _with_rates(table, {"recall": ("detected_labels", "labels"),
-                               "culprit": ("correct_targets", "labels"),
-                               "cause_right": ("correct_causes", "labels")},
-                       {}).sort("detector", "cause")
+    return _with_rates(table, CAUSE_RATES, {}).sort("detector", "cause")
 
 
 # -- corpus ---------------------------------------------------------------------------------
