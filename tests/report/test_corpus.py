@@ -54,3 +54,30 @@ def test_paper_references_for_the_categories_present():
         ("compute", "paper: compute mean 11.79 %", 11.79, None),
         ("large", "paper: large mean 34.59 %", 34.59, None),
         ("large", "paper: 20 % of large jobs > 50 %", 50.0, 0.8))
+
+
+def test_a_normalised_job_is_left_out_of_the_jct_slowdown(corpus_datasets, tmp_path):
+    """A job whose step times are normalised has a share of its logged steps' time, not a JCT
+    slowdown: the mean and the CDF leave it out, and say so."""
+    import polars as pl
+
+    from tracekit.core.dataset import open_dataset
+
+    from .conftest import build_job
+
+    normalised = build_job(tmp_path / "c3", "c3", "compute")
+    with normalised.updating():
+        normalised.write_table("iterations", normalised.table("iterations").collect()
+                               .with_columns(pl.lit("normalised").alias("quality")))
+    corpus = load_corpus([*corpus_datasets, normalised.path])
+    assert open_dataset(normalised.path).table("episodes").collect()["jct_slowdown"].item() > 0
+    report = corpus_report(corpus, "test corpus")
+    character = report.sections[1]
+    rows = {r["cause"]: r["compute"] for r in character.tables[0].frame.iter_rows(named=True)}
+    assert (rows["jobs"], rows["mean JCT slowdown"]) == ("3", "5.83 %")  # c1 and c2 only
+    assert character.paragraphs[1] == (
+        "The JCT slowdown (its mean and CDF) leaves out 1 of 4 jobs (c3): their step times are "
+        "normalised or a sample of the run, so their slowdown is a share of the logged steps' "
+        "time, not of the job's completion time.")
+    assert character.figures[1].caption.endswith(
+        "; jobs without a completion time left out, see above.")

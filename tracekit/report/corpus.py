@@ -12,10 +12,12 @@ from tracekit.characterise.jobs import (
     job_summary_from_episodes,
     job_summary_from_labels,
 )
+from tracekit.core.dataset import open_dataset
 from tracekit.detect.verdict import VERDICT_DETECTOR
 from tracekit.evaluate.scoring import Corpus, Evaluation, evaluate
 from tracekit.report.document import Report, ReportFigure, ReportTable
 from tracekit.report.figures import cdf_figure
+from tracekit.report.series import dataset_axis
 from tracekit.report.tables import (
     accuracy_tables,
     cause_accuracy_table,
@@ -59,6 +61,14 @@ def reconstruction_table(errors: pl.DataFrame) -> pl.DataFrame:
                 percent(pl.col("worst_p99"), 2).alias("worst p99 error")))
 
 
+def without_job_time(jobs: pl.DataFrame) -> list[str]:
+    """The jobs whose slowdown share is no JCT slowdown: their step times are normalised or a
+    sample of the run (:attr:`.series.SeriesAxis.whole_job`), so an episode's share is of the
+    logged steps' time, and the job's completion time is not in the data."""
+    return [row["job"] for row in jobs.iter_rows(named=True)
+            if not dataset_axis(open_dataset(row["dataset"])).whole_job]
+
+
 def corpus_report(corpus: Corpus, title: str, detector: str | None = None,
                   evaluation: Evaluation | None = None) -> Report:
     """Characterisation (from labels when the corpus has them, else from ``detector``'s
@@ -86,8 +96,17 @@ def corpus_report(corpus: Corpus, title: str, detector: str | None = None,
                                                                     "duration_s")
         basis = f"causes, durations and JCT slowdown from {detector}'s attributed episodes"
     categories = counts["category"].to_list()
+    partial = without_job_time(corpus.jobs)
+    summary = summary.with_columns(pl.when(~pl.col("job").is_in(partial))
+                                   .then(pl.col("jct_slowdown")))
     character = report.section("Characterisation")
     character.paragraphs.append(f"Basis: {basis}.")
+    if partial:
+        character.paragraphs.append(
+            f"The JCT slowdown (its mean and CDF) leaves out {len(partial)} of "
+            f"{corpus.jobs.height} jobs ({', '.join(partial)}): their step times are "
+            "normalised or a sample of the run, so their slowdown is a share of the logged "
+            "steps' time, not of the job's completion time.")
     character.tables.append(ReportTable("Jobs per fail-slow cause (like Greyhound's Table 1)",
                                         cause_table(summary)))
     character.figures.append(ReportFigure(
@@ -104,7 +123,8 @@ def corpus_report(corpus: Corpus, title: str, detector: str | None = None,
                    references=paper_references(categories, PAPER_MEAN_JCT_SLOWDOWN_PCT, " %",
                                                point=True)),
         "CDF of job-completion-time slowdown per job category (like Greyhound's Figure 1b); "
-        "dotted: the paper's mean per category."))
+        "dotted: the paper's mean per category"
+        + ("; jobs without a completion time left out, see above." if partial else ".")))
     if labeled:
         evaluation = evaluation or evaluate(corpus.jobs, corpus.labels, corpus.episodes)
         accuracy = report.section("Detector accuracy")
