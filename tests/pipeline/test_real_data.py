@@ -162,7 +162,7 @@ def test_real_sampled_step_table_says_samples_and_seconds_not_iterations(analyse
     assert summary["verdict"][0].startswith(
         "The job ran 22 % slower for 34 samples from second 2151 to 2481 on ranks 6, 7, 8 and 9")
     assert summary["verdict"][1] == (
-        "The log holds 249 samples over the 2,481 seconds from 1 to 2481 (one every 10.0 s): "
+        "The log holds 249 samples over the 2,481 seconds from 1 to 2481 (one every 10.0 seconds): "
         "slowdowns and the time they span are those sampled; what happened between the "
         "samples, and so the whole job's lost time, is not in the log.")
     assert summary["axis"]["steps"] == "sample seconds"

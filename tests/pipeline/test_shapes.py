@@ -63,7 +63,7 @@ def test_normalised_sampled_series_says_ratios_steps_and_what_it_cannot(analysed
     assert summary["verdict"] == [
         "The job ran 40 % slower for 40 samples from second 1001 to 1391 on rank 3 "
         f"({NOT_OBSERVABLE}); it cost 7.9 % of the logged steps' time.",
-        "The log holds 200 samples over the 1,991 seconds from 1 to 1991 (one every 10.0 s): "
+        "The log holds 200 samples over the 1,991 seconds from 1 to 1991 (one every 10.0 seconds): "
         "slowdowns and the time they span are those sampled; what happened between the "
         "samples, and so the whole job's lost time, is not in the log.",
         "Step times are normalised (no unit): slowdowns are ratios and costs shares of the "

@@ -50,9 +50,9 @@ def test_sample_seconds_are_named_seconds_and_samples():
     assert (axis.at(21, None), axis.at(None, None), axis.noun(), axis.span_name) == (
         "second 21", "an unknown second", "sample", "seconds")
     assert axis.coverage_sentence() == (
-        "The log holds 10 samples over the 91 seconds from 1 to 91 (one every 9.1 s): slowdowns "
-        "and the time they span are those sampled; what happened between the samples, and so "
-        "the whole job's lost time, is not in the log.")
+        "The log holds 10 samples over the 91 seconds from 1 to 91 (one every 9.1 seconds): "
+        "slowdowns and the time they span are those sampled; what happened between the "
+        "samples, and so the whole job's lost time, is not in the log.")
 
 
 @pytest.mark.parametrize(("quality", "every", "sample_seconds", "clause"), [

@@ -124,10 +124,11 @@ class SeriesAxis:
         if not self.sampled:
             return None
         if self.sample_seconds:
+            every = self.span / self.logged
             return (f"The log holds {self.logged:,} samples over the {self.span:,} seconds from "
-                    f"{self.first} to {self.last} (one every {self.span / self.logged:.1f} s): "
-                    "slowdowns and the time they span are those sampled; what happened between "
-                    "the samples, and so the whole job's lost time, is not in the log.")
+                    f"{self.first} to {self.last} (one every {every:.1f} seconds): slowdowns and "
+                    "the time they span are those sampled; what happened between the samples, "
+                    "and so the whole job's lost time, is not in the log.")
         return (f"The log holds {self.logged:,} of the {self.span:,} iterations from "
                 f"{self.first} to {self.last} ({100 * self.coverage:.1f} % of them): slowdowns "
                 "and the iterations they span are those logged; what happened between them, "
