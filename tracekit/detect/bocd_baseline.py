@@ -56,6 +56,15 @@ class BaselineVerifier(SegmentVerifier):
         super().__init__(detector, values, sums)
         self.baseline: float | None = None
         self.drift: Drift | None = None
+        self.settled = 0  # where the last slowdown under 10 % ended (a fall BOCD+V dropped)
+
+    def window_start(self, candidate: int) -> int:
+        """The points since the end of the last slowdown under 10 % inside the segment, when
+        there are ``min_points`` of them: a fault of x1.12 just after a x1.06 one is judged
+        against the healthy points between them, not a median the x1.06 holds up."""
+        start = super().window_start(candidate)
+        return self.settled if start < self.settled <= candidate - self.detector.min_points \
+            else start
 
     def healthy_level(self) -> float:
         if self.baseline is None:
@@ -78,6 +87,9 @@ class BaselineVerifier(SegmentVerifier):
         """A candidate under 10 %: it opens a drift when its level left the healthy band while
         the segment before it was still inside it; faster than the band, it re-baselines."""
         d = self.detector
+        if self.level(candidate, stop) < self.previous_level(candidate) and \
+                self.excursion_start(candidate, self.level(candidate, stop)) is not None:
+            self.settled = candidate  # a slow excursion under 10 % ended here
         healthy = self.healthy_level()
         relative = self.level(candidate, stop) / healthy - 1.0
         if relative < -d.drift_floor:

@@ -178,7 +178,7 @@ class SegmentVerifier:
         d = self.detector
         points = np.asarray(self.values[candidate:stop], dtype=np.float64)
         after, spread = median(points), self.spread(points)
-        before_points = min(candidate - self.segment_start(), d.baseline_window)
+        before_points = candidate - self.window_start(candidate)
         error = (CONFIDENCE_Z * MEDIAN_STANDARD_ERROR * max(self.healthy_noise(), spread)
                  * math.sqrt(1 / points.size + 1 / before_points))
         relative = abs(after - before) / min(after, before)
@@ -309,9 +309,14 @@ class SegmentVerifier:
     def segment_start(self) -> int:
         return self.accepted[-1] if self.accepted else 0
 
+    def window_start(self, candidate: int) -> int:
+        """First of the points before ``candidate`` that its level is compared with: the
+        segment's, at most ``baseline_window`` of them."""
+        return max(self.segment_start(), candidate - self.detector.baseline_window)
+
     def previous_level(self, candidate: int) -> float:
-        """Median of the segment before ``candidate`` (at most ``baseline_window`` points)."""
-        first = max(self.segment_start(), candidate - self.detector.baseline_window)
+        """Median of the segment before ``candidate`` (its :meth:`window_start` on)."""
+        first = self.window_start(candidate)
         return self.level(first, candidate) if first < candidate else float(self.values[0])
 
     def level(self, start: int, stop: int) -> float:
@@ -329,7 +334,7 @@ class SegmentVerifier:
     def local_noise(self, candidate: int) -> float:
         """Relative noise (floored) of the points ``previous_level`` takes before ``candidate``:
         the spread the job had just before, whatever its warm-up was."""
-        first = max(self.segment_start(), candidate - self.detector.baseline_window)
+        first = self.window_start(candidate)
         before = np.asarray(self.values[first:candidate], dtype=np.float64)
         return max(self.spread(before), self.detector.min_noise) if before.size else \
             self.detector.min_noise

@@ -1,0 +1,40 @@
+"""Episode shapes an independent generator draws, on small job-level series with exact expected
+episodes (iterations numbered from 1): faults just over the definition, close together, on and
+off, right after a slowdown under 10 %."""
+
+import numpy as np
+import polars as pl
+
+from tests.detect.conftest import iteration_times
+from tracekit.detect.episodes import find_episodes
+from tracekit.detect.registry import make_detector
+
+
+def verdict_episodes(series: np.ndarray) -> list[tuple[int, int]]:
+    """(start, end) iterations of the verdict's job-level detector's episodes."""
+    frame = pl.DataFrame({"iteration": np.arange(1, series.size + 1),
+                          "t_start_ns": np.arange(series.size) * 10**9,
+                          "t_end_ns": np.arange(1, series.size + 1) * 10**9,
+                          "duration_s": series})
+    changes, _ = make_detector("bocd+b").confirm(series)
+    found = find_episodes("j", "bocd+b", frame, changes, 0.05)
+    return list(zip(found["start_iteration"].to_list(), found["end_iteration"].to_list(),
+                    strict=True))
+
+
+def job(seed: int = 0) -> np.ndarray:
+    """300 iterations of 1.5 s with 1 % noise after a warm-up of 5 slow ones."""
+    series = iteration_times(300, seed=seed)
+    series[:5] *= 3.0
+    return series
+
+
+def test_fault_after_a_slowdown_under_ten_percent_is_judged_against_the_healthy_level():
+    """x1.06 on [101, 125], then x1.12 on [141, 162]: measured against a median of the segment
+    that the x1.06 holds up the x1.12 was x1.09 and lost; it is judged against the healthy
+    points between them."""
+    series = job()
+    series[100:125] *= 1.06
+    series[140:162] *= 1.12
+    series[180:200] *= 1.13
+    assert verdict_episodes(series) == [(141, 162), (181, 200)]
