@@ -38,3 +38,15 @@ def test_fault_after_a_slowdown_under_ten_percent_is_judged_against_the_healthy_
     series[140:162] *= 1.12
     series[180:200] *= 1.13
     assert verdict_episodes(series) == [(141, 162), (181, 200)]
+
+
+def test_a_return_after_a_gc_pause_is_dated_where_the_job_is_fast_again():
+    """Faults of 21 and 20 iterations with a GC pause two and one iterations before their
+    ends: BOCD dated each return at the pause (19 iterations, under a fail-slow's 20, so no
+    episode); they are dated at the first fast iteration."""
+    series = job()
+    series[100:121] *= 1.22
+    series[119] *= 1.4
+    series[200:220] *= 1.2
+    series[218] *= 1.5
+    assert verdict_episodes(series) == [(101, 121), (201, 220)]

@@ -130,7 +130,8 @@ class BaselineVerifier(SegmentVerifier):
         events = np.flatnonzero(slow | (cusum <= 0.0))
         if events.size:
             self.drift = None
-            return self.keep(drift.onset, drift.next + events[0] + 1) if slow[events[0]] else []
+            return self.keep(drift.onset, drift.next + events[0] + 1, step=False) \
+                if slow[events[0]] else []
         drift.total, drift.cusum, drift.next = float(totals[-1]), float(cusum[-1]), until + 1
         return []
 
@@ -149,9 +150,9 @@ class BaselineVerifier(SegmentVerifier):
                              recent * (1.0 + CUSUM_CLIP * self.healthy_noise()))
         return np.minimum(points, ceiling)
 
-    def keep(self, candidate: int, stop: int) -> list[int]:
+    def keep(self, candidate: int, stop: int, step: bool = True) -> list[int]:
         self.drift = None  # a kept change ends the drift: the slowdown is now a segment
-        return super().keep(candidate, stop)
+        return super().keep(candidate, stop, step)
 
 
 @dataclass

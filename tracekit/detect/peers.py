@@ -84,6 +84,9 @@ MIN_RUN_POINTS = 3
 """A candidate holds at least this many logged points, however many iterations they stand for:
 the spread of fewer says nothing of its level."""
 
+COMPUTE_SOURCE, OUTSIDE_SOURCE = "op_traces compute", "time outside collectives"
+"""Own times that are part of a rank's step, not the step itself (a per-worker step table)."""
+
 AROUND_POINTS = 50
 """A straggler episode's job step is compared with this many points either side of it (the
 change-point detectors' ``baseline_window``)."""
@@ -119,10 +122,10 @@ def own_times(iterations: pl.DataFrame, op_traces: pl.DataFrame,
         own = (compute.group_by("rank", "step")
                .agg(pl.col("duration_s").sum(), pl.col("pp_stage").first().alias("group"))
                .rename({"step": "iteration"}))
-        source = "op_traces compute"
+        source = COMPUTE_SOURCE
     elif outside is not None:
         own = outside.with_columns(pipeline_stage(layout).alias("group"))
-        source = "time outside collectives"
+        source = OUTSIDE_SOURCE
     elif per_rank.height:
         own = per_rank.group_by("rank", "iteration").agg(pl.col("duration_s").median(),
                                                          pl.lit(0).alias("group"))
@@ -314,7 +317,8 @@ def straggler_episodes(job: str, iterations: pl.DataFrame, op_traces: pl.DataFra
     ``iterations`` are those of the source detection runs on. As for the change-point
     detectors, an episode slows the job by more than ``min_slowdown`` (its blocking slowdown):
     a straggler the job does not wait for is no fail-slow of the job; one that starts and ends
-    in the run also slows the job's step by a fail-slow's ratio (:func:`_slows_the_job`).
+    in the run, measured on a part of its step (compute, time outside calls), also slows the
+    job's step by a fail-slow's ratio (:func:`_slows_the_job`).
     ``executor`` runs the
     own times' blocks of ranks (default: a local loop)."""
     times = own_times(iterations, op_traces, collectives, layout, executor)
@@ -354,7 +358,8 @@ def straggler_episodes(job: str, iterations: pl.DataFrame, op_traces: pl.DataFra
                                             (False, excess, _merge(runs)))
                 for first, stop, rows in found]
     episodes = [e for e in episodes if e["slowdown"] > 1.0 + min_slowdown
-                and (e["persistent"] or _slows_the_job(step_s, runs, e["first"], e["stop"]))]
+                and (e["persistent"] or times.source not in (COMPUTE_SOURCE, OUTSIDE_SOURCE)
+                     or _slows_the_job(step_s, runs, e["first"], e["stop"]))]
     if not episodes:
         return schema.table("episodes").empty()
     ideal_job_s = float(step_s.sum() - sum(e["lost_s"] for e in episodes))
