@@ -10,13 +10,16 @@ from tracekit.detect.episodes import find_episodes
 from tracekit.detect.registry import make_detector
 
 
-def verdict_episodes(series: np.ndarray) -> list[tuple[int, int]]:
-    """(start, end) iterations of the verdict's job-level detector's episodes."""
+def verdict_episodes(series: np.ndarray, changes: np.ndarray | None = None
+                     ) -> list[tuple[int, int]]:
+    """(start, end) iterations of the verdict's job-level detector's episodes, on its own
+    change points or on ``changes``."""
     frame = pl.DataFrame({"iteration": np.arange(1, series.size + 1),
                           "t_start_ns": np.arange(series.size) * 10**9,
                           "t_end_ns": np.arange(1, series.size + 1) * 10**9,
                           "duration_s": series})
-    changes, _ = make_detector("bocd+b").confirm(series)
+    if changes is None:
+        changes, _ = make_detector("bocd+b").confirm(series)
     found = find_episodes("j", "bocd+b", frame, changes, 0.05)
     return list(zip(found["start_iteration"].to_list(), found["end_iteration"].to_list(),
                     strict=True))
@@ -50,3 +53,14 @@ def test_a_return_after_a_gc_pause_is_dated_where_the_job_is_fast_again():
     series[200:220] *= 1.2
     series[218] *= 1.5
     assert verdict_episodes(series) == [(101, 121), (201, 220)]
+
+
+def test_a_weaker_fault_two_iterations_after_another_is_no_recovery():
+    """x1.25 on [101, 122], x1.12 on [125, 149]: when the change points miss the two fast
+    iterations between them (BOCD restarts its run length at the fall and needs more points
+    to flag a rise), the x1.12 segment looked like a level the job recovered to; the job back
+    at its first level right after it says it was a fault, and the episode goes on through."""
+    series = job()
+    series[100:122] *= 1.25
+    series[124:149] *= 1.12
+    assert verdict_episodes(series, np.array([5, 100, 122, 149])) == [(101, 149)]
