@@ -64,3 +64,16 @@ def test_a_weaker_fault_two_iterations_after_another_is_no_recovery():
     series[100:122] *= 1.25
     series[124:149] *= 1.12
     assert verdict_episodes(series, np.array([5, 100, 122, 149])) == [(101, 149)]
+
+
+def test_a_gc_pause_just_before_a_short_burst_does_not_lengthen_it_into_a_fail_slow():
+    """Bursts of 16 and 17 iterations (x1.33, x1.3), each four iterations after a GC pause:
+    dated at the pause they lasted 20 and 21 iterations, fail-slows; dated where the job
+    slows they are disturbances."""
+    for seed in (1, 4, 5):
+        series = job(seed)
+        series[149] *= 1.35
+        series[153:169] *= 1.33
+        series[229] *= 1.4
+        series[233:250] *= 1.3
+        assert verdict_episodes(series) == [], seed
