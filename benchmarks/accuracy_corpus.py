@@ -17,10 +17,13 @@ from pathlib import Path
 
 import numpy as np
 
+from tracekit.core.thresholds import WARMUP_ITERATIONS
 from tracekit.synth.corpus import CI_HOST, PROBE_MODEL
 from tracekit.synth.faults import Component, Injection
 from tracekit.synth.job import JobSpec, generate_job
 from tracekit.synth.layout import Layout
+from tracekit.synth.run import JobRun
+from tracekit.synth.timing import Conditions
 
 ITERATIONS = 300
 """Iterations per job."""
@@ -85,13 +88,63 @@ DUMP_LAYOUTS: dict[str, DumpLayout] = {
 """Collective log format, monitoring files, where they lie and how hosts are named, and what
 is done to them after writing."""
 
+SHAPES = ("near-threshold", "short", "close-pair", "on-off", "after-warmup", "at-end")
+"""Fail-slows of the shapes an independent generator draws beyond the causes above: barely over
+the definition (x1.10 over 20 iterations), 20-30 iterations long, twice on one target 1-20
+iterations apart, on and off 3-6 times, starting as the warm-up ends, lasting to the last
+iteration."""
+
+BENIGN = ("benign-mild", "benign-burst", "benign-spike", "benign-drift")
+"""Slowdowns that are no fail-slow by the definition, which detection must not flag: x1.05 at
+most for a long stretch, x1.5 for 5-10 iterations, one slow iteration, a drift under 10 %."""
+
 SCENARIOS = ("clean", "clean", "gpu-thermal", "gpu-degradation", "cpu-contention",
              "network-congestion", "compound", "back-to-back", "two-causes", "decoy",
-             "thermal+decoy")
-"""Drawn uniformly (clean twice, so about a fifth of the jobs are healthy)."""
+             "thermal+decoy", *SHAPES, *BENIGN)
+"""Drawn uniformly (clean twice; with the decoy and the benign shapes a third of the jobs are
+healthy)."""
 
 SEVERITY = {"gpu-thermal": (1.2, 1.6), "gpu-degradation": (1.2, 1.6),
             "cpu-contention": (1.8, 3.0), "network-congestion": (1.3, 3.0)}
+"""The culprit's slowdown factor per cause, drawn uniformly: the job slows by less (a thermal
+GPU's compute is part of its step, a contended host's work a smaller part)."""
+
+NEAR_THRESHOLD = (1.12, 1.2)
+"""The job's slowdown of a ``near-threshold`` fail-slow, just over the definition's x1.10 (the
+culprit's factor is found to give it, :func:`_culprit_factor`; the realised slowdown with the
+job's noise is the labels' judge, so a few fall under x1.10 and are healthy)."""
+
+BENIGN_SLOWDOWN = {"benign-mild": (1.03, 1.06), "benign-drift": (1.05, 1.09),
+                   "benign-burst": (1.4, 1.6), "benign-spike": (2.0, 4.0)}
+"""The job's slowdown of each benign shape (a drift's at its top)."""
+
+
+def _culprit_factor(layout: Layout, component: Component, slowdown: float) -> float:
+    """The culprit's factor that slows one noiseless step of the job ``slowdown`` times: a
+    thermal GPU's x1.2 slows a pipeline of two stages x1.05, a contended host's x1.2 hardly
+    at all. Interpolated between factors simulated as one batch of steps."""
+    run = JobRun(JobSpec(layout, 2, collectives="none", monitoring=False))
+    factors = np.geomspace(1.0, 30.0, 256)
+    n, world = factors.size, layout.world
+    gpu, host, links = np.ones((n, world)), np.ones((n, world)), {}
+    if component.cause.startswith("gpu"):
+        gpu[:, int(component.target_value)] = factors
+    elif component.cause == "cpu-contention":
+        host[:, np.arange(world) // layout.gpus_per_host == int(component.target_value)] = \
+            factors[:, None]
+    else:
+        links[tuple(int(h) for h in component.target_value.split("-"))] = factors
+    masks = {k: np.full(n, k in ("head", "tail")) for k in ("head", "tail", "log", "eval",
+                                                              "checkpoint")}
+    cond = Conditions(gpu, host, {"stall": 0 * gpu, "checkpoint": 0 * gpu}, masks, links)
+    steps = run.simulator.run(cond, record=False).end_s / run.iteration_s
+    return float(np.round(np.interp(slowdown, np.maximum.accumulate(steps), factors), 3))
+
+
+def _injection(target: Component, layout: Layout, start: int, length: int, slowdown: float,
+               steps: int = 1) -> Injection:
+    return Injection((target,), start, "it", length, "it",
+                     _culprit_factor(layout, target, slowdown), steps)
 
 
 @dataclass(frozen=True)
@@ -120,6 +173,36 @@ def _episode(components: tuple[Component, ...], start: int, length: int,
                      float(np.round(rng.uniform(low, high), 2)))
 
 
+def _shape(scenario: str, target: Component, layout: Layout, rng: np.random.Generator
+           ) -> tuple[Injection, ...]:
+    """The injections of one of :data:`SHAPES` or :data:`BENIGN` on ``target``."""
+    n = ITERATIONS
+    if scenario == "near-threshold":
+        length = int(rng.integers(20, 90))
+        return (_injection(target, layout, int(rng.integers(30, n - length - 10)), length,
+                           rng.uniform(*NEAR_THRESHOLD)),)
+    if scenario in ("short", "after-warmup", "at-end"):
+        length = int(rng.integers(20, 31)) if scenario == "short" else int(rng.integers(20, 90))
+        start = {"short": int(rng.integers(30, n - length - 10)),
+                 "after-warmup": WARMUP_ITERATIONS + int(rng.integers(0, 4)),
+                 "at-end": n - length}[scenario]
+        return (_episode((target,), start, length, rng),)
+    if scenario in ("close-pair", "on-off"):
+        count = 2 if scenario == "close-pair" else int(rng.integers(3, 7))
+        lengths = rng.integers(20, 46 if count == 2 else 26, size=count)
+        gaps = rng.integers(1, 21 if count == 2 else 16, size=count - 1)
+        start = int(rng.integers(30, n - int(lengths.sum() + gaps.sum()) - 5))
+        starts = start + np.concatenate(([0], np.cumsum(lengths[:-1] + gaps)))
+        return tuple(_episode((target,), int(a), int(b), rng) for a, b in zip(starts, lengths,
+                                                                                strict=True))
+    slowdown = rng.uniform(*BENIGN_SLOWDOWN[scenario])
+    length = (int(rng.integers(100, 240)) if scenario in ("benign-mild", "benign-drift")
+              else int(rng.integers(5, 11)) if scenario == "benign-burst" else 1)
+    steps = int(rng.integers(3, 7)) if scenario == "benign-drift" else 1
+    return (_injection(target, layout, int(rng.integers(30, n - length)), length, slowdown,
+                       steps),)
+
+
 def _injections(scenario: str, layout: Layout, rng: np.random.Generator
                 ) -> tuple[Injection, ...]:
     n = ITERATIONS
@@ -128,6 +211,8 @@ def _injections(scenario: str, layout: Layout, rng: np.random.Generator
     one = lambda cause: _component(cause, layout, rng)  # noqa: E731
     if scenario == "clean":
         return ()
+    if scenario in SHAPES or scenario in BENIGN:
+        return _shape(scenario, one(str(rng.choice(list(SEVERITY)))), layout, rng)
     if scenario in SEVERITY:
         return (_episode((one(scenario),), start, length, rng),)
     if scenario == "compound":

@@ -8,6 +8,7 @@ import polars as pl
 import pytest
 
 from tracekit import open_dataset
+from tracekit.core import schema
 from tracekit.detect import detect_dataset, peers
 from tracekit.detect.peers import peer_medians, straggler_episodes
 from tracekit.detect.verdict import VERDICT_DETECTOR, shown_episodes
@@ -240,3 +241,29 @@ def test_no_outside_time_without_call_ends():
     calls = pl.LazyFrame({"rank": [0], "t_start_ns": [1], "t_end_ns": [None]},
                          schema_overrides={"rank": pl.Int32, "t_end_ns": pl.Int64})
     assert peers.outside_collectives(iterations, calls) is None
+
+
+@pytest.mark.parametrize(("job_factor", "expected"), [(1.05, []), (1.15, [(40, 69)])])
+def test_a_straggler_whose_excess_the_job_absorbs_is_no_fail_slow(job_factor, expected):
+    """Rank 3 computes x1.3 its peers on steps [40, 70); the job's step (slack in a pipeline
+    absorbs part of the excess) slows x1.05 or x1.15: its blocking slowdown, x1.15 either
+    way, counts the whole excess, so only the job's own step tells a fail-slow."""
+    rng = np.random.default_rng(3)
+    steps, ranks = 120, 8
+    compute = 0.5 * (1 + 0.01 * rng.standard_normal((ranks, steps)))
+    compute[3, 40:70] *= 1.3
+    step_s = 1.0 + 0.01 * rng.standard_normal(steps)
+    step_s[40:70] *= job_factor
+    ends = (np.cumsum(step_s) * 1e9).astype(np.int64)
+    iterations = schema.conform("iterations", pl.DataFrame({
+        "job": "j", "rank": np.repeat(np.arange(ranks), steps),
+        "iteration": np.tile(np.arange(steps), ranks),
+        "t_start_ns": np.tile(ends - (step_s * 1e9).astype(np.int64), ranks),
+        "t_end_ns": np.tile(ends, ranks), "duration_s": np.tile(step_s, ranks),
+        "source": "framework", "quality": "ok"}))
+    op_traces = schema.conform("op_traces", pl.DataFrame({
+        "job": "j", "rank": np.repeat(np.arange(ranks), steps), "pp_stage": 0,
+        "step": np.tile(np.arange(steps), ranks), "op": "forward-compute",
+        "duration_s": compute.ravel()}))
+    found = straggler_episodes("j", iterations, op_traces)
+    assert list(zip(found["start_iteration"], found["end_iteration"], strict=True)) == expected

@@ -56,6 +56,15 @@ class BaselineVerifier(SegmentVerifier):
         super().__init__(detector, values, sums)
         self.baseline: float | None = None
         self.drift: Drift | None = None
+        self.settled = 0  # where the last slowdown under 10 % ended (a fall BOCD+V dropped)
+
+    def window_start(self, candidate: int) -> int:
+        """The points since the end of the last slowdown under 10 % inside the segment, when
+        there are ``min_points`` of them: a fault of x1.12 just after a x1.06 one is judged
+        against the healthy points between them, not a median the x1.06 holds up."""
+        start = super().window_start(candidate)
+        return self.settled if start < self.settled <= candidate - self.detector.min_points \
+            else start
 
     def healthy_level(self) -> float:
         if self.baseline is None:
@@ -78,6 +87,9 @@ class BaselineVerifier(SegmentVerifier):
         """A candidate under 10 %: it opens a drift when its level left the healthy band while
         the segment before it was still inside it; faster than the band, it re-baselines."""
         d = self.detector
+        if self.level(candidate, stop) < self.previous_level(candidate) and \
+                self.excursion_start(candidate, self.level(candidate, stop)) is not None:
+            self.settled = candidate  # a slow excursion under 10 % ended here
         healthy = self.healthy_level()
         relative = self.level(candidate, stop) / healthy - 1.0
         if relative < -d.drift_floor:
@@ -118,7 +130,8 @@ class BaselineVerifier(SegmentVerifier):
         events = np.flatnonzero(slow | (cusum <= 0.0))
         if events.size:
             self.drift = None
-            return self.keep(drift.onset, drift.next + events[0] + 1) if slow[events[0]] else []
+            return self.keep(drift.onset, drift.next + events[0] + 1, step=False) \
+                if slow[events[0]] else []
         drift.total, drift.cusum, drift.next = float(totals[-1]), float(cusum[-1]), until + 1
         return []
 
@@ -137,9 +150,9 @@ class BaselineVerifier(SegmentVerifier):
                              recent * (1.0 + CUSUM_CLIP * self.healthy_noise()))
         return np.minimum(points, ceiling)
 
-    def keep(self, candidate: int, stop: int) -> list[int]:
+    def keep(self, candidate: int, stop: int, step: bool = True) -> list[int]:
         self.drift = None  # a kept change ends the drift: the slowdown is now a segment
-        return super().keep(candidate, stop)
+        return super().keep(candidate, stop, step)
 
 
 @dataclass

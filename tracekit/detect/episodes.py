@@ -12,7 +12,10 @@ An episode ends where the job is back within ``min_slowdown`` of it, or where it
 sustained segment a fail-slow faster than the one before, within ``RECOVERY_BAND`` of the
 healthy level, which then becomes the healthy level (a job between two faults runs a few
 percent off its first level; judged against that first level, every fault after the first
-would merge into one episode that never ends). Slow segments ending within the warm-up
+would merge into one episode that never ends), unless the segment after it is back within
+``min_slowdown`` of the healthy level: then it was a weaker fault that followed the first
+too closely for the detector to part them (x1.11 two iterations after x1.25), and the
+episode goes on through it. Slow segments ending within the warm-up
 (``WARMUP_ITERATIONS``) are never an episode; a slow stretch shorter than a fail-slow
 (``FAIL_SLOW_MIN_ITERATIONS``) is a burst of disturbances (a run of GC pauses the sliding
 window flags), never an episode either. Both count the iterations the logged points stand for
@@ -228,7 +231,11 @@ def _slow_stretches(levels: np.ndarray, long: np.ndarray, past_warmup: np.ndarra
     first = None
     for segment, level in enumerate(levels):
         slow = level > healthy * (1 + min_slowdown) and past_warmup[segment]
-        recovered = (first is not None and long[segment]
+        # the job back at its healthy level right after a slow "recovered" level: that level
+        # was a weaker fault the detector did not part from the one before (a gap of two)
+        relapsed = slow and segment + 1 < levels.size and long[segment + 1] and \
+            levels[segment + 1] <= healthy * (1 + min_slowdown)
+        recovered = (first is not None and long[segment] and not relapsed
                      and levels[segment - 1] >= level * FAIL_SLOW_RATIO
                      and level <= healthy * (1 + RECOVERY_BAND))
         if first is not None and (recovered or not slow):

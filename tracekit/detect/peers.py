@@ -66,7 +66,7 @@ from tracekit.core.parallel import (
     per_rank,
 )
 from tracekit.core.schema import COMPUTE_OPS
-from tracekit.core.thresholds import FAIL_SLOW_MIN_ITERATIONS, SUSPECT_RATIO
+from tracekit.core.thresholds import FAIL_SLOW_MIN_ITERATIONS, FAIL_SLOW_RATIO, SUSPECT_RATIO
 from tracekit.detect.base import MAD_TO_SIGMA
 from tracekit.detect.bocd_verify import CONFIDENCE_Z, MEDIAN_STANDARD_ERROR
 from tracekit.detect.spans import fail_slow_points, reach
@@ -84,6 +84,13 @@ MIN_PEERS = 1
 MIN_RUN_POINTS = 3
 """A candidate holds at least this many logged points, however many iterations they stand for:
 the spread of fewer says nothing of its level."""
+
+COMPUTE_SOURCE, OUTSIDE_SOURCE = "op_traces compute", "time outside collectives"
+"""Own times that are part of a rank's step, not the step itself (a per-worker step table)."""
+
+AROUND_POINTS = 50
+"""A straggler episode's job step is compared with this many points either side of it (the
+change-point detectors' ``baseline_window``)."""
 
 PERSISTENT_PARTS = 3
 """A persistent straggler is slower than the threshold in each of this many equal parts of the
@@ -116,10 +123,10 @@ def own_times(iterations: pl.DataFrame, op_traces: pl.DataFrame,
         own = (compute.group_by("rank", "step")
                .agg(pl.col("duration_s").sum(), pl.col("pp_stage").first().alias("group"))
                .rename({"step": "iteration"}))
-        source = "op_traces compute"
+        source = COMPUTE_SOURCE
     elif outside is not None:
         own = outside.with_columns(pipeline_stage(layout).alias("group"))
-        source = "time outside collectives"
+        source = OUTSIDE_SOURCE
     elif per_rank.height:
         own = per_rank.group_by("rank", "iteration").agg(pl.col("duration_s").median(),
                                                          pl.lit(0).alias("group"))
@@ -310,7 +317,10 @@ def straggler_episodes(job: str, iterations: pl.DataFrame, op_traces: pl.DataFra
     """Peer-comparison episodes of one job, in the ``episodes`` schema (detector ``peers``);
     ``iterations`` are those of the source detection runs on. As for the change-point
     detectors, an episode slows the job by more than ``min_slowdown`` (its blocking slowdown):
-    a straggler the job does not wait for is no fail-slow of the job. ``executor`` runs the
+    a straggler the job does not wait for is no fail-slow of the job; one that starts and ends
+    in the run, measured on a part of its step (compute, time outside calls), also slows the
+    job's step by a fail-slow's ratio (:func:`_slows_the_job`).
+    ``executor`` runs the
     own times' blocks of ranks (default: a local loop)."""
     times = own_times(iterations, op_traces, collectives, layout, executor)
     if times is None:
@@ -348,17 +358,39 @@ def straggler_episodes(job: str, iterations: pl.DataFrame, op_traces: pl.DataFra
                 for kind, delays, found in ((True, steady, persistent),
                                             (False, excess, _merge(runs)))
                 for first, stop, rows in found]
-    episodes = [e for e in episodes if e["slowdown"] > 1.0 + min_slowdown]
+    episodes = [e for e in episodes if e["slowdown"] > 1.0 + min_slowdown
+                and (e["persistent"] or times.source not in (COMPUTE_SOURCE, OUTSIDE_SOURCE)
+                     or _slows_the_job(step_s, runs, e["first"], e["stop"]))]
     if not episodes:
         return schema.table("episodes").empty()
     ideal_job_s = float(step_s.sum() - sum(e["lost_s"] for e in episodes))
     frame = pl.DataFrame(episodes, schema_overrides={"t_start_ns": pl.Int64,
-                                                     "t_end_ns": pl.Int64})
+                                                     "t_end_ns": pl.Int64}).drop("first", "stop")
     frame = frame.sort("start_iteration", "ranks").with_columns(
         pl.lit(job).alias("job"), pl.lit(NAME).alias("detector"),
         pl.int_range(1, pl.len() + 1, dtype=pl.Int32).alias("episode"),
         (pl.col("lost_s") / ideal_job_s).alias("jct_slowdown"))
     return schema.conform("episodes", frame)
+
+
+def _slows_the_job(step_s: np.ndarray, runs: list[tuple[int, int, int]], first: int,
+                   stop: int) -> bool:
+    """Whether the job's step over points ``[first, stop)`` is a fail-slow's
+    :data:`FAIL_SLOW_RATIO` times its level on the :data:`AROUND_POINTS` points either side
+    that no straggler run holds; true when fewer than :data:`MIN_RUN_POINTS` are left. The
+    blocking slowdown counts every second of a straggler's excess as the job's, but a stage
+    that waits anyway (a pipeline's slack) absorbs some of it: a thermal GPU x1.27 over its
+    peers slowed a job of two pipeline stages x1.06."""
+    held = np.zeros(step_s.size, dtype=bool)
+    for start, end, _ in runs:
+        held[start:end] = True
+    around = np.r_[first - AROUND_POINTS:first, stop:stop + AROUND_POINTS]
+    around = around[(around >= 0) & (around < step_s.size)]
+    healthy = step_s[around[~held[around]]]
+    healthy = healthy[np.isfinite(healthy)]
+    if healthy.size < MIN_RUN_POINTS:
+        return True
+    return float(np.nanmean(step_s[first:stop])) >= FAIL_SLOW_RATIO * float(np.median(healthy))
 
 
 def _episode(times: OwnTimes, ratio: np.ndarray, excess: np.ndarray, step_s: np.ndarray,
@@ -372,6 +404,7 @@ def _episode(times: OwnTimes, ratio: np.ndarray, excess: np.ndarray, step_s: np.
     ranks = sorted(int(times.ranks[row]) for row in set(rows))
     length = _length(stop - first, int(covers[stop] - covers[first]))
     return {
+        "first": first, "stop": stop,
         "t_start_ns": timeline["t_start_ns"][first],
         "t_end_ns": timeline["t_end_ns"][stop - 1] if stop < timeline.height else None,
         "start_iteration": int(timeline["iteration"][first]),

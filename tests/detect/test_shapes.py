@@ -1,0 +1,79 @@
+"""Episode shapes an independent generator draws, on small job-level series with exact expected
+episodes (iterations numbered from 1): faults just over the definition, close together, on and
+off, right after a slowdown under 10 %."""
+
+import numpy as np
+import polars as pl
+
+from tests.detect.conftest import iteration_times
+from tracekit.detect.episodes import find_episodes
+from tracekit.detect.registry import make_detector
+
+
+def verdict_episodes(series: np.ndarray, changes: np.ndarray | None = None
+                     ) -> list[tuple[int, int]]:
+    """(start, end) iterations of the verdict's job-level detector's episodes, on its own
+    change points or on ``changes``."""
+    frame = pl.DataFrame({"iteration": np.arange(1, series.size + 1),
+                          "t_start_ns": np.arange(series.size) * 10**9,
+                          "t_end_ns": np.arange(1, series.size + 1) * 10**9,
+                          "duration_s": series})
+    if changes is None:
+        changes, _ = make_detector("bocd+b").confirm(series)
+    found = find_episodes("j", "bocd+b", frame, changes, 0.05)
+    return list(zip(found["start_iteration"].to_list(), found["end_iteration"].to_list(),
+                    strict=True))
+
+
+def job(seed: int = 0) -> np.ndarray:
+    """300 iterations of 1.5 s with 1 % noise after a warm-up of 5 slow ones."""
+    series = iteration_times(300, seed=seed)
+    series[:5] *= 3.0
+    return series
+
+
+def test_fault_after_a_slowdown_under_ten_percent_is_judged_against_the_healthy_level():
+    """x1.06 on [101, 125], then x1.12 on [141, 162]: measured against a median of the segment
+    that the x1.06 holds up the x1.12 was x1.09 and lost; it is judged against the healthy
+    points between them."""
+    series = job()
+    series[100:125] *= 1.06
+    series[140:162] *= 1.12
+    series[180:200] *= 1.13
+    assert verdict_episodes(series) == [(141, 162), (181, 200)]
+
+
+def test_a_return_after_a_gc_pause_is_dated_where_the_job_is_fast_again():
+    """Faults of 21 and 20 iterations with a GC pause two and one iterations before their
+    ends: BOCD dated each return at the pause (19 iterations, under a fail-slow's 20, so no
+    episode); they are dated at the first fast iteration."""
+    series = job()
+    series[100:121] *= 1.22
+    series[119] *= 1.4
+    series[200:220] *= 1.2
+    series[218] *= 1.5
+    assert verdict_episodes(series) == [(101, 121), (201, 220)]
+
+
+def test_a_weaker_fault_two_iterations_after_another_is_no_recovery():
+    """x1.25 on [101, 122], x1.12 on [125, 149]: when the change points miss the two fast
+    iterations between them (BOCD restarts its run length at the fall and needs more points
+    to flag a rise), the x1.12 segment looked like a level the job recovered to; the job back
+    at its first level right after it says it was a fault, and the episode goes on through."""
+    series = job()
+    series[100:122] *= 1.25
+    series[124:149] *= 1.12
+    assert verdict_episodes(series, np.array([5, 100, 122, 149])) == [(101, 149)]
+
+
+def test_a_gc_pause_just_before_a_short_burst_does_not_lengthen_it_into_a_fail_slow():
+    """Bursts of 16 and 17 iterations (x1.33, x1.3), each four iterations after a GC pause:
+    dated at the pause they lasted 20 and 21 iterations, fail-slows; dated where the job
+    slows they are disturbances."""
+    for seed in (1, 4, 5):
+        series = job(seed)
+        series[149] *= 1.35
+        series[153:169] *= 1.33
+        series[229] *= 1.4
+        series[233:250] *= 1.3
+        assert verdict_episodes(series) == [], seed
