@@ -26,19 +26,26 @@ from tracekit.core.errors import InputError
 from tracekit.ingest.base import Chunk, Reader, Source, iter_line_batches, quarantine_frame
 from tracekit.ingest.numbers import bad_number_note, finite_number, is_bad_number, json_objects
 
-LAUNCHER_PREFIX = (
-    r"^(?:\[default\d+\]:"                      # torchrun --tee / --log-line-prefix
+LAUNCHER = (
+    r"(?:\[[A-Za-z_][\w-]*?\d+\]:"              # torchrun --tee: [<role><local rank>]:
     r"|\[\d+,\d+\]<std(?:out|err)>:"            # mpirun --tag-output
     r"|\s*\d+: "                                # srun --label
     r"|\((?:\w+ )?pid=\d+(?:, ip=[\d.]+)?\) "   # Ray workers
     r"|\d{4}-\d\d-\d\dT\S+ std(?:out|err) [FP] "  # Kubernetes CRI container logs
     r")"
 )
-"""Launcher prefixes seen in the wild in front of Megatron's own lines."""
+LAUNCHER_PREFIX = rf"^{LAUNCHER}{{1,2}}"
+"""Launcher prefixes seen in the wild in front of Megatron's own lines, up to two deep (``srun
+-l`` around torchrun: ``3: [default1]:``). torchrun writes ``[{role}{local_rank}]:``
+(``torch/distributed/elastic/multiprocessing/tail_log.py``): ``[default0]:`` with the default
+role, ``[rank0]:`` with torchtitan's ``--role rank``."""
 
 TIMESTAMP = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?"
-ITERATION = (rf"(?:\[(?P<ts>{TIMESTAMP})\]\s+)?\biteration\s+(?P<iteration>\d+)/\s*"
-             r"(?P<train_iters>\d+)\s*\|(?P<fields>.*)$")
+ITERATION = (rf"(?:\[(?P<ts>{TIMESTAMP})\]\s+)?(?P<nemo>Training epoch \d+, )?\biteration\s+"
+             r"(?P<iteration>\d+)/\s*(?P<train_iters>\d+)\s*\|(?P<fields>.*)$")
+"""Megatron's iteration line, and NeMo 2's (``nemo/lightning/pytorch/callbacks/
+progress_printer.py`` ProgressPrinter: ``Training epoch {e}, iteration {n}/{total}`` then
+``' | {metric}: {val}'`` per logged metric, with no closing ``|``)."""
 VALIDATION = r"^\s*(?P<split>validation|test) loss at (?P<at>.*?) \|(?P<fields>.*)$"
 TIMER_HEADERS = {
     "(min, max) time across ranks (ms):": "minmax",
@@ -49,6 +56,10 @@ TIMER_HEADER = r"^(?:INFO:megatron\.core\.timers:)?\s*(\(min, max\) time across 
     r"max time across ranks \(ms\):|times across ranks \(ms\):)\s*$"
 TIMER_MINMAX = r"^ {2,}(?P<name>\S.*?) \.*: \((?P<min>[^,]+), (?P<max>[^)]+)\)\s*$"
 TIMER_MAX = r"^ {2,}(?P<name>\S.*?) \.*: (?P<max>[^\s(]+)\s*$"
+TIMER_LINE = r"^time \(ms\)(?P<fields>(?: \| [^|]*)+?)\s*$"
+"""The one-line timers of Megatron-LM before core timers (``megatron/global_vars.py``
+``Timers.log``, 2020-2022, still in Megatron-DeepSpeed): ``'time (ms)'`` then ``' | {}: {:.2f}'``
+per timer, the printing rank's own per-iteration average."""
 TIMER_ALL_NAME = r"^  (\S[^:]*):\s*$"
 TIMER_ALL_RANK = r"^\s+rank\s+(?P<rank>\d+):\s+(?P<value>\S+)\s*$"
 UTILS_LOGGER = r"^(?:INFO:megatron\.core\.utils:)?\s*"
@@ -85,19 +96,27 @@ STEP_FIELDS: dict[str, tuple[str, float]] = {
     "params norm": ("params_norm", 1.0),
     "number of skipped iterations": ("skipped_iters", 1.0),
     "number of nan iterations": ("nan_iters", 1.0),
+    # NeMo 2 ProgressPrinter metrics (NeMo's own names)
+    "train_step_timing in s": ("elapsed_ms", 1000.0),
+    "reduced_train_loss": ("lm_loss", 1.0),
+    "lr": ("learning_rate", 1.0),
+    "global_batch_size": ("global_batch_size", 1.0),
+    "consumed_samples": ("consumed_samples", 1.0),
 }
 """Printed key -> (megatron_steps column, factor to its unit). Other keys go to extra_json."""
 STEP_COLUMNS = sorted({column for column, _ in STEP_FIELDS.values()})
 
 SNIFF_PATTERNS = re.compile(
-    r"\biteration\s+\d+/\s*\d+\s*\|\s*consumed samples:"
+    r"\biteration\s+\d+/\s*\d+\s*\|\s*(?:consumed samples|elapsed time per iteration \(ms\)):"
+    r"|\bTraining epoch \d+, iteration \d+/\d+ \| \w"
     r"|^using world size: \d+, data-parallel"
     r"|^-+ arguments -+$"
     r"|^(?:INFO:megatron\.core\.timers:)?\(min, max\) time across ranks \(ms\):"
     r"|\| MnRtt/Rnk: ",
     re.MULTILINE,
 )
-SNIFF_LITERALS = ("consumed samples:", "using world size: ", " arguments ",
+SNIFF_LITERALS = ("consumed samples:", "elapsed time per iteration (ms):", "Training epoch ",
+                  "using world size: ", " arguments ",
                   "time across ranks (ms):", "| MnRtt/Rnk: ")
 """A text of each :data:`SNIFF_PATTERNS` alternative: looking for them first costs microseconds
 where the regex, tried at every position of the head, cost 3 ms on every file of any format."""
@@ -126,8 +145,8 @@ class MegatronLogReader(Reader):
     tables = ("megatron_steps", "megatron_timers", "iterations", "straggler_reports",
               "training_events", "parallel_layout")
     priority = 20
-    description = ("Megatron-LM / Megatron-DeepSpeed training log: iteration lines, timers, "
-                   "straggler reports, memory, validation")
+    description = ("Megatron-LM / Megatron-DeepSpeed / NeMo 2 training log: iteration lines, "
+                   "timers, straggler reports, memory, validation")
 
     def sniff(self, source: Source) -> bool:
         text = source.head_text
@@ -210,7 +229,8 @@ def _with_iteration_context(frame: pl.DataFrame, carry: _Carry) -> pl.DataFrame:
         carry.log_interval = int(np.gcd.reduce(iterations["iteration"].to_numpy())) or None
     log_interval = pl.lit(carry.log_interval, dtype=pl.Int64)
     step = pl.col("iteration") - pl.col("iteration").shift(1, fill_value=carry.iteration)
-    interval = (pl.when(step.is_null()).then(pl.min_horizontal(log_interval, pl.col("iteration")))
+    first = pl.min_horizontal(log_interval, pl.max_horizontal(pl.col("iteration"), 1))
+    interval = (pl.when(step.is_null()).then(first)
                 .when((step > 0) & (step < log_interval)).then(step)
                 .otherwise(log_interval))
     iterations = iterations.select("line_no", interval.alias("interval_iters"))
@@ -229,13 +249,19 @@ def _with_iteration_context(frame: pl.DataFrame, carry: _Carry) -> pl.DataFrame:
 
 def _key_values(frame: pl.DataFrame, fields: str) -> pl.DataFrame:
     """``key: value |`` fields of each line as long rows: line_no, key, raw, value, ok
-    (ok is false when a field has no ``key: value`` shape)."""
+    (ok is false when a field has no ``key: value`` shape). Megatron-LM of 2019 printed some
+    keys without the colon (``' learning rate {:.3E} |'``): a key then one number is read
+    alike."""
     pairs = frame.select(
         "line_no",
         pl.col(fields).str.strip_chars().str.strip_chars_end("|").str.split("|").alias("_f"),
     ).explode("_f").filter(pl.col("_f").str.strip_chars() != "")
+    colon = pl.col("_f").str.extract_groups(r"^\s*(?P<key>[^:]+?)\s*:\s*(?P<raw>.*?)\s*$")
+    spaced = pl.col("_f").str.extract_groups(
+        r"^\s*(?P<key>[A-Za-z][^:]*?)\s+(?P<raw>[-+]?(?:\d[\d.]*(?:[eE][-+]?\d+)?|nan|inf))\s*$")
     return pairs.with_columns(
-        pl.col("_f").str.extract_groups(r"^\s*(?P<key>[^:]+?)\s*:\s*(?P<raw>.*?)\s*$").alias("_kv")
+        pl.when(colon.struct.field("key").is_not_null()).then(colon).otherwise(spaced)
+        .alias("_kv")
     ).unnest("_kv").with_columns(
         finite_number(pl.col("raw")).alias("value"),
         pl.col("key").is_not_null().alias("ok"),
@@ -278,9 +304,11 @@ def _fitting(frame: pl.DataFrame, *numbers: tuple[pl.Expr, pl.DataType]
 def _steps(frame, carry, timezone, bad_numbers):
     lines = frame.filter(pl.col("iteration").is_not_null())
     pairs = _key_values(lines, "fields")
-    torn = lines.filter(~_complete("fields"))
+    # NeMo's ProgressPrinter ends its lines with a value, not '|'
+    complete = _complete("fields") | pl.col("nemo").is_not_null()
+    torn = lines.filter(~complete)
     shapeless = lines.join(pairs.filter(~pl.col("ok")).select("line_no").unique(), on="line_no")
-    good = lines.filter(_complete("fields")).join(shapeless.select("line_no"), on="line_no",
+    good = lines.filter(complete).join(shapeless.select("line_no"), on="line_no",
                                                   how="anti")
     pairs = pairs.join(good.select("line_no"), on="line_no", how="semi")
     _count_bad(pairs, bad_numbers)
@@ -402,7 +430,8 @@ def _timers(frame, carry, timezone, bad_numbers):
         pl.when(pl.col("value").is_not_null()).then(pl.col("rank")).alias("rank"),
         pl.col("value").alias("min_raw"), pl.col("value").alias("max_raw"), "ctx_iteration",
         "ctx_interval")
-    readings, misfits = _fitting(pl.concat([minmax, maxonly, per_rank]),
+    one_line = _one_line_timers(frame)
+    readings, misfits = _fitting(pl.concat([minmax, maxonly, per_rank, one_line]),
                                  (pl.col("rank"), pl.Int32))
     parsed = pl.col("name").is_not_null() & pl.col("max_raw").is_not_null()
     good = readings.filter(parsed)
@@ -421,6 +450,25 @@ def _timers(frame, carry, timezone, bad_numbers):
                      _bad(block.join(misfits, on="line_no"), OUT_OF_RANGE)])
     consumed = pl.concat([headers["line_no"], name_lines["line_no"], good["line_no"]])
     return {"megatron_timers": timers}, bad, consumed
+
+
+def _one_line_timers(frame: pl.DataFrame) -> pl.DataFrame:
+    """Readings of :data:`TIMER_LINE` lines as the timer blocks' (one value: min and max); a
+    line with a field without ``name: value`` as one reading without name (quarantined as
+    torn)."""
+    lines = frame.with_columns(pl.col("body").str.extract(TIMER_LINE, 1).alias("fields")).filter(
+        pl.col("fields").is_not_null())
+    pairs = lines.select(
+        "line_no", "line", "ctx_iteration", "ctx_interval",
+        pl.col("fields").str.strip_prefix(" | ").str.split(" | ").alias("_f"),
+    ).explode("_f").with_columns(
+        pl.col("_f").str.extract_groups(r"^(?P<name>\S.*?): (?P<value>\S+)$").alias("_m")
+    ).unnest("_m").with_columns(
+        pl.when(pl.col("name").is_not_null().all().over("line_no")).then(pl.col("name")))
+    return pairs.unique(["line_no", "name"], keep="first", maintain_order=True).select(
+        "line_no", "line", "name", pl.lit(None, dtype=pl.String).alias("rank"),
+        pl.col("value").alias("min_raw"), pl.col("value").alias("max_raw"), "ctx_iteration",
+        "ctx_interval")
 
 
 def _straggler(frame, carry, timezone, bad_numbers):
