@@ -375,15 +375,11 @@ def test_torchrun_role_prefixes_are_stripped_before_timer_blocks():
 
 def nemo_progress_line(n: int, total: int, metrics: dict) -> str:
     """NVIDIA/NeMo nemo/lightning/pytorch/callbacks/progress_printer.py (commit 01f7dbc537d7)
-    ProgressPrinter.on_train_batch_end and format_string."""
-    log_string = "Training" + f" epoch {0}, iteration {n}/{total}"
-    for metric, val in metrics.items():
-        if isinstance(val, (float)) and val.is_integer():
-            val = int(val)
-            log_string += f' | {metric}: {val}'
-        else:
-            log_string += f' | {metric}: {val:.4}'
-    return log_string
+    ProgressPrinter: f" epoch {e}, iteration {n}/{total}" after "Training", then f' | {metric}:
+    {val}' for a whole float (as int), else f' | {metric}: {val:.4}'."""
+    fields = [f" | {key}: {int(value)}" if value.is_integer() else f" | {key}: {value:.4}"
+              for key, value in metrics.items()]
+    return f"Training epoch {0}, iteration {n}/{total}" + "".join(fields)
 
 
 def test_nemo2_progress_printer_lines_give_step_times():
@@ -415,3 +411,61 @@ def test_nemo2_progress_printer_lines_give_step_times():
     assert out["iterations"].select("iteration", "duration_s", "quality").rows() == [
         (0, 7.126, "ok"), (1, 2.505, "ok")]
     assert (out["quarantine"].height, out["skipped"]) == (0, 2)
+
+
+def lightning_number(value: float) -> str:
+    """A metric as tqdm's set_postfix shows it in a Lightning bar: tqdm's format_num ('{0:.3g}',
+    '+0' -> '+', the shorter of it and str()), then Lightning's Tqdm.format_num pads a float
+    without exponent to 5 characters (lightning/pytorch/callbacks/progress/tqdm_progress.py)."""
+    short = f"{value:.3g}".replace("+0", "+").replace("-0", "-")
+    text = short if len(short) < len(str(value)) else str(value)
+    if "e" not in text:
+        text = (text if "." in text else text + ".").ljust(5, "0")
+    return text
+
+
+BAR_FORMAT = ("{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} "
+              "[{elapsed}<{remaining}{postfix}]")
+
+
+def nemo_bar(n: int, total: int, metrics: dict, older: bool = True) -> str:
+    """One tqdm update of NeMo's MegatronProgressBar (NVIDIA/NeMo
+    nemo/lightning/pytorch/callbacks/progress_bar.py): bar_format "{desc}: {percentage:3.0f}%|
+    {bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]" (commit 7468268e2ec9; later
+    "{desc} {n_fmt}/{total_fmt}{postfix}"), desc "Epoch 0: " (tqdm's set_description adds ': '),
+    postfix ', ' + ', '.join(key=value)."""
+    postfix = ", " + ", ".join(f"{k}={lightning_number(v)}" for k, v in metrics.items())
+    if not older:
+        return "{desc} {n_fmt}/{total_fmt}{postfix}".format(
+            desc="Epoch 0: ", n_fmt=n, total_fmt=total, postfix=postfix)
+    done = 10 * n // total
+    return BAR_FORMAT.format(desc="Epoch 0: ", percentage=100 * n / total,
+                             bar="\u2588" * done + " " * (10 - done), n_fmt=n, total_fmt=total,
+                             elapsed="05:21", remaining="05:27", postfix=postfix)
+
+
+def test_nemo1_progress_bar_updates_in_one_carriage_return_line():
+    """tqdm redraws with '\\r', so past the sniffed head a whole epoch is one line; the last
+    update of a step wins (the bar is redrawn before set_postfix), a step is global_step + 1."""
+    def metrics(step: int, seconds: float) -> dict:
+        return {"reduced_train_loss": 5.4 - step / 100, "global_step": float(step),
+                "consumed_samples": 256.0 * (step + 1), "train_step_timing in s": seconds}
+
+    updates = [nemo_bar(49, 100, metrics(48, 3.1204)), nemo_bar(50, 100, metrics(48, 3.1204)),
+               nemo_bar(50, 100, metrics(49, 3.1299)),
+               nemo_bar(51, 100, metrics(50, 3.14), older=False)]
+    assert updates[2] == ("Epoch 0: :  50%|" + "\u2588" * 5 + "     | 50/100 [05:21<05:27, "
+                          "reduced_train_loss=4.910, global_step=49.00, consumed_samples=12800.0, "
+                          "train_step_timing in s=3.130]")
+    # the NeMo logger's own lines (nemo/utils/formatters/base.py BaseNeMoFormatter) fill the head
+    head = "[NeMo I 2024-05-01 10:00:00 exp_manager:396] Experiments will be logged\n" * 1000
+    data = (head + "\r".join(updates) + "\n").encode()
+    assert READER.sniff(Source.from_bytes("nemo1.log", data))
+    out = read("nemo1.log", data)
+    assert out["megatron_steps"].select("iteration", "train_iters", "elapsed_ms", "lm_loss",
+                                        "consumed_samples", "interval_iters").rows() == [
+        (49, 100, 3120.0, 4.92, 12544, 1), (50, 100, 3130.0, 4.91, 12800, 1),
+        (51, 100, 3140.0, 4.9, 13056, 1)]
+    assert out["iterations"].select("iteration", "duration_s", "quality").rows() == [
+        (49, 3.12, "ok"), (50, 3.13, "ok"), (51, 3.14, "ok")]
+    assert (out["lines"], out["skipped"], out["quarantine"].height) == (1001, 1000, 0)

@@ -47,6 +47,15 @@ ITERATION = (rf"(?:\[(?P<ts>{TIMESTAMP})\]\s+)?(?P<nemo>Training epoch \d+, )?\b
 progress_printer.py`` ProgressPrinter: ``Training epoch {e}, iteration {n}/{total}`` then
 ``' | {metric}: {val}'`` per logged metric, with no closing ``|``)."""
 VALIDATION = r"^\s*(?P<split>validation|test) loss at (?P<at>.*?) \|(?P<fields>.*)$"
+STEP_TIMING = "train_step_timing in s="
+PROGRESS_BAR = (r"\bEpoch (?P<epoch>\d+): (?:: *\d+%\|[^|]*\| | ?)(?P<n>\d+)/(?P<total>\d+)"
+                r"(?P<rest>.*)$")
+"""A NeMo 1 progress bar update (``MegatronProgressBar``, ``nemo/lightning/pytorch/callbacks/
+progress_bar.py``): tqdm's ``bar_format`` ``"{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/
+{total_fmt} [{elapsed}<{remaining}{postfix}]"`` (later ``"{desc} {n_fmt}/{total_fmt}{postfix}"``)
+with ``desc`` ``Epoch {e}: `` and the postfix ``, key=value`` per logged metric, numbers in
+Lightning's ``Tqdm.format_num`` (3 significant digits, padded: ``3.130``, ``99.00``). Only
+updates holding NeMo's ``train_step_timing in s`` are read."""
 TIMER_HEADERS = {
     "(min, max) time across ranks (ms):": "minmax",
     "max time across ranks (ms):": "max",
@@ -109,6 +118,8 @@ STEP_COLUMNS = sorted({column for column, _ in STEP_FIELDS.values()})
 SNIFF_PATTERNS = re.compile(
     r"\biteration\s+\d+/\s*\d+\s*\|\s*(?:consumed samples|elapsed time per iteration \(ms\)):"
     r"|\bTraining epoch \d+, iteration \d+/\d+ \| \w"
+    r"|\bEpoch \d+: .*\btrain_step_timing in s="
+    r"|\[NeMo [DIWEC] \d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S+:\d+"
     r"|^using world size: \d+, data-parallel"
     r"|^-+ arguments -+$"
     r"|^(?:INFO:megatron\.core\.timers:)?\(min, max\) time across ranks \(ms\):"
@@ -116,9 +127,12 @@ SNIFF_PATTERNS = re.compile(
     re.MULTILINE,
 )
 SNIFF_LITERALS = ("consumed samples:", "elapsed time per iteration (ms):", "Training epoch ",
+                  STEP_TIMING, "[NeMo ",
                   "using world size: ", " arguments ",
                   "time across ranks (ms):", "| MnRtt/Rnk: ")
-"""A text of each :data:`SNIFF_PATTERNS` alternative: looking for them first costs microseconds
+"""A text of each :data:`SNIFF_PATTERNS` alternative (a NeMo log is known by its logger's
+``[NeMo I <time> <module>:<line>]``, ``nemo/utils/formatters/base.py``, since its first steps
+often come after the sniffed head): looking for them first costs microseconds
 where the regex, tried at every position of the head, cost 3 ms on every file of any format."""
 
 
@@ -198,7 +212,8 @@ def _parse(source: Source, lines: pl.DataFrame, bytes_read: int, carry: _Carry,
     tables: dict[str, list[pl.DataFrame]] = {}
     used: list[pl.Series] = []
 
-    for parse in (_steps, _validation, _timers, _straggler, _memory, _markers, _layout):
+    for parse in (_steps, _progress_bar, _validation, _timers, _straggler, _memory, _markers,
+                  _layout):
         produced, bad, consumed = parse(frame, carry, timezone, bad_numbers)
         for name, table in produced.items():
             tables.setdefault(name, []).append(table)
@@ -314,7 +329,20 @@ def _steps(frame, carry, timezone, bad_numbers):
     _count_bad(pairs, bad_numbers)
     bad_numbers["timestamp"] += good.filter(
         pl.col("ts").is_not_null() & _epoch_ns(pl.col("ts"), timezone).is_null()).height
+    tables, misfits = _step_tables(good, pairs, timezone)
+    good = good.join(misfits, on="line_no", how="anti")
+    bad = pl.concat([_bad(torn, "truncated iteration line (no closing '|')"),
+                     _bad(shapeless.join(torn.select("line_no"), on="line_no", how="anti"),
+                          "iteration line field without 'key: value'"),
+                     _bad(lines.join(misfits, on="line_no"), OUT_OF_RANGE)])
+    return tables, bad, good["line_no"]
 
+
+def _step_tables(good: pl.DataFrame, pairs: pl.DataFrame, timezone: str
+                 ) -> tuple[dict[str, pl.DataFrame], pl.DataFrame]:
+    """``megatron_steps`` and ``iterations`` of step records (``line_no`` identifies one;
+    ``iteration``, ``train_iters``, ``ts``, ``interval_iters``) and their key-value ``pairs``,
+    and the ``line_no`` of those with a number their column cannot hold."""
     known = pairs.filter(pl.col("key").is_in(list(STEP_FIELDS))).with_columns(
         pl.col("key").replace_strict({k: c for k, (c, _) in STEP_FIELDS.items()}).alias("column"),
         pl.col("value") * pl.col("key").replace_strict({k: f for k, (_, f) in STEP_FIELDS.items()},
@@ -355,11 +383,51 @@ def _steps(frame, carry, timezone, bad_numbers):
         pl.when(pl.col("interval_iters") == 1).then(pl.lit("ok"))
         .otherwise(pl.lit("interval-mean")).alias("quality"),
     )
-    bad = pl.concat([_bad(torn, "truncated iteration line (no closing '|')"),
-                     _bad(shapeless.join(torn.select("line_no"), on="line_no", how="anti"),
-                          "iteration line field without 'key: value'"),
-                     _bad(lines.join(misfits, on="line_no"), OUT_OF_RANGE)])
-    return ({"megatron_steps": megatron_steps, "iterations": iterations}, bad, good["line_no"])
+    return {"megatron_steps": megatron_steps, "iterations": iterations}, misfits
+
+
+def _progress_bar(frame, carry, timezone, bad_numbers):
+    """NeMo 1 progress bar updates (:data:`PROGRESS_BAR`). tqdm rewrites its line with ``\r``,
+    so one line of the file may hold every update of an epoch: each is read, and of the
+    updates of one step the last (the bar is redrawn before its metrics are set). A step is
+    its ``global_step`` (0-based, the step that logged the metrics) + 1, else the bar's
+    count. Each update shows the last step's metrics: ``interval_iters`` 1."""
+    lines = frame.filter(pl.col("body").str.contains(STEP_TIMING, literal=True))
+    updates = lines.select(
+        "line_no", "line", pl.col("body").str.split("\r").alias("_u")).explode("_u").with_columns(
+        pl.col("_u").str.extract_groups(PROGRESS_BAR).alias("_p")).unnest("_p").filter(
+        pl.col("rest").str.contains(STEP_TIMING, literal=True))
+    pairs = updates.with_row_index("_update").select(
+        "_update", "line_no",
+        pl.col("rest").str.strip_chars_end().str.strip_suffix("]").str.split(", ").list.eval(
+            pl.element().filter(
+            pl.element().str.contains("=", literal=True))).alias("_f"),
+    ).explode("_f").with_columns(
+        pl.col("_f").str.splitn("=", 2).struct.rename_fields(["key", "raw"]).alias("_kv"),
+    ).unnest("_kv").with_columns(
+        pl.col("key").str.strip_chars(), pl.col("raw").str.strip_chars(),
+    ).with_columns(finite_number(pl.col("raw")).alias("value"), pl.lit(True).alias("ok"))
+    global_step = pairs.filter((pl.col("key") == "global_step")
+                               & ~pl.col("raw").str.contains("e", literal=True)).select(
+        "_update", (pl.col("value") + 1).cast(pl.Int64, strict=False).alias("_step"))
+    updates = updates.with_row_index("_update").join(global_step, on="_update", how="left")
+    updates = updates.with_columns(
+        pl.col("_step").fill_null(pl.col("n").cast(pl.Int64, strict=False)).alias("iteration"),
+        pl.col("total").cast(pl.Int64, strict=False).alias("train_iters"),
+    ).filter(pl.col("iteration").is_not_null()).unique(
+        "iteration", keep="last", maintain_order=True)
+    _count_bad(pairs.join(updates.select("_update"), on="_update", how="semi"), bad_numbers)
+    # _step_tables identifies a record by its line_no: here an update
+    records = updates.select(
+        pl.col("_update").cast(pl.Int64).alias("line_no"), "iteration", "train_iters",
+        pl.lit(None, dtype=pl.String).alias("ts"),
+        pl.lit(1, dtype=pl.Int64).alias("interval_iters"))
+    tables, misfits = _step_tables(
+        records, pairs.with_columns(pl.col("_update").cast(pl.Int64).alias("line_no")), timezone)
+    misfit_lines = updates.join(misfits.rename({"line_no": "_update"}).with_columns(
+        pl.col("_update").cast(pl.UInt32)), on="_update").select("line_no").unique()
+    good = lines.join(misfit_lines, on="line_no", how="anti")
+    return tables, _bad(lines.join(misfit_lines, on="line_no"), OUT_OF_RANGE), good["line_no"]
 
 
 def _validation(frame, carry, timezone, bad_numbers):
