@@ -637,9 +637,10 @@ def _new_comms(inits: pl.DataFrame, state: _JoinState) -> tuple[pl.DataFrame, in
 
 
 def _parse_calls(rows: pl.DataFrame, time_zone: str) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """COLL records (one per enqueued call) and the refused ones."""
+    """COLL records (one per enqueued call) and the refused ones. Trailing blanks are not a
+    field (real copies of logs carry them, e.g. NVIDIA/nccl#1238)."""
     tokens = rows.with_columns(
-        pl.col("msg").str.split_exact(" ", len(COLL_FIELDS) - 1)
+        pl.col("msg").str.strip_chars_end().str.split_exact(" ", len(COLL_FIELDS) - 1)
         .struct.rename_fields(list(COLL_FIELDS)).alias("_t")).unnest("_t")
     values = tokens.with_columns(
         pl.col("op_count").str.to_integer(base=16, strict=False).alias("_op_count"),
