@@ -28,7 +28,9 @@ class MlperfLogReader(Reader):
     format = "mlperf-log"
     version = "1"
     tables = ("iterations", "training_events")
-    priority = 20
+    priority = 18
+    """Before the framework-log readers: a submission's result file is also the framework's
+    stdout (NeMo logger lines, progress bars), and its MLLOG records are what it is."""
     description = "MLPerf Training log (:::MLLOG JSON lines; per-step train_step_timing)"
 
     def sniff(self, source: Source) -> bool:
