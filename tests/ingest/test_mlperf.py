@@ -77,7 +77,7 @@ def test_result_file_with_the_frameworks_own_lines_is_an_mlperf_log():
     """A submission's result file is the job's whole stdout: srun -l labels, NeMo logger lines
     (nemo/utils/formatters/base.py) and progress bars around the MLLOG records (these two from
     mlcommons/training_results_v3.1 NVIDIA/results/eos_n64_ngc23.09_nemo/gpt3/result_0.txt).
-    The MLLOG reader claims it, ahead of the framework-log reader."""
+    It is an MLPerf log, not a NeMo one."""
     from tracekit.ingest import registry
 
     record = ('0: :::MLLOG {"namespace": "", "time_ms": %d, "event_type": "POINT_IN_TIME", '

@@ -24,6 +24,7 @@ import polars as pl
 from tracekit.core import schema
 from tracekit.core.errors import InputError
 from tracekit.ingest.base import Chunk, Reader, Source, iter_line_batches, quarantine_frame
+from tracekit.ingest.mlperf import MLLOG_TAG
 from tracekit.ingest.numbers import bad_number_note, finite_number, is_bad_number, json_objects
 
 LAUNCHER = (
@@ -117,23 +118,24 @@ STEP_COLUMNS = sorted({column for column, _ in STEP_FIELDS.values()})
 
 SNIFF_PATTERNS = re.compile(
     r"\biteration\s+\d+/\s*\d+\s*\|\s*(?:consumed samples|elapsed time per iteration \(ms\)):"
-    r"|\bTraining epoch \d+, iteration \d+/\d+ \| \w"
-    r"|\bEpoch \d+: .*\btrain_step_timing in s="
-    r"|\[NeMo [DIWEC] \d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S+:\d+"
     r"|^using world size: \d+, data-parallel"
     r"|^-+ arguments -+$"
     r"|^(?:INFO:megatron\.core\.timers:)?\(min, max\) time across ranks \(ms\):"
     r"|\| MnRtt/Rnk: ",
     re.MULTILINE,
 )
-SNIFF_LITERALS = ("consumed samples:", "elapsed time per iteration (ms):", "Training epoch ",
-                  STEP_TIMING, "[NeMo ",
-                  "using world size: ", " arguments ",
-                  "time across ranks (ms):", "| MnRtt/Rnk: ")
-"""A text of each :data:`SNIFF_PATTERNS` alternative (a NeMo log is known by its logger's
-``[NeMo I <time> <module>:<line>]``, ``nemo/utils/formatters/base.py``, since its first steps
-often come after the sniffed head): looking for them first costs microseconds
+SNIFF_LITERALS = ("consumed samples:", "elapsed time per iteration (ms):", "using world size: ",
+                  " arguments ", "time across ranks (ms):", "| MnRtt/Rnk: ")
+"""A text of each :data:`SNIFF_PATTERNS` alternative: looking for them first costs microseconds
 where the regex, tried at every position of the head, cost 3 ms on every file of any format."""
+NEMO_SNIFF = re.compile(
+    r"\bTraining epoch \d+, iteration \d+/\d+ \| \w"
+    r"|\bEpoch \d+: .*\btrain_step_timing in s="
+    r"|\[NeMo [DIWEC] \d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S+:\d+")
+NEMO_LITERALS = ("Training epoch ", STEP_TIMING, "[NeMo ")
+"""NeMo's step lines, and its logger's ``[NeMo I <time> <module>:<line>]``
+(``nemo/utils/formatters/base.py``), since a NeMo log's first steps often come after the
+sniffed head. A NeMo log holding MLLOG records is an MLPerf result (:mod:`mlperf`)."""
 
 
 CONTEXT = ("line_no", "line", "body", "ctx_iteration", "ctx_interval")
@@ -164,8 +166,11 @@ class MegatronLogReader(Reader):
 
     def sniff(self, source: Source) -> bool:
         text = source.head_text
-        return (any(literal in text for literal in SNIFF_LITERALS)
-                and SNIFF_PATTERNS.search(text) is not None)
+        if (any(literal in text for literal in SNIFF_LITERALS)
+                and SNIFF_PATTERNS.search(text) is not None):
+            return True
+        return (any(literal in text for literal in NEMO_LITERALS) and MLLOG_TAG not in text
+                and NEMO_SNIFF.search(text) is not None)
 
     def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
         """Options: ``timezone`` (IANA name of the clock the log printed, default UTC) and

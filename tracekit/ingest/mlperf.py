@@ -28,9 +28,7 @@ class MlperfLogReader(Reader):
     format = "mlperf-log"
     version = "1"
     tables = ("iterations", "training_events")
-    priority = 18
-    """Before the framework-log readers: a submission's result file is also the framework's
-    stdout (NeMo logger lines, progress bars), and its MLLOG records are what it is."""
+    priority = 20
     description = "MLPerf Training log (:::MLLOG JSON lines; per-step train_step_timing)"
 
     def sniff(self, source: Source) -> bool:
