@@ -76,13 +76,15 @@ INIT_PATTERN = (
     r"(?: nvmlDev (?P<nvml_dev>\d+))?(?: busId (?P<bus_id>[0-9a-fA-F]+))?"
     r"(?: parent (?P<parent_comm>0x[0-9a-fA-F]+|\(nil\))(?: (?:splitCount|childCount) \d+)?"
     r" color (?P<split_color>-?\d+) key -?\d+)?"
-    r"(?: commId (?P<comm_id>0x[0-9a-fA-F]+))? ?- Init (?P<stage>START|COMPLETE)\s*$"
+    r"(?: commId (?P<comm_id>0x[0-9a-fA-F]+))?(?: localSize \d+)?(?: used \d+ bytes)?"
+    r" ?- Init (?P<stage>START|COMPLETE)\s*$"
 )
 """Every Init variant from NCCL 2.4 to HEAD (FORMATS.md 1.3): optional ``[Rank n] `` (HEAD
 START), optional API name (2.21+), nvmlDev without busId (2.4: ``cudaDev 0 nvmlDev 0 - Init
 COMPLETE``), busId without nvmlDev (2.5-2.17), both (2.18+), split form with parent / color /
 key and splitCount (2.24-2.30) or childCount (HEAD), optional commId (absent on 2.23+ splits),
-and the 2.23 typo ``key 0- Init START``."""
+the 2.23 typo ``key 0- Init START``, and RCCL's ``[localSize %ld ]used %ld bytes`` before
+``- Init COMPLETE`` (ROCm/rccl ``src/init.cc``)."""
 
 INIT_NUMBERS = {"comm_rank": pl.Int32, "nranks": pl.Int32, "init_cuda_dev": pl.Int32,
                 "nvml_dev": pl.Int32, "split_color": pl.Int64}
