@@ -639,10 +639,10 @@ def _new_comms(inits: pl.DataFrame, state: _JoinState) -> tuple[pl.DataFrame, in
 
 
 def _parse_calls(rows: pl.DataFrame, time_zone: str) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """COLL records (one per enqueued call) and the refused ones. Trailing blanks are not a
-    field (real copies of logs carry them, e.g. NVIDIA/nccl#1238)."""
+    """COLL records (one per enqueued call) and the refused ones. Blanks after the stream are
+    no RCCL suffix (real copies of logs carry them, e.g. NVIDIA/nccl#1238)."""
     tokens = rows.with_columns(
-        pl.col("msg").str.strip_chars_end().str.split_exact(" ", len(COLL_FIELDS) - 1)
+        pl.col("msg").str.split_exact(" ", len(COLL_FIELDS) - 1)
         .struct.rename_fields(list(COLL_FIELDS)).alias("_t")).unnest("_t")
     values = tokens.with_columns(
         pl.col("op_count").str.to_integer(base=16, strict=False).alias("_op_count"),
@@ -664,8 +664,8 @@ def _parse_calls(rows: pl.DataFrame, time_zone: str) -> tuple[pl.DataFrame, pl.D
         .when(pl.col("_datatype").is_null()).then(pl.lit("datatype is not an integer"))
         .when(pl.col("_root").is_null()).then(pl.lit("root is not an integer"))
         .when(pl.col("_nranks").is_null()).then(pl.lit("nranks is not an integer"))
-        .when(pl.col("task").is_not_null() & (pl.col("_globalrank").is_null()
-                                              | (pl.col("globalrank") != "globalrank")))
+        .when((pl.col("task").str.strip_chars() != "")
+              & (pl.col("_globalrank").is_null() | (pl.col("globalrank") != "globalrank")))
         .then(pl.lit("COLL line with unexpected trailing fields"))
     )
     good, bad = split_on_reason(values, reason)
