@@ -51,8 +51,14 @@ MLPERF_SEED = "".join(
 STEP_TABLE_SEED = ("worker,step,duration_s\n" + "".join(
     f"{w},{s},{1.5 + 0.01 * s}\n" for w in range(2) for s in range(10))).encode()
 
+DLLOGGER_SEED = "".join(
+    f'DLLL {{"timestamp": "{1700000000 + 2.5 * i}", "datetime": "2023-11-14 22:13:20", '
+    f'"elapsedtime": "{2.5 * i}", "type": "LOG", "step": {i}, "data": {{"reduced_train_loss": '
+    f'3.2, "train_step_timing in s": 2.5}}}}\n' for i in range(20)).encode()
+
 SEEDS = {"hook-csv": ("rank0.csv", HOOK_CSV_SEED), "mlperf-log": ("mlperf.log", MLPERF_SEED),
-         "step-table": ("steps.csv", STEP_TABLE_SEED)}
+         "step-table": ("steps.csv", STEP_TABLE_SEED),
+         "dllogger": ("dllogger.json", DLLOGGER_SEED)}
 """Seeds of the text formats without a shared sample, written as their tests write them."""
 
 NO_SEED = {

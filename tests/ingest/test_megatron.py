@@ -279,3 +279,193 @@ def test_numbers_their_columns_cannot_hold_are_quarantined_with_their_line(forma
     assert out["parallel_layout"].height == clean["parallel_layout"].height - 1
     assert out["lines"] == clean["lines"]
     assert out["skipped"] == clean["skipped"]
+
+
+# Lines below are built with the format strings of the tools that print them (repository, file,
+# commit), so their spacing and number formatting are the tools' own.
+
+
+def printed(fields: list[tuple[str, tuple]]) -> str:
+    """A line printed field by field, each with its tool's format string."""
+    return "".join(text.format(*values) for text, values in fields)
+
+
+def v2_iteration_line(iteration: int, elapsed_ms: float, loss: float) -> str:
+    """NVIDIA/Megatron-LM megatron/training.py training_log (v2.x, 2021; the strings of
+    variant A in FORMATS.md 2.1)."""
+    return printed([
+        (" iteration {:8d}/{:8d} |", (iteration, 500)),
+        (" consumed samples: {:12d} |", (iteration * 32,)),
+        (" elapsed time per iteration (ms): {:.1f} |", (elapsed_ms,)),
+        (" learning rate: {:.3E} |", (1.5e-05,)),
+        (" global batch size: {:5d} |", (32,)),
+        (" {}: {:.6E} |", ("lm loss", loss)),
+        (" loss scale: {:.1f} |", (4096.0,)),
+        (" number of skipped iterations: {:3d} |", (0,)),
+        (" number of nan iterations: {:3d} |", (0,)),
+    ])
+
+
+def one_line_timers(values: dict[str, float]) -> str:
+    """NVIDIA/Megatron-LM megatron/global_vars.py Timers.log (commit 00ac56ab2ccd), as in
+    bigscience-workshop/Megatron-DeepSpeed: 'time (ms)' then ' | {}: {:.2f}' per timer, the
+    printing rank's own averages."""
+    return printed([("time (ms)", ()), *((" | {}: {:.2f}", item) for item in values.items())])
+
+
+def test_one_line_timers_of_megatron_v2_are_read_per_iteration():
+    log = "\n".join([
+        v2_iteration_line(10, 1234.5, 10.23456),
+        one_line_timers({"forward-compute": 400.123, "backward-compute": 700.339,
+                         "optimizer": 30.02}),
+        v2_iteration_line(20, 1200.0, 9.5),
+        one_line_timers({"forward-compute": 410.0, "backward-compute": 690.0}),
+        one_line_timers({"forward-compute": 410.0})[:-5] + " | backwa",
+    ]) + "\n"
+    out = read("v2.log", log.encode())
+    assert out["megatron_timers"].select("iteration", "interval_iters", "name", "rank", "min_ms",
+                                         "max_ms").rows() == [
+        (10, 10, "forward-compute", None, 400.12, 400.12),
+        (10, 10, "backward-compute", None, 700.34, 700.34),
+        (10, 10, "optimizer", None, 30.02, 30.02),
+        (20, 10, "forward-compute", None, 410.0, 410.0),
+        (20, 10, "backward-compute", None, 690.0, 690.0)]
+    assert out["megatron_steps"]["elapsed_ms"].to_list() == [1234.5, 1200.0]
+    assert out["quarantine"].select("line_no", "reason").rows() == [
+        (5, "torn or unrecognised timer line")]
+    assert out["skipped"] == 0
+
+
+def test_megatron_2019_keys_without_colon_are_sniffed_and_read():
+    # NVIDIA/Megatron-LM pretrain_gpt2.py train() (2019, commit 7abd3e90d09c): no consumed
+    # samples, ' learning rate {:.3E} |' and ' lm loss {:.6E} |' without a colon
+    line = printed([(" iteration {:8d}/{:8d} |", (100, 320000)),
+                    (" elapsed time per iteration (ms): {:.1f} |", (512.34,)),
+                    (" learning rate {:.3E} |", (1.5e-05,)),
+                    (" lm loss {:.6E} |", (6.1234567,)),
+                    (" loss scale {:.1f} |", (4096.0,))])
+    timers = one_line_timers({"forward": 120.5, "backward": 300.1, "batch generator": 1.0})
+    data = f"{line}\n{timers}\n".encode()
+    assert READER.sniff(Source.from_bytes("gpt2.log", data))
+    out = read("gpt2.log", data)
+    step = out["megatron_steps"].row(0, named=True)
+    assert (step["iteration"], step["train_iters"], step["elapsed_ms"], step["learning_rate"],
+            step["lm_loss"], step["loss_scale"], step["extra_json"]) == (
+        100, 320000, 512.3, 1.5e-05, 6.123457, 4096.0, None)
+    assert out["megatron_timers"]["name"].to_list() == ["forward", "backward", "batch generator"]
+    assert out["quarantine"].height == 0
+
+
+def test_torchrun_role_prefixes_are_stripped_before_timer_blocks():
+    # torch/distributed/elastic/multiprocessing/tail_log.py: header = f"[{self._name}{local_rank}]:"
+    # (role "default", or "rank" as torchtitan's run_train.sh passes --role rank); under srun -l
+    # the label comes first
+    timer = "    {}: ({:.2f}, {:.2f})"  # megatron/core/timers.py, minmax
+    for prefix in ("[rank7]:", "[default7]:", "7: [default7]:"):
+        log = "\n".join(prefix + text for text in [
+            v2_iteration_line(10, 1234.5, 10.0),
+            "(min, max) time across ranks (ms):",
+            timer.format("forward-backward ".ljust(48, "."), 1200.0, 1230.5),
+        ]) + "\n"
+        out = read("prefixed.log", log.encode())
+        assert out["megatron_timers"].select("name", "min_ms", "max_ms").rows() == [
+            ("forward-backward", 1200.0, 1230.5)], prefix
+        assert out["skipped"] == 0, prefix
+
+
+def nemo_progress_line(n: int, total: int, metrics: dict) -> str:
+    """NVIDIA/NeMo nemo/lightning/pytorch/callbacks/progress_printer.py (commit 01f7dbc537d7)
+    ProgressPrinter: f" epoch {e}, iteration {n}/{total}" after "Training", then f' | {metric}:
+    {val}' for a whole float (as int), else f' | {metric}: {val:.4}'."""
+    fields = [f" | {key}: {int(value)}" if value.is_integer() else f" | {key}: {value:.4}"
+              for key, value in metrics.items()]
+    return f"Training epoch {0}, iteration {n}/{total}" + "".join(fields)
+
+
+def test_nemo2_progress_printer_lines_give_step_times():
+    lines = [
+        "[NeMo I 2025-02-10 17:29:34 nemo_logging:393] Setting up ModelTransform",
+        nemo_progress_line(0, 249, {"lr": 1.9607843e-06, "global_batch_size": 8.0,
+                                    "global_step": 0.0, "reduced_train_loss": 1.3151,
+                                    "train_step_timing in s": 7.12634}),
+        nemo_progress_line(1, 249, {"lr": 3.9215686e-06, "global_batch_size": 8.0,
+                                    "global_step": 1.0, "reduced_train_loss": 1.65312,
+                                    "train_step_timing in s": 2.50511,
+                                    "consumed_samples": 16.0}),
+        "Validation: iteration 1/10",
+    ]
+    data = ("\n".join(lines) + "\n").encode()
+    assert lines[2] == ("Training epoch 0, iteration 1/249 | lr: 3.922e-06 | global_batch_size: "
+                        "8 | global_step: 1 | reduced_train_loss: 1.653 | train_step_timing in "
+                        "s: 2.505 | consumed_samples: 16")
+    assert READER.sniff(Source.from_bytes("nemo.log", data))
+    out = read("nemo.log", data)
+    steps = out["megatron_steps"]
+    assert steps.select("iteration", "train_iters", "elapsed_ms", "learning_rate",
+                        "global_batch_size", "lm_loss", "consumed_samples",
+                        "interval_iters").rows() == [
+        (0, 249, 7126.0, 1.961e-06, 8, 1.315, None, 1),
+        (1, 249, 2505.0, 3.922e-06, 8, 1.653, 16, 1)]
+    assert [json.loads(e) for e in steps["extra_json"]] == [{"global_step": 0.0},
+                                                             {"global_step": 1.0}]
+    assert out["iterations"].select("iteration", "duration_s", "quality").rows() == [
+        (0, 7.126, "ok"), (1, 2.505, "ok")]
+    assert (out["quarantine"].height, out["skipped"]) == (0, 2)
+
+
+def lightning_number(value: float) -> str:
+    """A metric as tqdm's set_postfix shows it in a Lightning bar: tqdm's format_num ('{0:.3g}',
+    '+0' -> '+', the shorter of it and str()), then Lightning's Tqdm.format_num pads a float
+    without exponent to 5 characters (lightning/pytorch/callbacks/progress/tqdm_progress.py)."""
+    short = f"{value:.3g}".replace("+0", "+").replace("-0", "-")
+    text = short if len(short) < len(str(value)) else str(value)
+    if "e" not in text:
+        text = (text if "." in text else text + ".").ljust(5, "0")
+    return text
+
+
+BAR_FORMAT = ("{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} "
+              "[{elapsed}<{remaining}{postfix}]")
+
+
+def nemo_bar(n: int, total: int, metrics: dict, older: bool = True) -> str:
+    """One tqdm update of NeMo's MegatronProgressBar (NVIDIA/NeMo
+    nemo/lightning/pytorch/callbacks/progress_bar.py): bar_format "{desc}: {percentage:3.0f}%|
+    {bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]" (commit 7468268e2ec9; later
+    "{desc} {n_fmt}/{total_fmt}{postfix}"), desc "Epoch 0: " (tqdm's set_description adds ': '),
+    postfix ', ' + ', '.join(key=value)."""
+    postfix = ", " + ", ".join(f"{k}={lightning_number(v)}" for k, v in metrics.items())
+    if not older:
+        return "{desc} {n_fmt}/{total_fmt}{postfix}".format(
+            desc="Epoch 0: ", n_fmt=n, total_fmt=total, postfix=postfix)
+    done = 10 * n // total
+    return BAR_FORMAT.format(desc="Epoch 0: ", percentage=100 * n / total,
+                             bar="\u2588" * done + " " * (10 - done), n_fmt=n, total_fmt=total,
+                             elapsed="05:21", remaining="05:27", postfix=postfix)
+
+
+def test_nemo1_progress_bar_updates_in_one_carriage_return_line():
+    """tqdm redraws with '\\r', so past the sniffed head a whole epoch is one line; the last
+    update of a step wins (the bar is redrawn before set_postfix), a step is global_step + 1."""
+    def metrics(step: int, seconds: float) -> dict:
+        return {"reduced_train_loss": 5.4 - step / 100, "global_step": float(step),
+                "consumed_samples": 256.0 * (step + 1), "train_step_timing in s": seconds}
+
+    updates = [nemo_bar(49, 100, metrics(48, 3.1204)), nemo_bar(50, 100, metrics(48, 3.1204)),
+               nemo_bar(50, 100, metrics(49, 3.1299)),
+               nemo_bar(51, 100, metrics(50, 3.14), older=False)]
+    assert updates[2] == ("Epoch 0: :  50%|" + "\u2588" * 5 + "     | 50/100 [05:21<05:27, "
+                          "reduced_train_loss=4.910, global_step=49.00, consumed_samples=12800.0, "
+                          "train_step_timing in s=3.130]")
+    # the NeMo logger's own lines (nemo/utils/formatters/base.py BaseNeMoFormatter) fill the head
+    head = "[NeMo I 2024-05-01 10:00:00 exp_manager:396] Experiments will be logged\n" * 1000
+    data = (head + "\r".join(updates) + "\n").encode()
+    assert READER.sniff(Source.from_bytes("nemo1.log", data))
+    out = read("nemo1.log", data)
+    assert out["megatron_steps"].select("iteration", "train_iters", "elapsed_ms", "lm_loss",
+                                        "consumed_samples", "interval_iters").rows() == [
+        (49, 100, 3120.0, 4.92, 12544, 1), (50, 100, 3130.0, 4.91, 12800, 1),
+        (51, 100, 3140.0, 4.9, 13056, 1)]
+    assert out["iterations"].select("iteration", "duration_s", "quality").rows() == [
+        (49, 3.12, "ok"), (50, 3.13, "ok"), (51, 3.14, "ok")]
+    assert (out["lines"], out["skipped"], out["quarantine"].height) == (1001, 1000, 0)

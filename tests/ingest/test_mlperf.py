@@ -71,3 +71,30 @@ def test_sniff(gpt3, formats_dir):
     assert READER.sniff(Source.from_bytes("r.txt", gpt3))
     log = formats_dir / "megatron_train.log"
     assert not READER.sniff(Source.from_bytes(log.name, log.read_bytes()))
+
+
+def test_result_file_with_the_frameworks_own_lines_is_an_mlperf_log():
+    """A submission's result file is the job's whole stdout: srun -l labels, NeMo logger lines
+    (nemo/utils/formatters/base.py) and progress bars around the MLLOG records (these two from
+    mlcommons/training_results_v3.1 NVIDIA/results/eos_n64_ngc23.09_nemo/gpt3/result_0.txt).
+    It is an MLPerf log, not a NeMo one."""
+    from tracekit.ingest import registry
+
+    record = ('0: :::MLLOG {"namespace": "", "time_ms": %d, "event_type": "POINT_IN_TIME", '
+              '"key": "tracked_stats", "value": {"train_step_timing": %s}, "metadata": {"file": '
+              '"/workspace/llm/custom_callbacks.py", "lineno": 277, "step": %d}}')
+    lines = [
+        "0: [NeMo I 2023-10-05 00:39:28 exp_manager:394] Experiments will be logged at /results",
+        record % (1696466368958, "11.396877765655518", 4194304),
+        "0: Epoch 0: :   0%|          | 1/288 [00:11<55:00, reduced_train_loss=10.90, "
+        "global_step=0.000, consumed_samples=2048.0, train_step_timing in s=11.40]",
+        record % (1696466380017, "11.039475679397583", 8388608),
+    ]
+    data = ("\n".join(lines) + "\n").encode()
+    source = Source.from_bytes("result_0.txt", data)
+    assert registry.sniff(source).format == "mlperf-log"
+    chunk = read(data)
+    iterations = chunk.tables["iterations"]
+    assert iterations["iteration"].to_list() == [1, 2]
+    assert iterations["duration_s"].to_list() == pytest.approx([11.3968778, 11.0394757])
+    assert (chunk.lines, chunk.skipped) == (4, 2)

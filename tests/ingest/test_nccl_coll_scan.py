@@ -51,6 +51,10 @@ ACCEPTED_PREFIXES = {
     "": (nccl_coll_scan.TS_NONE, 0, 0, 0),
     "12: ": (nccl_coll_scan.TS_NONE, 0, 0, 0),
     "[default7]:": (nccl_coll_scan.TS_NONE, 0, 0, 0),
+    # torchrun writes f"[{role}{local_rank}]:" (torch/distributed/elastic/multiprocessing/
+    # tail_log.py); torchtitan runs with --role rank; under srun -l the label comes first
+    "[rank7]:": (nccl_coll_scan.TS_NONE, 0, 0, 0),
+    "7: [rank7]:": (nccl_coll_scan.TS_NONE, 0, 0, 0),
     "[1,8]<stdout>:": (nccl_coll_scan.TS_NONE, 0, 0, 0),
     "(RayTrainWorker pid=615, ip=10.72.7.6) ": (nccl_coll_scan.TS_NONE, 0, 0, 0),
     "[2025-10-14 09:31:07] ": (nccl_coll_scan.TS_LOCAL, 1760434267, 0, 0),

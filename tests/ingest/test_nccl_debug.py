@@ -306,3 +306,46 @@ def test_calls_are_numbered_per_comm_and_ranked_per_device_across_batches(batche
                 (h, p, d), by_process.get((h, p))))
         assert got["seq"].to_list() == expected_seq
         assert got["rank"].to_list() == expected_rank
+
+
+def test_real_lines_with_trailing_blanks():
+    """COLL lines as posted in NVIDIA/nccl#1238 (a single-rank comm: opCount stays 0), each
+    ending in a blank, with an Init line of <= 2.17 (src/init.cc v2.14.3-1: "comm %p rank %d
+    nranks %d cudaDev %d busId %lx - Init COMPLETE") ending alike."""
+    coll = ("ip-172-31-54-74:30125:30125 [0] NCCL INFO AllReduce: opCount 0 sendbuff "
+            "0x7fc9c4000000 recvbuff 0x7fc9bc000000 count 33554432 datatype 7 op 0 root 0 comm "
+            "0x5631f0816b40 [nranks=1] stream 0x5631f0021140 ")
+    init = ("ip-172-31-54-74:30125:30125 [0] NCCL INFO comm 0x5631f0816b40 rank 0 nranks 1 "
+            "cudaDev 0 busId 101c0 - Init COMPLETE ")
+    result = read_text("\n".join([init, coll, coll]) + "\n")
+    calls = result.tables["collectives"]
+    assert calls.select("rank", "host", "pid", "op", "seq", "op_count", "bytes").rows() == [
+        (0, "ip-172-31-54-74", 30125, "allreduce", 0, 0, 134217728),
+        (0, "ip-172-31-54-74", 30125, "allreduce", 1, 0, 134217728)]
+    assert result.tables["comms"].select("comm", "bus_id").rows() == [
+        ("0x5631f0816b40", "0000:10:1c.0")]
+    assert result.quarantine.is_empty()
+
+
+def test_rccl_init_lines_with_their_memory_suffix():
+    """RCCL's Init COMPLETE (ROCm/rccl src/init.cc): "comm %p rank %d nranks %d cudaDev %d busId
+    %lx used %ld bytes - Init COMPLETE", later with "commId 0x%llx localSize %ld" before "used"
+    (lines from real logs posted in ROCm/rccl issues, an OLCF Crusher node and a 2-GPU box);
+    COLL lines with RCCL's task / globalrank suffix."""
+    lines = [
+        "crusher002:81767:81780 [0] NCCL INFO comm 0x7f6400000ef0 rank 0 nranks 2 cudaDev 0 "
+        "busId c1000 used 27440 bytes - Init COMPLETE",
+        "b1cc0f529b57:526:680 [1] NCCL INFO comm 0x7e7ba40 rank 1 nranks 2 cudaDev 1 busId 3000 "
+        "commId 0xddf7a5357adcc52d localSize 0 used 20984624 bytes - Init COMPLETE",
+        "b1cc0f529b57:526:526 [1] NCCL INFO AllReduce: opCount 0 sendbuff 0x7f11b4000000 recvbuff "
+        "0x7f11b4000000 count 8 datatype 7 op 0 root 0 comm 0x7e7ba40 [nranks=2] stream 0x5 "
+        "task 0 globalrank 1",
+    ]
+    result = read_text("\n".join(lines) + "\n")
+    comms = result.tables["comms"]
+    assert comms.select("host", "comm", "comm_id", "rank", "nranks", "bus_id").rows() == [
+        ("crusher002", "0x7f6400000ef0", None, 0, 2, "0000:c1:00.0"),
+        ("b1cc0f529b57", "0x7e7ba40", "0xddf7a5357adcc52d", 1, 2, "0000:03:00.0")]
+    assert result.tables["collectives"].select("rank", "comm", "bytes").rows() == [
+        (1, "0x7e7ba40", 32)]
+    assert result.quarantine.is_empty()

@@ -114,3 +114,43 @@ def test_sample_seconds_are_recorded_with_the_source(tmp_path):
     ingest([tmp_path / "steps.csv"], tmp_path / "steps")
     assert open_dataset(tmp_path / "pai").step_axis() == SAMPLE_SECONDS
     assert open_dataset(tmp_path / "steps").step_axis() is None
+
+
+def test_parquet_table_reads_like_its_csv_with_typed_times(tmp_path):
+    """A scheduler's per-step export written by polars / pandas as Parquet: datetime and
+    duration columns carry their own unit; a bad row is quarantined by its row number."""
+    table = pl.DataFrame({
+        "Rank": [0, 0, 1, 1],
+        "Step": [1, 2, 1, 1],
+        "step_time": pl.Series([1.5, 1.25, 1.5, 1.0]).cast(pl.Float64) * 1_000_000,
+        "ended": pl.Series(["2025-01-01 00:00:01.5", "2025-01-01 00:00:03", "2025-01-01 "
+                            "00:00:01.5", "2025-01-01 00:00:02"]).str.to_datetime(),
+    }).with_columns(pl.duration(microseconds=pl.col("step_time")).alias("step_time"))
+    path = tmp_path / "steps.parquet"
+    table.write_parquet(path)
+    source = Source.from_bytes("steps.parquet", path.read_bytes())
+    assert READER.sniff(source)
+    (chunk,) = READER.read(source, {"time": "ended"})  # the duration column by its type
+    t0 = 1_735_689_600_000_000_000  # 2025-01-01 00:00:00 UTC
+    assert chunk.tables["iterations"].select("rank", "iteration", "t_start_ns", "t_end_ns",
+                                             "duration_s").rows() == [
+        (0, 1, t0, t0 + 1_500_000_000, 1.5),
+        (0, 2, t0 + 1_750_000_000, t0 + 3_000_000_000, 1.25),
+        (1, 1, t0, t0 + 1_500_000_000, 1.5)]
+    assert chunk.quarantine.select("line_no", "reason").rows() == [
+        (4, "duplicate worker and step (first row kept)")]
+    assert (chunk.lines, chunk.skipped) == (4, 0)
+    with pytest.raises(InputError, match="not a readable Parquet file"):
+        list(READER.read(Source.from_bytes("bad.parquet", b"PAR1garbage"), {}))
+
+
+def test_job_level_table_without_worker_column():
+    """One series for the whole job (e.g. iteration times of the logging rank): rank null,
+    repeated steps still quarantined; header names matched in any case."""
+    data = b"Iteration,iteration_time_ms\n1,1500\n2,1490\n2,1490\n3,nan\n"
+    assert READER.sniff(Source.from_bytes("steps.csv", data))
+    chunk = read(data)
+    assert chunk.tables["iterations"].select("rank", "iteration", "duration_s").rows() == [
+        (None, 1, 1.5), (None, 2, 1.49), (None, 3, None)]
+    assert chunk.quarantine.select("line_no", "reason").rows() == [
+        (4, "duplicate worker and step (first row kept)")]

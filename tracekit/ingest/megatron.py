@@ -24,22 +24,39 @@ import polars as pl
 from tracekit.core import schema
 from tracekit.core.errors import InputError
 from tracekit.ingest.base import Chunk, Reader, Source, iter_line_batches, quarantine_frame
+from tracekit.ingest.mlperf import MLLOG_TAG
 from tracekit.ingest.numbers import bad_number_note, finite_number, is_bad_number, json_objects
 
-LAUNCHER_PREFIX = (
-    r"^(?:\[default\d+\]:"                      # torchrun --tee / --log-line-prefix
+LAUNCHER = (
+    r"(?:\[[A-Za-z_][\w-]*?\d+\]:"              # torchrun --tee: [<role><local rank>]:
     r"|\[\d+,\d+\]<std(?:out|err)>:"            # mpirun --tag-output
     r"|\s*\d+: "                                # srun --label
     r"|\((?:\w+ )?pid=\d+(?:, ip=[\d.]+)?\) "   # Ray workers
     r"|\d{4}-\d\d-\d\dT\S+ std(?:out|err) [FP] "  # Kubernetes CRI container logs
     r")"
 )
-"""Launcher prefixes seen in the wild in front of Megatron's own lines."""
+LAUNCHER_PREFIX = rf"^{LAUNCHER}{{1,2}}"
+"""Launcher prefixes seen in the wild in front of Megatron's own lines, up to two deep (``srun
+-l`` around torchrun: ``3: [default1]:``). torchrun writes ``[{role}{local_rank}]:``
+(``torch/distributed/elastic/multiprocessing/tail_log.py``): ``[default0]:`` with the default
+role, ``[rank0]:`` with torchtitan's ``--role rank``."""
 
 TIMESTAMP = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?"
-ITERATION = (rf"(?:\[(?P<ts>{TIMESTAMP})\]\s+)?\biteration\s+(?P<iteration>\d+)/\s*"
-             r"(?P<train_iters>\d+)\s*\|(?P<fields>.*)$")
+ITERATION = (rf"(?:\[(?P<ts>{TIMESTAMP})\]\s+)?(?P<nemo>Training epoch \d+, )?\biteration\s+"
+             r"(?P<iteration>\d+)/\s*(?P<train_iters>\d+)\s*\|(?P<fields>.*)$")
+"""Megatron's iteration line, and NeMo 2's (``nemo/lightning/pytorch/callbacks/
+progress_printer.py`` ProgressPrinter: ``Training epoch {e}, iteration {n}/{total}`` then
+``' | {metric}: {val}'`` per logged metric, with no closing ``|``)."""
 VALIDATION = r"^\s*(?P<split>validation|test) loss at (?P<at>.*?) \|(?P<fields>.*)$"
+STEP_TIMING = "train_step_timing in s="
+PROGRESS_BAR = (r"\bEpoch (?P<epoch>\d+): (?:: *\d+%\|[^|]*\| | ?)(?P<n>\d+)/(?P<total>\d+)"
+                r"(?P<rest>.*)$")
+"""A NeMo 1 progress bar update (``MegatronProgressBar``, ``nemo/lightning/pytorch/callbacks/
+progress_bar.py``): tqdm's ``bar_format`` ``"{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/
+{total_fmt} [{elapsed}<{remaining}{postfix}]"`` (later ``"{desc} {n_fmt}/{total_fmt}{postfix}"``)
+with ``desc`` ``Epoch {e}: `` and the postfix ``, key=value`` per logged metric, numbers in
+Lightning's ``Tqdm.format_num`` (3 significant digits, padded: ``3.130``, ``99.00``). Only
+updates holding NeMo's ``train_step_timing in s`` are read."""
 TIMER_HEADERS = {
     "(min, max) time across ranks (ms):": "minmax",
     "max time across ranks (ms):": "max",
@@ -49,6 +66,10 @@ TIMER_HEADER = r"^(?:INFO:megatron\.core\.timers:)?\s*(\(min, max\) time across 
     r"max time across ranks \(ms\):|times across ranks \(ms\):)\s*$"
 TIMER_MINMAX = r"^ {2,}(?P<name>\S.*?) \.*: \((?P<min>[^,]+), (?P<max>[^)]+)\)\s*$"
 TIMER_MAX = r"^ {2,}(?P<name>\S.*?) \.*: (?P<max>[^\s(]+)\s*$"
+TIMER_LINE = r"^time \(ms\)(?P<fields>(?: \| [^|]*)+?)\s*$"
+"""The one-line timers of Megatron-LM before core timers (``megatron/global_vars.py``
+``Timers.log``, 2020-2022, still in Megatron-DeepSpeed): ``'time (ms)'`` then ``' | {}: {:.2f}'``
+per timer, the printing rank's own per-iteration average."""
 TIMER_ALL_NAME = r"^  (\S[^:]*):\s*$"
 TIMER_ALL_RANK = r"^\s+rank\s+(?P<rank>\d+):\s+(?P<value>\S+)\s*$"
 UTILS_LOGGER = r"^(?:INFO:megatron\.core\.utils:)?\s*"
@@ -85,22 +106,36 @@ STEP_FIELDS: dict[str, tuple[str, float]] = {
     "params norm": ("params_norm", 1.0),
     "number of skipped iterations": ("skipped_iters", 1.0),
     "number of nan iterations": ("nan_iters", 1.0),
+    # NeMo 2 ProgressPrinter metrics (NeMo's own names)
+    "train_step_timing in s": ("elapsed_ms", 1000.0),
+    "reduced_train_loss": ("lm_loss", 1.0),
+    "lr": ("learning_rate", 1.0),
+    "global_batch_size": ("global_batch_size", 1.0),
+    "consumed_samples": ("consumed_samples", 1.0),
 }
 """Printed key -> (megatron_steps column, factor to its unit). Other keys go to extra_json."""
 STEP_COLUMNS = sorted({column for column, _ in STEP_FIELDS.values()})
 
 SNIFF_PATTERNS = re.compile(
-    r"\biteration\s+\d+/\s*\d+\s*\|\s*consumed samples:"
+    r"\biteration\s+\d+/\s*\d+\s*\|\s*(?:consumed samples|elapsed time per iteration \(ms\)):"
     r"|^using world size: \d+, data-parallel"
     r"|^-+ arguments -+$"
     r"|^(?:INFO:megatron\.core\.timers:)?\(min, max\) time across ranks \(ms\):"
     r"|\| MnRtt/Rnk: ",
     re.MULTILINE,
 )
-SNIFF_LITERALS = ("consumed samples:", "using world size: ", " arguments ",
-                  "time across ranks (ms):", "| MnRtt/Rnk: ")
+SNIFF_LITERALS = ("consumed samples:", "elapsed time per iteration (ms):", "using world size: ",
+                  " arguments ", "time across ranks (ms):", "| MnRtt/Rnk: ")
 """A text of each :data:`SNIFF_PATTERNS` alternative: looking for them first costs microseconds
 where the regex, tried at every position of the head, cost 3 ms on every file of any format."""
+NEMO_SNIFF = re.compile(
+    r"\bTraining epoch \d+, iteration \d+/\d+ \| \w"
+    r"|\bEpoch \d+: .*\btrain_step_timing in s="
+    r"|\[NeMo [DIWEC] \d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S+:\d+")
+NEMO_LITERALS = ("Training epoch ", STEP_TIMING, "[NeMo ")
+"""NeMo's step lines, and its logger's ``[NeMo I <time> <module>:<line>]``
+(``nemo/utils/formatters/base.py``), since a NeMo log's first steps often come after the
+sniffed head. A NeMo log holding MLLOG records is an MLPerf result (:mod:`mlperf`)."""
 
 
 CONTEXT = ("line_no", "line", "body", "ctx_iteration", "ctx_interval")
@@ -126,13 +161,16 @@ class MegatronLogReader(Reader):
     tables = ("megatron_steps", "megatron_timers", "iterations", "straggler_reports",
               "training_events", "parallel_layout")
     priority = 20
-    description = ("Megatron-LM / Megatron-DeepSpeed training log: iteration lines, timers, "
-                   "straggler reports, memory, validation")
+    description = ("Megatron-LM / Megatron-DeepSpeed / NeMo 2 training log: iteration lines, "
+                   "timers, straggler reports, memory, validation")
 
     def sniff(self, source: Source) -> bool:
         text = source.head_text
-        return (any(literal in text for literal in SNIFF_LITERALS)
-                and SNIFF_PATTERNS.search(text) is not None)
+        if (any(literal in text for literal in SNIFF_LITERALS)
+                and SNIFF_PATTERNS.search(text) is not None):
+            return True
+        return (any(literal in text for literal in NEMO_LITERALS) and MLLOG_TAG not in text
+                and NEMO_SNIFF.search(text) is not None)
 
     def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
         """Options: ``timezone`` (IANA name of the clock the log printed, default UTC) and
@@ -179,7 +217,8 @@ def _parse(source: Source, lines: pl.DataFrame, bytes_read: int, carry: _Carry,
     tables: dict[str, list[pl.DataFrame]] = {}
     used: list[pl.Series] = []
 
-    for parse in (_steps, _validation, _timers, _straggler, _memory, _markers, _layout):
+    for parse in (_steps, _progress_bar, _validation, _timers, _straggler, _memory, _markers,
+                  _layout):
         produced, bad, consumed = parse(frame, carry, timezone, bad_numbers)
         for name, table in produced.items():
             tables.setdefault(name, []).append(table)
@@ -210,7 +249,8 @@ def _with_iteration_context(frame: pl.DataFrame, carry: _Carry) -> pl.DataFrame:
         carry.log_interval = int(np.gcd.reduce(iterations["iteration"].to_numpy())) or None
     log_interval = pl.lit(carry.log_interval, dtype=pl.Int64)
     step = pl.col("iteration") - pl.col("iteration").shift(1, fill_value=carry.iteration)
-    interval = (pl.when(step.is_null()).then(pl.min_horizontal(log_interval, pl.col("iteration")))
+    first = pl.min_horizontal(log_interval, pl.max_horizontal(pl.col("iteration"), 1))
+    interval = (pl.when(step.is_null()).then(first)
                 .when((step > 0) & (step < log_interval)).then(step)
                 .otherwise(log_interval))
     iterations = iterations.select("line_no", interval.alias("interval_iters"))
@@ -229,13 +269,19 @@ def _with_iteration_context(frame: pl.DataFrame, carry: _Carry) -> pl.DataFrame:
 
 def _key_values(frame: pl.DataFrame, fields: str) -> pl.DataFrame:
     """``key: value |`` fields of each line as long rows: line_no, key, raw, value, ok
-    (ok is false when a field has no ``key: value`` shape)."""
+    (ok is false when a field has no ``key: value`` shape). Megatron-LM of 2019 printed some
+    keys without the colon (``' learning rate {:.3E} |'``): a key then one number is read
+    alike."""
     pairs = frame.select(
         "line_no",
         pl.col(fields).str.strip_chars().str.strip_chars_end("|").str.split("|").alias("_f"),
     ).explode("_f").filter(pl.col("_f").str.strip_chars() != "")
+    colon = pl.col("_f").str.extract_groups(r"^\s*(?P<key>[^:]+?)\s*:\s*(?P<raw>.*?)\s*$")
+    spaced = pl.col("_f").str.extract_groups(
+        r"^\s*(?P<key>[A-Za-z][^:]*?)\s+(?P<raw>[-+]?(?:\d[\d.]*(?:[eE][-+]?\d+)?|nan|inf))\s*$")
     return pairs.with_columns(
-        pl.col("_f").str.extract_groups(r"^\s*(?P<key>[^:]+?)\s*:\s*(?P<raw>.*?)\s*$").alias("_kv")
+        pl.when(colon.struct.field("key").is_not_null()).then(colon).otherwise(spaced)
+        .alias("_kv")
     ).unnest("_kv").with_columns(
         finite_number(pl.col("raw")).alias("value"),
         pl.col("key").is_not_null().alias("ok"),
@@ -278,15 +324,30 @@ def _fitting(frame: pl.DataFrame, *numbers: tuple[pl.Expr, pl.DataType]
 def _steps(frame, carry, timezone, bad_numbers):
     lines = frame.filter(pl.col("iteration").is_not_null())
     pairs = _key_values(lines, "fields")
-    torn = lines.filter(~_complete("fields"))
+    # NeMo's ProgressPrinter ends its lines with a value, not '|'
+    complete = _complete("fields") | pl.col("nemo").is_not_null()
+    torn = lines.filter(~complete)
     shapeless = lines.join(pairs.filter(~pl.col("ok")).select("line_no").unique(), on="line_no")
-    good = lines.filter(_complete("fields")).join(shapeless.select("line_no"), on="line_no",
+    good = lines.filter(complete).join(shapeless.select("line_no"), on="line_no",
                                                   how="anti")
     pairs = pairs.join(good.select("line_no"), on="line_no", how="semi")
     _count_bad(pairs, bad_numbers)
     bad_numbers["timestamp"] += good.filter(
         pl.col("ts").is_not_null() & _epoch_ns(pl.col("ts"), timezone).is_null()).height
+    tables, misfits = _step_tables(good, pairs, timezone)
+    good = good.join(misfits, on="line_no", how="anti")
+    bad = pl.concat([_bad(torn, "truncated iteration line (no closing '|')"),
+                     _bad(shapeless.join(torn.select("line_no"), on="line_no", how="anti"),
+                          "iteration line field without 'key: value'"),
+                     _bad(lines.join(misfits, on="line_no"), OUT_OF_RANGE)])
+    return tables, bad, good["line_no"]
 
+
+def _step_tables(good: pl.DataFrame, pairs: pl.DataFrame, timezone: str
+                 ) -> tuple[dict[str, pl.DataFrame], pl.DataFrame]:
+    """``megatron_steps`` and ``iterations`` of step records (``line_no`` identifies one;
+    ``iteration``, ``train_iters``, ``ts``, ``interval_iters``) and their key-value ``pairs``,
+    and the ``line_no`` of those with a number their column cannot hold."""
     known = pairs.filter(pl.col("key").is_in(list(STEP_FIELDS))).with_columns(
         pl.col("key").replace_strict({k: c for k, (c, _) in STEP_FIELDS.items()}).alias("column"),
         pl.col("value") * pl.col("key").replace_strict({k: f for k, (_, f) in STEP_FIELDS.items()},
@@ -327,11 +388,51 @@ def _steps(frame, carry, timezone, bad_numbers):
         pl.when(pl.col("interval_iters") == 1).then(pl.lit("ok"))
         .otherwise(pl.lit("interval-mean")).alias("quality"),
     )
-    bad = pl.concat([_bad(torn, "truncated iteration line (no closing '|')"),
-                     _bad(shapeless.join(torn.select("line_no"), on="line_no", how="anti"),
-                          "iteration line field without 'key: value'"),
-                     _bad(lines.join(misfits, on="line_no"), OUT_OF_RANGE)])
-    return ({"megatron_steps": megatron_steps, "iterations": iterations}, bad, good["line_no"])
+    return {"megatron_steps": megatron_steps, "iterations": iterations}, misfits
+
+
+def _progress_bar(frame, carry, timezone, bad_numbers):
+    """NeMo 1 progress bar updates (:data:`PROGRESS_BAR`). tqdm rewrites its line with ``\r``,
+    so one line of the file may hold every update of an epoch: each is read, and of the
+    updates of one step the last (the bar is redrawn before its metrics are set). A step is
+    its ``global_step`` (0-based, the step that logged the metrics) + 1, else the bar's
+    count. Each update shows the last step's metrics: ``interval_iters`` 1."""
+    lines = frame.filter(pl.col("body").str.contains(STEP_TIMING, literal=True))
+    updates = lines.select(
+        "line_no", "line", pl.col("body").str.split("\r").alias("_u")).explode("_u").with_columns(
+        pl.col("_u").str.extract_groups(PROGRESS_BAR).alias("_p")).unnest("_p").filter(
+        pl.col("rest").str.contains(STEP_TIMING, literal=True))
+    pairs = updates.with_row_index("_update").select(
+        "_update", "line_no",
+        pl.col("rest").str.strip_chars_end().str.strip_suffix("]").str.split(", ").list.eval(
+            pl.element().filter(
+            pl.element().str.contains("=", literal=True))).alias("_f"),
+    ).explode("_f").with_columns(
+        pl.col("_f").str.splitn("=", 2).struct.rename_fields(["key", "raw"]).alias("_kv"),
+    ).unnest("_kv").with_columns(
+        pl.col("key").str.strip_chars(), pl.col("raw").str.strip_chars(),
+    ).with_columns(finite_number(pl.col("raw")).alias("value"), pl.lit(True).alias("ok"))
+    global_step = pairs.filter((pl.col("key") == "global_step")
+                               & ~pl.col("raw").str.contains("e", literal=True)).select(
+        "_update", (pl.col("value") + 1).cast(pl.Int64, strict=False).alias("_step"))
+    updates = updates.with_row_index("_update").join(global_step, on="_update", how="left")
+    updates = updates.with_columns(
+        pl.col("_step").fill_null(pl.col("n").cast(pl.Int64, strict=False)).alias("iteration"),
+        pl.col("total").cast(pl.Int64, strict=False).alias("train_iters"),
+    ).filter(pl.col("iteration").is_not_null()).unique(
+        "iteration", keep="last", maintain_order=True)
+    _count_bad(pairs.join(updates.select("_update"), on="_update", how="semi"), bad_numbers)
+    # _step_tables identifies a record by its line_no: here an update
+    records = updates.select(
+        pl.col("_update").cast(pl.Int64).alias("line_no"), "iteration", "train_iters",
+        pl.lit(None, dtype=pl.String).alias("ts"),
+        pl.lit(1, dtype=pl.Int64).alias("interval_iters"))
+    tables, misfits = _step_tables(
+        records, pairs.with_columns(pl.col("_update").cast(pl.Int64).alias("line_no")), timezone)
+    misfit_lines = updates.join(misfits.rename({"line_no": "_update"}).with_columns(
+        pl.col("_update").cast(pl.UInt32)), on="_update").select("line_no").unique()
+    good = lines.join(misfit_lines, on="line_no", how="anti")
+    return tables, _bad(lines.join(misfit_lines, on="line_no"), OUT_OF_RANGE), good["line_no"]
 
 
 def _validation(frame, carry, timezone, bad_numbers):
@@ -402,7 +503,8 @@ def _timers(frame, carry, timezone, bad_numbers):
         pl.when(pl.col("value").is_not_null()).then(pl.col("rank")).alias("rank"),
         pl.col("value").alias("min_raw"), pl.col("value").alias("max_raw"), "ctx_iteration",
         "ctx_interval")
-    readings, misfits = _fitting(pl.concat([minmax, maxonly, per_rank]),
+    one_line = _one_line_timers(frame)
+    readings, misfits = _fitting(pl.concat([minmax, maxonly, per_rank, one_line]),
                                  (pl.col("rank"), pl.Int32))
     parsed = pl.col("name").is_not_null() & pl.col("max_raw").is_not_null()
     good = readings.filter(parsed)
@@ -421,6 +523,25 @@ def _timers(frame, carry, timezone, bad_numbers):
                      _bad(block.join(misfits, on="line_no"), OUT_OF_RANGE)])
     consumed = pl.concat([headers["line_no"], name_lines["line_no"], good["line_no"]])
     return {"megatron_timers": timers}, bad, consumed
+
+
+def _one_line_timers(frame: pl.DataFrame) -> pl.DataFrame:
+    """Readings of :data:`TIMER_LINE` lines as the timer blocks' (one value: min and max); a
+    line with a field without ``name: value`` as one reading without name (quarantined as
+    torn)."""
+    lines = frame.with_columns(pl.col("body").str.extract(TIMER_LINE, 1).alias("fields")).filter(
+        pl.col("fields").is_not_null())
+    pairs = lines.select(
+        "line_no", "line", "ctx_iteration", "ctx_interval",
+        pl.col("fields").str.strip_prefix(" | ").str.split(" | ").alias("_f"),
+    ).explode("_f").with_columns(
+        pl.col("_f").str.extract_groups(r"^(?P<name>\S.*?): (?P<value>\S+)$").alias("_m")
+    ).unnest("_m").with_columns(
+        pl.when(pl.col("name").is_not_null().all().over("line_no")).then(pl.col("name")))
+    return pairs.unique(["line_no", "name"], keep="first", maintain_order=True).select(
+        "line_no", "line", "name", pl.lit(None, dtype=pl.String).alias("rank"),
+        pl.col("value").alias("min_raw"), pl.col("value").alias("max_raw"), "ctx_iteration",
+        "ctx_interval")
 
 
 def _straggler(frame, carry, timezone, bad_numbers):

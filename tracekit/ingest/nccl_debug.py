@@ -76,13 +76,15 @@ INIT_PATTERN = (
     r"(?: nvmlDev (?P<nvml_dev>\d+))?(?: busId (?P<bus_id>[0-9a-fA-F]+))?"
     r"(?: parent (?P<parent_comm>0x[0-9a-fA-F]+|\(nil\))(?: (?:splitCount|childCount) \d+)?"
     r" color (?P<split_color>-?\d+) key -?\d+)?"
-    r"(?: commId (?P<comm_id>0x[0-9a-fA-F]+))? ?- Init (?P<stage>START|COMPLETE)\s*$"
+    r"(?: commId (?P<comm_id>0x[0-9a-fA-F]+))?(?: localSize \d+)?(?: used \d+ bytes)?"
+    r" ?- Init (?P<stage>START|COMPLETE)\s*$"
 )
 """Every Init variant from NCCL 2.4 to HEAD (FORMATS.md 1.3): optional ``[Rank n] `` (HEAD
 START), optional API name (2.21+), nvmlDev without busId (2.4: ``cudaDev 0 nvmlDev 0 - Init
 COMPLETE``), busId without nvmlDev (2.5-2.17), both (2.18+), split form with parent / color /
 key and splitCount (2.24-2.30) or childCount (HEAD), optional commId (absent on 2.23+ splits),
-and the 2.23 typo ``key 0- Init START``."""
+the 2.23 typo ``key 0- Init START``, and RCCL's ``[localSize %ld ]used %ld bytes`` before
+``- Init COMPLETE`` (ROCm/rccl ``src/init.cc``)."""
 
 INIT_NUMBERS = {"comm_rank": pl.Int32, "nranks": pl.Int32, "init_cuda_dev": pl.Int32,
                 "nvml_dev": pl.Int32, "split_color": pl.Int64}
@@ -637,7 +639,8 @@ def _new_comms(inits: pl.DataFrame, state: _JoinState) -> tuple[pl.DataFrame, in
 
 
 def _parse_calls(rows: pl.DataFrame, time_zone: str) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """COLL records (one per enqueued call) and the refused ones."""
+    """COLL records (one per enqueued call) and the refused ones. Blanks after the stream are
+    no RCCL suffix (real copies of logs carry them, e.g. NVIDIA/nccl#1238)."""
     tokens = rows.with_columns(
         pl.col("msg").str.split_exact(" ", len(COLL_FIELDS) - 1)
         .struct.rename_fields(list(COLL_FIELDS)).alias("_t")).unnest("_t")
@@ -661,8 +664,8 @@ def _parse_calls(rows: pl.DataFrame, time_zone: str) -> tuple[pl.DataFrame, pl.D
         .when(pl.col("_datatype").is_null()).then(pl.lit("datatype is not an integer"))
         .when(pl.col("_root").is_null()).then(pl.lit("root is not an integer"))
         .when(pl.col("_nranks").is_null()).then(pl.lit("nranks is not an integer"))
-        .when(pl.col("task").is_not_null() & (pl.col("_globalrank").is_null()
-                                              | (pl.col("globalrank") != "globalrank")))
+        .when((pl.col("task").str.strip_chars() != "")
+              & (pl.col("_globalrank").is_null() | (pl.col("globalrank") != "globalrank")))
         .then(pl.lit("COLL line with unexpected trailing fields"))
     )
     good, bad = split_on_reason(values, reason)

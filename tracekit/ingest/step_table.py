@@ -1,10 +1,13 @@
-"""Per-worker step tables in CSV: one row per worker per step (or per sample time).
+"""Per-worker step tables in CSV or Parquet: one row per worker per step (or per sample time).
 
 Schedulers and training platforms export exactly this (the Alibaba PAI mini-batch table in
 cluster-trace-gpu-v2020 is one), each with its own column names, so the columns are mapped by
 options: ``worker``, ``step``, ``duration`` (with ``duration_unit``: s, ms, us, ns or normalised)
 and an optional absolute ``time`` column (``time_unit``: s, ms, us, ns since the epoch). Without
-options the reader recognises known headers (``PRESETS``) and common column names.
+options the reader recognises known headers (``PRESETS``) and common column names, in any case.
+A table without a worker column is one job-level series (rank null). A Parquet table is read as
+the CSV would be, a row's number standing for its line; its datetime and duration columns carry
+their own unit.
 """
 
 from __future__ import annotations
@@ -50,6 +53,10 @@ INT64_LIMIT = 2.0**63
 or below zero, is a corrupt field, not a step."""
 RANK_LIMIT = 2**31
 """Ranks are stored as int32."""
+JOB_LEVEL = -1
+"""The rank a table without a worker column has while rows are checked (null in the output),
+so its repeated steps are found like a worker's."""
+PARQUET_MAGIC = b"PAR1"
 
 
 class StepTableReader(Reader):
@@ -58,23 +65,69 @@ class StepTableReader(Reader):
     version = "2"
     tables = ("iterations",)
     priority = 80
-    description = "per-worker step table CSV (worker, step, duration; columns mapped by options)"
+    description = ("per-worker step table, CSV or Parquet (worker, step, duration; columns "
+                   "mapped by options)")
 
     def sniff(self, source: Source) -> bool:
-        header = _header(source.head_text)
-        names = _names(header)
+        if _is_parquet(source):
+            names, durations = _parquet_names(source)
+        else:
+            names, durations = _names(_header(source.head_text)), []
         if ",".join(names) in PRESETS:
             return True
-        return (any(n in names for n in WORKER_NAMES) and any(n in names for n in STEP_NAMES)
-                and any(n in names for n in DURATION_NAMES))
+        return (_known(names, STEP_NAMES) is not None
+                and _known(names, (*DURATION_NAMES, *durations)) is not None)
 
     def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
-        header = _header(source.head_text)
-        names = _names(header)
-        mapping = _mapping(source, names, {**PRESETS.get(",".join(names), {}), **options})
         seen = [pl.DataFrame(schema={"_rank": pl.Int64, "_step": pl.Int64})]
+        if _is_parquet(source):
+            table = _read_parquet(source)
+            names = table.columns
+            mapping = _mapping(source, names, options, _typed_units(table))
+            yield _parse(source, _parquet_fields(table, mapping), source.size, names, mapping,
+                         seen)
+            return
+        names = _names(_header(source.head_text))
+        mapping = _mapping(source, names, {**PRESETS.get(",".join(names), {}), **options})
         for batch in iter_line_batches(source):
-            yield _parse(source, batch.frame(), batch.bytes_read, names, mapping, seen)
+            yield _parse(source, _csv_fields(batch.frame(), names), batch.bytes_read, names,
+                         mapping, seen)
+
+
+def _is_parquet(source: Source) -> bool:
+    return source.head.startswith(PARQUET_MAGIC)
+
+
+def _parquet_names(source: Source) -> tuple[list[str], list[str]]:
+    """The Parquet file's column names and those of its duration columns."""
+    try:
+        with source.open() as stream:
+            columns = pl.read_parquet_schema(stream)
+    except (OSError, ValueError, pl.exceptions.PolarsError):
+        return [], []
+    return list(columns), [n for n, dtype in columns.items() if isinstance(dtype, pl.Duration)]
+
+
+def _read_parquet(source: Source) -> pl.DataFrame:
+    try:
+        with source.open() as stream:
+            return pl.read_parquet(stream)
+    except (OSError, ValueError, pl.exceptions.PolarsError) as error:
+        raise InputError(f"not a readable Parquet file: {error}", source.name) from None
+
+
+def _typed_units(table: pl.DataFrame) -> dict[str, str]:
+    """What the column types say: ``duration`` or ``datetime`` (their values are handed over
+    as nanoseconds, :func:`_parquet_fields`)."""
+    kinds = {pl.Duration: "duration", pl.Datetime: "datetime"}
+    return {name: kind for name, dtype in table.schema.items()
+            for type_, kind in kinds.items() if isinstance(dtype, type_)}
+
+
+def _known(names: list[str], candidates) -> str | None:
+    """The first of ``names`` that is one of ``candidates``, in any case."""
+    wanted = {candidate.lower() for candidate in candidates}
+    return next((name for name in names if name.lower() in wanted), None)
 
 
 def _header(text: str) -> str:
@@ -87,21 +140,31 @@ def _names(header: str) -> list[str]:
     return [name.strip().strip('"') for name in header.split(",")]
 
 
-def _mapping(source: Source, names: list[str], options: dict[str, str]) -> dict[str, str]:
-    """Resolve every mapped column against the header; a clear error naming what is missing."""
-    def pick(role: str, candidates) -> str:
-        column = options.get(role) or next((n for n in candidates if n in names), None)
-        if column is None:
+def _mapping(source: Source, names: list[str], options: dict[str, str],
+             typed: dict[str, str] | None = None) -> dict[str, str]:
+    """Resolve every mapped column against the header; a clear error naming what is missing.
+    No worker column is a job-level table; ``typed`` columns (:func:`_typed_units`) are in
+    nanoseconds, and a duration column may be the duration whatever its name."""
+    typed = typed or {}
+
+    def pick(role: str, candidates, required: bool = True) -> str | None:
+        column = options.get(role) or _known(names, candidates)
+        if column is None and required:
             raise InputError(f"cannot tell which column holds the {role}; pass --option "
                              f"{role}=COLUMN (columns: {', '.join(names)})", source.name)
-        if column not in names:
+        if column is not None and column not in names:
             raise InputError(f"no column {column!r} for {role}; columns: {', '.join(names)}",
                              source.name)
         return column
 
-    mapping = {"worker": pick("worker", WORKER_NAMES), "step": pick("step", STEP_NAMES),
-               "duration": pick("duration", DURATION_NAMES)}
-    unit = options.get("duration_unit") or DURATION_NAMES.get(mapping["duration"])
+    durations = [n for n, kind in typed.items() if kind == "duration"]
+    mapping = {"step": pick("step", STEP_NAMES),
+               "duration": pick("duration", (*DURATION_NAMES, *durations))}
+    worker = pick("worker", WORKER_NAMES, required=False)
+    if worker is not None:
+        mapping["worker"] = worker
+    unit = (("ns" if mapping["duration"] in typed else None) or options.get("duration_unit")
+            or DURATION_NAMES.get(mapping["duration"].lower()))
     if unit not in SECONDS_PER_UNIT:
         raise InputError(f"duration unit of column {mapping['duration']!r} is unknown; pass "
                          f"--option duration_unit={'|'.join(SECONDS_PER_UNIT)}", source.name)
@@ -110,17 +173,17 @@ def _mapping(source: Source, names: list[str], options: dict[str, str]) -> dict[
         mapping["step_is_time"] = "s"
     if "time" in options:
         mapping["time"] = pick("time", ())
-        mapping["time_unit"] = options.get("time_unit", "s")
+        mapping["time_unit"] = "ns" if mapping["time"] in typed else options.get("time_unit", "s")
         if mapping["time_unit"] not in NS_PER_UNIT:
             raise InputError(f"--option time_unit must be one of {', '.join(NS_PER_UNIT)}",
                              source.name)
     return mapping
 
 
-def _parse(source: Source, lines: pl.DataFrame, bytes_read: int, names: list[str],
-           mapping: dict[str, str], seen: list[pl.DataFrame]) -> Chunk:
-    """``seen`` holds the (worker, step) pairs of earlier batches, so a repeated row is
-    quarantined as a duplicate wherever it appears."""
+def _csv_fields(lines: pl.DataFrame, names: list[str]) -> tuple[pl.DataFrame, int, int]:
+    """A batch of CSV lines as :func:`_parse` takes them: the rows (``line_no``, ``line``,
+    ``_commas`` and the fields as texts ``_c0``...), the number of lines and of those
+    skipped (blank lines, repeated headers)."""
     blank = pl.col("line").str.strip_chars() == ""
     is_header = (pl.col("line").str.strip_chars().str.replace_all('"', "", literal=True)
                  == ",".join(names))
@@ -130,11 +193,44 @@ def _parse(source: Source, lines: pl.DataFrame, bytes_read: int, names: list[str
         pl.col("line").str.split_exact(",", len(names) - 1).struct.rename_fields(
             [f"_c{i}" for i in range(len(names))]).alias("_f"),
     ).unnest("_f")
+    return fields, lines.height, lines.height - rows.height
+
+
+def _parquet_fields(table: pl.DataFrame, mapping: dict[str, str]) -> tuple[pl.DataFrame, int,
+                                                                          int]:
+    """A Parquet table as :func:`_csv_fields` gives a CSV: row n is line n, its values as
+    texts; datetimes as nanoseconds since the epoch and durations as nanoseconds."""
+    def text(name: str) -> pl.Expr:
+        column = pl.col(name)
+        if isinstance(table.schema[name], pl.Datetime):
+            column = column.dt.epoch("ns")
+        elif isinstance(table.schema[name], pl.Duration):
+            column = column.dt.total_nanoseconds()
+        return column.cast(pl.String)
+
+    texts = [text(name).alias(f"_c{i}") for i, name in enumerate(table.columns)]
+    fields = table.select(
+        (pl.int_range(pl.len(), dtype=pl.Int64) + 1).alias("line_no"),
+        pl.concat_str([t.fill_null("") for t in texts], separator=",").alias("line"),
+        pl.lit(table.width - 1).alias("_commas"),
+        *texts,
+    )
+    return fields, table.height, 0
+
+
+def _parse(source: Source, rows: tuple[pl.DataFrame, int, int], bytes_read: int,
+           names: list[str], mapping: dict[str, str], seen: list[pl.DataFrame]) -> Chunk:
+    """``rows`` as :func:`_csv_fields` gives them; ``seen`` holds the (worker, step) pairs of
+    earlier batches, so a repeated row is quarantined as a duplicate wherever it appears."""
+    fields, line_count, skipped = rows
     column = {name: pl.col(f"_c{i}").str.strip_chars().str.strip_chars('"')
               for i, name in enumerate(names)}
-    worker = column[mapping["worker"]]
-    rank = worker.cast(pl.Int64, strict=False).fill_null(
-        worker.str.extract(r"(\d+)$").cast(pl.Int64, strict=False))
+    if "worker" in mapping:
+        worker = column[mapping["worker"]]
+        rank = worker.cast(pl.Int64, strict=False).fill_null(
+            worker.str.extract(r"(\d+)$").cast(pl.Int64, strict=False))
+    else:
+        rank = pl.lit(JOB_LEVEL, dtype=pl.Int64)
     step = column[mapping["step"]].cast(pl.Int64, strict=False)
     duration_text = column[mapping["duration"]]
     time_text = column[mapping["time"]] if "time" in mapping else pl.lit(None, pl.String)
@@ -152,8 +248,10 @@ def _parse(source: Source, lines: pl.DataFrame, bytes_read: int, names: list[str
     reason = (
         pl.when(pl.col("_commas") != len(names) - 1)
         .then(pl.format("expected {} fields, found {}", pl.lit(len(names)), pl.col("_commas") + 1))
-        .when(pl.col("_rank").is_null()).then(pl.lit(f"{mapping['worker']} is not a worker id"))
-        .when(~pl.col("_rank").is_between(0, RANK_LIMIT - 1))
+        .when(pl.col("_rank").is_null())
+        .then(pl.lit(f"{mapping.get('worker')} is not a worker id"))
+        .when(~pl.col("_rank").is_between(0 if "worker" in mapping else JOB_LEVEL,
+                                          RANK_LIMIT - 1))
         .then(pl.format("worker id {} is out of range", pl.col("_rank")))
         .when(pl.col("_step").is_null()).then(pl.lit(f"{mapping['step']} is not an integer"))
         .when(~(duration_s * 1e9).is_between(0, INT64_LIMIT, closed="left"))
@@ -170,7 +268,7 @@ def _parse(source: Source, lines: pl.DataFrame, bytes_read: int, names: list[str
     real_time = unit != "normalised"
     iterations = good.select(
         pl.lit(None, dtype=pl.String).alias("job"),
-        pl.col("_rank").cast(pl.Int32).alias("rank"),
+        pl.when(pl.col("_rank") != JOB_LEVEL).then(pl.col("_rank")).cast(pl.Int32).alias("rank"),
         pl.col("_step").alias("iteration"),
         (t_end - (duration_s * 1e9).round().cast(pl.Int64)).alias("t_start_ns") if real_time
         else pl.lit(None, dtype=pl.Int64).alias("t_start_ns"),
@@ -190,8 +288,8 @@ def _parse(source: Source, lines: pl.DataFrame, bytes_read: int, names: list[str
     return Chunk(
         tables={"iterations": schema.conform("iterations", iterations)},
         quarantine=quarantine_frame(source, bad),
-        lines=lines.height,
-        skipped=lines.height - rows.height,
+        lines=line_count,
+        skipped=skipped,
         bytes_read=bytes_read,
         notes=notes,
         step_axis=SAMPLE_SECONDS if "step_is_time" in mapping else None,
