@@ -10,7 +10,12 @@ function that moves or rewrites the written files. A new layout is one entry in
 
 from __future__ import annotations
 
+import gzip
+import json
+import re
 import shutil
+import tarfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -34,6 +39,9 @@ two DCGM scrapes, which no monitoring signal can show."""
 PARALLEL = ((2, 2, 1, 2), (1, 4, 1, 2), (2, 3, 1, 2), (2, 4, 1, 2), (2, 2, 2, 2),
             (1, 4, 2, 2), (2, 4, 1, 1), (1, 4, 2, 1), (4, 2, 1, 4), (2, 2, 2, 4))
 """(TP, DP, PP, GPUs per host): 2 to 8 hosts, at most 8 ranks so a job takes seconds."""
+
+BIG_PARALLEL = ((2, 8, 1, 8), (8, 2, 1, 8), (4, 4, 2, 8), (8, 2, 2, 8), (4, 6, 1, 8))
+"""16 to 32 ranks, 8 GPUs per host on 2 to 4 hosts (``nccl/big-jobs``)."""
 
 
 def _flatten(job: Path) -> None:
@@ -59,6 +67,145 @@ def _repeat_dcgm_collects(job: Path) -> None:
                 shutil.copyfile(first, repeat)
 
 
+# -- a site's own names, files and clocks (rewrites of what the synthesizer wrote) ----------
+
+DOMAIN = "cluster.example.com"
+"""The DNS domain of the FQDN layouts."""
+
+_TIME_IN_NAME = re.compile(r"(?<=[._-])(1\d{9})(?=\.)")
+"""The scrape time in a scrape file's name (``dcgm.gpu01.1760432400.prom``)."""
+
+
+def _hosts(job: Path) -> list[str]:
+    return json.loads((job / "synth.json").read_text())["hosts"]
+
+
+def _rename_host(job: Path, spell: Callable[[str], str], contents: bool) -> None:
+    """Every monitoring folder and file name that holds a host spelled ``spell(host)``, and with
+    ``contents`` the hosts inside (DCGM ``Hostname``, ``# host=`` markers) too; the NCCL logs
+    keep the short name (NCCL truncates ``gethostname()`` at the first dot)."""
+    hosts = sorted(_hosts(job), key=len, reverse=True)
+    word = re.compile(r"(?<![A-Za-z0-9])(" + "|".join(map(re.escape, hosts)) + r")(?![A-Za-z0-9-])")
+    for path in sorted((job / "monitoring").rglob("*"), key=lambda p: -len(p.parts)):
+        if contents and path.is_file():
+            text = path.read_text()
+            path.write_text(re.sub(r'(Hostname="|host=)([^"\s]+)',
+                                   lambda m: m.group(1) + spell(m.group(2)), text))
+        renamed = word.sub(lambda m: spell(m.group(1)), path.name)
+        if renamed != path.name:
+            path.rename(path.with_name(renamed))
+
+
+def _fqdn_monitoring(job: Path) -> None:
+    """The monitoring host's FQDN everywhere a collector writes it (``hostname -f``: folder,
+    file names, DCGM ``Hostname``, ipmitool markers); NCCL Init lines keep the short name."""
+    _rename_host(job, lambda host: f"{host}.{DOMAIN}", contents=True)
+
+
+def _upper_file_names(job: Path) -> None:
+    """Folders and file names spell the host in upper case (a site's inventory names), DCGM's
+    labels in lower case as the exporter reads them."""
+    _rename_host(job, str.upper, contents=False)
+
+
+def _gzip_scrapes(job: Path) -> None:
+    """Every monitoring file compressed where it lies (``dcgm.gpu01.1760432400.prom.gz``), as
+    log rotation leaves them."""
+    for path in sorted(p for p in (job / "monitoring").rglob("*") if p.is_file()):
+        with path.open("rb") as raw, gzip.open(path.with_name(path.name + ".gz"), "wb") as out:
+            shutil.copyfileobj(raw, out)
+        path.unlink()
+
+
+def _tar_gz_dump(job: Path) -> None:
+    """The whole dump (collective logs, Megatron log, monitoring) as one ``<job>.tar.gz`` of a
+    ``<job>/`` folder, as a site hands it over; labels and the synthesizer's notes beside it."""
+    folders = [job / name for name in ("ranks", "megatron", "monitoring") if (job / name).is_dir()]
+    with tarfile.open(job / f"{job.name}.tar.gz", "w:gz") as tar:
+        for folder in folders:
+            tar.add(folder, arcname=f"{job.name}/{folder.name}")
+    for folder in folders:
+        shutil.rmtree(folder)
+
+
+def _scrape_every_60s(job: Path) -> None:
+    """A 60 s scrape interval: only the scrape files on a minute are kept."""
+    for path in (job / "monitoring").rglob("*"):
+        stamp = _TIME_IN_NAME.search(path.name)
+        if stamp is not None and int(stamp.group(1)) % 60:
+            path.unlink()
+
+
+def _clock_offsets(job: Path) -> None:
+    """Each host's monitoring clock off by up to 7 s from the collective log's (and from the
+    other hosts'), in the flat scrape files' names, which is where their time is (less than a
+    scrape, so no two names meet)."""
+    offsets = {host: zlib.crc32(f"{job.name}/{host}".encode()) % 15 - 7 for host in _hosts(job)}
+    for path in list((job / "monitoring").rglob("*")):
+        host = next((h for h in offsets if f".{h}." in path.name), None)
+        if host is not None and (stamp := _TIME_IN_NAME.search(path.name)) is not None:
+            moved = int(stamp.group(1)) + offsets[host]
+            path.rename(path.with_name(path.name.replace(stamp.group(1), str(moved), 1)))
+
+
+_NCCL_STAMP = re.compile(r"^\[([^\]]+)\] ")
+
+
+def _nccl_per_host(job: Path) -> None:
+    """One NCCL log per host (``srun --output=nccl-%N.log`` without ``NCCL_DEBUG_FILE``): the
+    host's processes' lines interleaved in time order."""
+    ranks = job / "ranks"
+    for host in _hosts(job):
+        paths = sorted(ranks.glob(f"nccl.{host}.*.log"))
+        lines = [line for path in paths for line in path.read_text().splitlines()]
+        lines.sort(key=lambda line: m.group(1) if (m := _NCCL_STAMP.match(line)) else "")
+        (ranks / f"nccl-{host}.log").write_text("\n".join(lines) + "\n")
+        for path in paths:
+            path.unlink()
+
+
+_OP_COUNT = re.compile(r" NCCL INFO (\w+): opCount (\w+) .* comm (0x[0-9a-f]+) ")
+
+
+def _nccl_2_26(job: Path) -> None:
+    """NCCL 2.26's logs: its version line, and ``opCount`` advancing on every communicator
+    (once per launch: a Send / Recv pair shares one), where 2.27 leaves NVLink-only ones at 0."""
+    for path in sorted((job / "ranks").glob("nccl*.log")):
+        counts: dict[str, int] = {}
+        last: dict[str, str] = {}
+        out = []
+        for line in path.read_text().splitlines():
+            line = line.replace("NCCL version 2.27.5+cuda12.9", "NCCL version 2.26.2+cuda12.8")
+            if (call := _OP_COUNT.search(line)) is not None:
+                op, _, comm = call.groups()
+                paired = {op, last.get(comm)} == {"Send", "Recv"}
+                counts[comm] = counts.get(comm, -1) + (0 if paired else 1)
+                last[comm] = "" if paired else op
+                line = line.replace(f"opCount {call.group(2)} ", f"opCount {counts[comm]:x} ", 1)
+            out.append(line)
+        path.write_text("\n".join(out) + "\n")
+
+
+def _instance_host_ports(job: Path) -> None:
+    """A Prometheus export whose targets are ``<fqdn>:<port>`` (node_exporter :9100,
+    dcgm-exporter :9400) rather than addresses."""
+    hosts = _hosts(job)
+    for path in (job / "monitoring").glob("prometheus-*.json"):
+        document = json.loads(path.read_text())
+        for series in document["data"]["result"]:
+            address, _, port = series["metric"]["instance"].rpartition(":")
+            host = hosts[int(address.rsplit(".", 1)[1]) - 1]
+            series["metric"]["instance"] = f"{host}.{DOMAIN}:{port}"
+        path.write_text(json.dumps(document) + "\n")
+
+
+def _chain(*rewrites: Callable[[Path], None]) -> Callable[[Path], None]:
+    def rewrite(job: Path) -> None:
+        for each in rewrites:
+            each(job)
+    return rewrite
+
+
 @dataclass(frozen=True)
 class DumpLayout:
     collectives: str
@@ -66,6 +213,9 @@ class DumpLayout:
     rewrite: Callable[[Path], None] | None = None
     dump_layout: str = "per-host"
     host_prefix: str = "gpu"
+    parallel: tuple[tuple[int, int, int, int], ...] = PARALLEL
+    """(TP, DP, PP, GPUs per host) drawn from."""
+    iterations: int = ITERATIONS
 
 
 DUMP_LAYOUTS: dict[str, DumpLayout] = {
@@ -81,6 +231,24 @@ DUMP_LAYOUTS: dict[str, DumpLayout] = {
     "nccl/sysfs-names": DumpLayout("nccl", "scrapes", dump_layout="sysfs-names"),
     "nccl/site-names": DumpLayout("nccl", "scrapes", dump_layout="site-names"),
     "hook/prometheus-job": DumpLayout("hook", "series", dump_layout="prometheus-job"),
+    # a site's own host names, files and clocks
+    "nccl/fqdn-hyphen-hosts": DumpLayout("nccl", "scrapes", _fqdn_monitoring,
+                                         host_prefix="a100-rack3-n"),
+    "nccl/flat-upper-names": DumpLayout("nccl", "scrapes", _upper_file_names,
+                                        dump_layout="flat", host_prefix="node-"),
+    "nccl/gzip-scrapes": DumpLayout("nccl", "scrapes", _gzip_scrapes, dump_layout="per-day"),
+    "nccl/tar-gz-dump": DumpLayout("nccl", "scrapes", _tar_gz_dump,
+                                   dump_layout="per-exporter"),
+    "nccl/scrapes-60s": DumpLayout("nccl", "scrapes", _scrape_every_60s),
+    "nccl/clock-offsets": DumpLayout("nccl", "scrapes", _clock_offsets, dump_layout="flat"),
+    "nccl/per-host-logs-2.26": DumpLayout("nccl", "scrapes", _chain(_nccl_per_host, _nccl_2_26),
+                                          host_prefix="gpu-b"),
+    "hook/prometheus-fqdn-ports": DumpLayout("hook", "series", _instance_host_ports,
+                                             dump_layout="prometheus-job",
+                                             host_prefix="dgx-a-"),
+    "nccl/federate-addresses": DumpLayout("nccl", "series", dump_layout="federate",
+                                          host_prefix="a100-rack3-n"),
+    "nccl/big-jobs": DumpLayout("nccl", "scrapes", parallel=BIG_PARALLEL, iterations=600),
 }
 """Collective log format, monitoring files, where they lie and how hosts are named, and what
 is done to them after writing."""
@@ -161,13 +329,14 @@ def draw_jobs(count: int, seed: int, dumps: tuple[str, ...] = tuple(DUMP_LAYOUTS
     rng = np.random.default_rng([seed, 36])
     jobs = []
     for number in range(count):
-        tp, dp, pp, per_host = PARALLEL[int(rng.integers(len(PARALLEL)))]
+        dump = dumps[number % len(dumps)]
+        parallel = DUMP_LAYOUTS[dump].parallel
+        tp, dp, pp, per_host = parallel[int(rng.integers(len(parallel)))]
         layout = Layout(tp=tp, dp=dp, pp=pp, gpus_per_host=per_host, model=MODEL,
                         hardware=CI_HOST)
-        dump = dumps[number % len(dumps)]
         scenario = str(rng.choice(list(scenarios)))
         name = f"fresh-{number:03d}"
-        spec = JobSpec(layout, ITERATIONS, int(rng.integers(2**31)),
+        spec = JobSpec(layout, DUMP_LAYOUTS[dump].iterations, int(rng.integers(2**31)),
                        _injections(scenario, layout, rng),
                        collectives=DUMP_LAYOUTS[dump].collectives,
                        monitoring_files=DUMP_LAYOUTS[dump].monitoring_files,

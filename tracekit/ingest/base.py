@@ -142,6 +142,10 @@ class Chunk:
     sample), minus lines folded into another line's row (CPU modes summed into one share)."""
     bytes_read: int = 0
     notes: list[str] = field(default_factory=list)
+    host_aliases: dict[str, str] = field(default_factory=dict)
+    """Addresses the source pairs with a host name (a scrape ``instance`` beside DCGM's
+    ``Hostname``): how the job's sources that name only the address get the host
+    (:mod:`tracekit.ingest.hosts`)."""
 
 
 class Reader:

@@ -41,7 +41,7 @@ EXPORTER_WORDS = frozenset({
     "sensor", "sensors", "sdr", "prom", "metrics", "scrape", "counters", "dmon", "dcgmi",
     "exporter", "hw", "sys", "class", "infiniband", "ports", "port", "net", "stats",
     "statistics", "snapshot", "snapshots", "dump", "dumps", "prometheus", "telemetry",
-    "monitoring", "logs", "log", "job", "jobs", "export", "exports", "data", "raw",
+    "monitoring", "logs", "log", "job", "jobs", "export", "exports", "data", "raw", "federate",
 })
 """Collector, sysfs and dump words: never a host, in a file name or as a folder."""
 

@@ -8,6 +8,7 @@ a compression bomb cannot fill the disk or memory.
 
 from __future__ import annotations
 
+import gzip
 import lzma
 import tarfile
 import tempfile
@@ -130,6 +131,35 @@ def iter_archive(path: Path, limits: Limits | None = None,
             last = member.name
             yield _spooled_source(name, member.size, spool)
             spool.close()
+
+
+def is_gzip(source: Source) -> bool:
+    """A single gzip-compressed file (a tar archive is read as one before it is a source)."""
+    return source.head.startswith(b"\x1f\x8b")
+
+
+def gunzipped(source: Source) -> Source:
+    """A gzip file that no reader reads itself (log rotation's ``dcgm.gpu01.<unix>.prom.gz``,
+    ``nccl.log.gz``) as its decompressed bytes, under its own name: spooled as an archive
+    member is, and refused past the same limits (an archive of one member)."""
+    spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY_BYTES)  # noqa: SIM115
+    total = 0
+    try:
+        with source.open() as raw, gzip.GzipFile(fileobj=raw) as stream:
+            while block := stream.read(1 << 22):
+                total += len(block)
+                _check_expansion(total, source.size, source.limits, source.name)
+                spool.write(block)
+    except (OSError, EOFError, zlib.error) as error:
+        spool.close()
+        raise InputError(f"gzip data is truncated or damaged ({error}); copy the file again",
+                         source.name) from None
+    except InputError:
+        spool.close()
+        raise
+    gunzipped = _spooled_source(source.name, total, spool)
+    gunzipped.limits = source.limits
+    return gunzipped
 
 
 def _check_end(archive: tarfile.TarFile, path: Path, last: str | None) -> None:
