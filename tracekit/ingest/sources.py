@@ -148,7 +148,8 @@ def gunzipped(source: Source) -> Source:
         with source.open() as raw, gzip.GzipFile(fileobj=raw) as stream:
             while block := stream.read(1 << 22):
                 total += len(block)
-                _check_expansion(total, source.size, source.limits, source.name)
+                # against the compressed bytes read so far: a bomb stops before it spills
+                _check_expansion(total, raw.tell(), source.limits, source.name, "file")
                 spool.write(block)
     except (OSError, EOFError, zlib.error) as error:
         spool.close()
@@ -198,13 +199,15 @@ def _damaged(path: Path, error: Exception, member: str | None = None, after: str
                       "archive again", str(path))
 
 
-def _check_expansion(total: int, packed: int, limits: Limits, name: str) -> None:
-    """Refuse an archive whose members up to ``name`` decompress beyond the limits."""
+def _check_expansion(total: int, packed: int, limits: Limits, name: str,
+                     what: str = "archive") -> None:
+    """Refuse an archive whose members up to ``name`` (or a gzip file) decompress beyond the
+    limits."""
     if total > limits.max_archive_bytes:
-        raise InputError(too_large("the archive's decompressed size",
+        raise InputError(too_large(f"the {what}'s decompressed size",
                                    limits.max_archive_bytes, "max_archive_bytes"), name)
     if total > EXPANSION_GRACE_BYTES and total > limits.max_expansion * packed:
-        raise InputError(f"the archive expands {total // max(packed, 1):,}x its size (limit "
+        raise InputError(f"the {what} expands {total // max(packed, 1):,}x its size (limit "
                          f"{limits.max_expansion}x: a compression bomb?); if it is trusted, "
                          "raise it with --option max_expansion=N", name)
 
