@@ -24,6 +24,20 @@ def test_a_labeled_dump_link_keeps_its_hyphenated_hosts_whole():
         ("link:gpu-b20<->gpu-b21", "gpu-b20<->gpu-b21"), ("rank:3", None)]
 
 
+def test_a_labeled_dump_names_hosts_as_the_tables_do():
+    """A generator's FQDN and upper-case hosts: verdicts name ``a100-rack3-n07`` (NCCL
+    truncates at the first dot; the tables hold lower case), so the label must too."""
+    text = json.dumps([
+        _entry({"link": ["A100-RACK3-N08.cluster.example.com", "a100-rack3-n07.cluster"]}),
+        _entry({"host": "A100-Rack3-N07.cluster.example.com"}),
+        _entry({"rank": 3, "host": "A100-RACK3-N07", "gpu": 1})])
+    [chunk] = LabelsJsonReader().read(Source.from_bytes("labels.json", text.encode()), {})
+    assert chunk.tables["labels"].select("target", "target_host", "target_link").rows() == [
+        ("link:a100-rack3-n07<->a100-rack3-n08", None, "a100-rack3-n07<->a100-rack3-n08"),
+        ("host:a100-rack3-n07", "a100-rack3-n07", None),
+        ("rank:3", "a100-rack3-n07", None)]
+
+
 def test_old_link_labels_are_respelled_where_they_split_one_way():
     old = pl.DataFrame({
         "episode": [0, 1, 2], "fail_slow": [True] * 3, "kind": ["communication"] * 3,
