@@ -18,6 +18,7 @@ import tarfile
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -136,6 +137,37 @@ def _scrape_every_60s(job: Path) -> None:
             path.unlink()
 
 
+def _scrape_every_5s(job: Path) -> None:
+    """A 5 s scrape interval: two scrapes between each two 15 s ones, every value read on the
+    way from the one to the other (a counter at a steady rate, a gauge moving), but for the
+    clock-event bitmask, which holds until the next reading."""
+    groups: dict[tuple[Path, str], list[tuple[int, Path]]] = {}
+    for path in (job / "monitoring").rglob("*"):
+        if (stamp := _TIME_IN_NAME.search(path.name)) is not None:
+            key = (path.parent, path.name.replace(stamp.group(1), "{}", 1))
+            groups.setdefault(key, []).append((int(stamp.group(1)), path))
+    for (folder, name), scrapes in groups.items():
+        scrapes.sort()
+        for (ts, first), (_, second) in zip(scrapes, scrapes[1:], strict=False):
+            pairs = list(zip(first.read_text().splitlines(), second.read_text().splitlines(),
+                             strict=True))
+            for step in (1, 2):
+                lines = [_between(a, b, step / 3) for a, b in pairs]
+                (folder / name.format(ts + 5 * step)).write_text("\n".join(lines) + "\n")
+
+
+def _between(first: str, second: str, share: float) -> str:
+    """A sample line ``share`` of the way from ``first`` to ``second`` (``name{...} value`` or
+    sysfs ``path:value``)."""
+    if first.startswith("#") or "REASONS" in first:
+        return first
+    cut = " " if "{" in first or " " in first else ":"
+    head, _, a = first.rpartition(cut)
+    b = second.rpartition(cut)[2]
+    value = float(a) + share * (float(b) - float(a))
+    return f"{head}{cut}{round(value) if '.' not in a else f'{value:f}'}"
+
+
 def _clock_offsets(job: Path) -> None:
     """Each host's monitoring clock off by up to 7 s from the collective log's (and from the
     other hosts'), in the flat scrape files' names, which is where their time is (less than a
@@ -151,14 +183,23 @@ def _clock_offsets(job: Path) -> None:
 _NCCL_STAMP = re.compile(r"^\[([^\]]+)\] ")
 
 
+_WORLD_RANK = re.compile(r"ncclCommInitRank\w* comm \S+ rank (\d+) ")
+
+
 def _nccl_per_host(job: Path) -> None:
-    """One NCCL log per host (``srun --output=nccl-%N.log`` without ``NCCL_DEBUG_FILE``): the
-    host's processes' lines interleaved in time order."""
+    """One NCCL log per host (``srun --label --output=nccl-%N.log`` without
+    ``NCCL_DEBUG_FILE``): the host's processes' lines interleaved in time order, each after
+    its task's ``N: `` label."""
     ranks = job / "ranks"
     for host in _hosts(job):
         paths = sorted(ranks.glob(f"nccl.{host}.*.log"))
-        lines = [line for path in paths for line in path.read_text().splitlines()]
-        lines.sort(key=lambda line: m.group(1) if (m := _NCCL_STAMP.match(line)) else "")
+        lines = []
+        for path in paths:
+            text = path.read_text()
+            label = f"{_WORLD_RANK.search(text).group(1)}: "
+            lines += [(m.group(1) if (m := _NCCL_STAMP.match(line)) else "", label + line)
+                      for line in text.splitlines()]
+        lines = [line for _, line in sorted(lines, key=lambda pair: pair[0])]
         (ranks / f"nccl-{host}.log").write_text("\n".join(lines) + "\n")
         for path in paths:
             path.unlink()
@@ -184,6 +225,14 @@ def _nccl_2_26(job: Path) -> None:
                 line = line.replace(f"opCount {call.group(2)} ", f"opCount {counts[comm]:x} ", 1)
             out.append(line)
         path.write_text("\n".join(out) + "\n")
+
+
+def _date_time_names(job: Path) -> None:
+    """Scrape times in the names as ``date +%Y%m%d-%H%M%S`` writes them, not epoch seconds."""
+    for path in list((job / "monitoring").rglob("*")):
+        if (stamp := _TIME_IN_NAME.search(path.name)) is not None:
+            when = datetime.fromtimestamp(int(stamp.group(1)), UTC).strftime("%Y%m%d-%H%M%S")
+            path.rename(path.with_name(path.name.replace(stamp.group(1), when, 1)))
 
 
 def _instance_host_ports(job: Path) -> None:
@@ -246,6 +295,10 @@ DUMP_LAYOUTS: dict[str, DumpLayout] = {
     "hook/prometheus-fqdn-ports": DumpLayout("hook", "series", _instance_host_ports,
                                              dump_layout="prometheus-job",
                                              host_prefix="dgx-a-"),
+    "nccl/upper-case-hosts": DumpLayout("nccl", "scrapes", host_prefix="DGX-H100-"),
+    "nccl/scrapes-5s": DumpLayout("nccl", "scrapes", _scrape_every_5s, host_prefix="gpu-"),
+    "nccl/date-time-names": DumpLayout("nccl", "scrapes", _date_time_names,
+                                       dump_layout="per-exporter", host_prefix="a100-"),
     "nccl/federate-addresses": DumpLayout("nccl", "series", dump_layout="federate",
                                           host_prefix="a100-rack3-n"),
     "nccl/big-jobs": DumpLayout("nccl", "scrapes", parallel=BIG_PARALLEL, iterations=600),

@@ -55,3 +55,21 @@ def test_old_link_labels_are_respelled_where_they_split_one_way():
         ("rank:1+link:a<->b", None)]
     assert chunk.notes == ["links rack1-n2-rack2-n1 cannot be split into their two hosts (host "
                            "names hold '-'); write them as link:A<->B"]
+
+
+def test_labels_parquet_names_hosts_as_the_tables_do():
+    written = pl.DataFrame({
+        "episode": [0, 1, 2], "fail_slow": [True] * 3, "kind": ["compute", "host", "compound"],
+        "cause": ["gpu-thermal", "cpu-contention", "network-congestion+gpu-thermal"],
+        "target": ["gpu:DGX-A-01.cluster.example.com/3", "host:DGX-A-02",
+                   "rank:5+link:DGX-A-02<->dgx-a-01.cluster.example.com"],
+        "target_host": ["DGX-A-01.cluster.example.com", "DGX-A-02", None],
+        "target_link": [None, None, "DGX-A-02<->dgx-a-01.cluster.example.com"],
+        "t_start_ns": [0, 0, 0], "t_end_ns": [1, 1, 1]},
+        schema_overrides={"episode": pl.Int32})
+    buffer = io.BytesIO()
+    written.write_parquet(buffer)
+    [chunk] = LabelsReader().read(Source.from_bytes("labels.parquet", buffer.getvalue()), {})
+    assert chunk.tables["labels"].select("target", "target_host", "target_link").rows() == [
+        ("gpu:dgx-a-01/3", "dgx-a-01", None), ("host:dgx-a-02", "dgx-a-02", None),
+        ("rank:5+link:dgx-a-01<->dgx-a-02", None, "dgx-a-01<->dgx-a-02")]

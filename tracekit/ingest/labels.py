@@ -73,6 +73,7 @@ class LabelsReader(Reader):
         frame = _read_parquet(source)
         labels, notes = current_link_targets(schema.conform("labels",
                                                             _cast(frame, "labels", source)))
+        labels = canonical_target_hosts(labels)
         yield Chunk(tables={"labels": labels}, lines=frame.height, bytes_read=source.size,
                     notes=notes)
 
@@ -104,6 +105,35 @@ def current_link_targets(labels: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]
              "names hold '-'); write them as link:A<->B"] if unsplit else []
     return labels.with_columns(pl.Series("target", targets, pl.String),
                                pl.Series("target_link", links, pl.String)), notes
+
+
+def canonical_target_hosts(labels: pl.DataFrame) -> pl.DataFrame:
+    """Labels whose targets name hosts as the tables do (``host:``, ``gpu:HOST/G``, both ends
+    of ``link:A<->B``, ``target_host``, ``target_link``:
+    :func:`~tracekit.core.identity.canonical_host`)."""
+    def part(text: str) -> str:
+        kind, _, name = text.partition(":")
+        if kind == "host":
+            return f"host:{canonical_host(name)}"
+        if kind == "gpu" and "/" in name:
+            host, _, gpu = name.rpartition("/")
+            return f"gpu:{canonical_host(host)}/{gpu}"
+        if kind == "link" and LINK_SEPARATOR in name:
+            return f"link:{link(name)}"
+        return text
+
+    def link(name: str) -> str:
+        a, _, b = name.partition(LINK_SEPARATOR)
+        return link_name(canonical_host(a), canonical_host(b))
+
+    targets = [None if t is None else "+".join(part(p) for p in t.split("+"))
+               for t in labels["target"]]
+    links = [t if t is None or LINK_SEPARATOR not in t else link(t)
+             for t in labels["target_link"]]
+    hosts = [None if h is None else canonical_host(h) for h in labels["target_host"]]
+    return labels.with_columns(pl.Series("target", targets, pl.String),
+                               pl.Series("target_link", links, pl.String),
+                               pl.Series("target_host", hosts, pl.String))
 
 
 def truth_iterations(frame: pl.DataFrame) -> pl.DataFrame:
