@@ -265,6 +265,9 @@ class DumpLayout:
     parallel: tuple[tuple[int, int, int, int], ...] = PARALLEL
     """(TP, DP, PP, GPUs per host) drawn from."""
     iterations: int = ITERATIONS
+    nccl_timestamps: bool = True
+    """NCCL 2.26+'s ``NCCL_DEBUG_TIMESTAMP_LEVELS=INFO``; without it (every NCCL before 2.26,
+    and 2.26+ by default) the log gives call order only, and time comes from Megatron's."""
 
 
 DUMP_LAYOUTS: dict[str, DumpLayout] = {
@@ -301,6 +304,7 @@ DUMP_LAYOUTS: dict[str, DumpLayout] = {
                                        dump_layout="per-exporter", host_prefix="a100-"),
     "nccl/federate-addresses": DumpLayout("nccl", "series", dump_layout="federate",
                                           host_prefix="a100-rack3-n"),
+    "nccl/no-timestamps": DumpLayout("nccl", "scrapes", nccl_timestamps=False),
     "nccl/big-jobs": DumpLayout("nccl", "scrapes", parallel=BIG_PARALLEL, iterations=600),
 }
 """Collective log format, monitoring files, where they lie and how hosts are named, and what
@@ -394,7 +398,8 @@ def draw_jobs(count: int, seed: int, dumps: tuple[str, ...] = tuple(DUMP_LAYOUTS
                        collectives=DUMP_LAYOUTS[dump].collectives,
                        monitoring_files=DUMP_LAYOUTS[dump].monitoring_files,
                        dump_layout=DUMP_LAYOUTS[dump].dump_layout,
-                       host_prefix=DUMP_LAYOUTS[dump].host_prefix, job=name)
+                       host_prefix=DUMP_LAYOUTS[dump].host_prefix,
+                       nccl_timestamps=DUMP_LAYOUTS[dump].nccl_timestamps, job=name)
         jobs.append(DrawnJob(name, dump, scenario, spec))
     return jobs
 
