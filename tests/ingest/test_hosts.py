@@ -114,7 +114,8 @@ def test_info_warns_of_monitoring_hosts_without_ranks(tmp_path, monitoring_hosts
             if line.startswith("warning:")] == warnings
 
 
-FQDN = "a100-rack3-n07.cluster.example.com"
+DOMAIN = "cluster.example.com"
+FQDN = f"a100-rack3-n07.{DOMAIN}"
 IB = ('node_infiniband_np_cnp_packets_sent_total{{device="mlx5_0",port="1",'
       'instance="{instance}",job="node"}} {value} {ms}\n')
 
@@ -157,3 +158,16 @@ def test_an_instance_names_its_host_whatever_its_spelling(tmp_path, instance):
                                                              ms=TS * 1000)})
     ingest([tmp_path / "dump"], tmp_path / "ds")
     assert _nic_hosts(tmp_path / "ds") == ["a100-rack3-n07"]
+
+
+@pytest.mark.parametrize(("name", "host"), [
+    (f"sys-gpu-01_{TS}.txt", "sys-gpu-01"), (f"hwc.data-node-3.{TS}.txt", "data-node-3"),
+    (f"a100-rack3-n07-hwc-{TS}.txt", "a100-rack3-n07"),
+    (f"A100-RACK3-N07.{DOMAIN}-hwc-{TS}.txt", "a100-rack3-n07")])
+def test_a_host_named_with_collector_words_takes_the_job_s_spelling(tmp_path, name, host):
+    """A host whose first word names a collector (``sys-``, ``data-``) once read as its tail
+    (``gpu-01``); a collector word after a dash stayed in the host (``...-n07-hwc``)."""
+    _write(tmp_path / "dump", {name: _hw_counters(10),
+                               f"dcgm.{host}.{TS}.prom": DCGM.format(host=host)})
+    ingest([tmp_path / "dump"], tmp_path / "ds")
+    assert _nic_hosts(tmp_path / "ds") == [host]
