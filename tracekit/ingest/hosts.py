@@ -72,7 +72,7 @@ def agree_hosts(dataset: Dataset, host_option: str | None = None) -> dict[str, l
     named = [(record, short[read], record.get(AGREED_HOST, short[read]),
               [short[h] for h in readings]) for record, read, readings in found]
     known = _known_hosts(dataset, files_of,
-                         {source_record_key(r): held for r, _, held, _ in named})
+                         {source_record_key(r): held for r, _, held, _ in named}) if named else ()
     notes: dict[str, list[str]] = {}
     for record, read, held, readings in named if known else ():
         agreed, note = _agreed_host(readings, read, known)
@@ -96,7 +96,7 @@ def _address_names(dataset: Dataset) -> dict[str, str]:
     for record in dataset.manifest["sources"]:
         for address, host in record.get(ALIASES, {}).items():
             names.setdefault(address, set()).add(host)
-    rank_hosts = _distinct_hosts(dataset, RANK_TABLES)
+    rank_hosts = _distinct_hosts(dataset, RANK_TABLES) if names else set()
     return {address: hosts.pop() for address, hosts in names.items()
             if len(hosts) == 1 and address not in rank_hosts}
 
