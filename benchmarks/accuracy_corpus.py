@@ -235,6 +235,16 @@ def _date_time_names(job: Path) -> None:
             path.rename(path.with_name(path.name.replace(stamp.group(1), when, 1)))
 
 
+def _address_file_names(job: Path) -> None:
+    """Files named by the scrape target's address (``hw_counters/10.20.0.1_<unix>.txt``), as
+    collectors that loop over Prometheus targets name them: only DCGM's samples say the host."""
+    addresses = {host: f"10.20.0.{index + 1}" for index, host in enumerate(_hosts(job))}
+    for path in list((job / "monitoring").rglob("*")):
+        host = next((h for h in addresses if path.name.startswith((f"{h}_", f"{h}."))), None)
+        if host is not None:
+            path.rename(path.with_name(addresses[host] + path.name.removeprefix(host)))
+
+
 def _instance_host_ports(job: Path) -> None:
     """A Prometheus export whose targets are ``<fqdn>:<port>`` (node_exporter :9100,
     dcgm-exporter :9400) rather than addresses."""
@@ -302,6 +312,9 @@ DUMP_LAYOUTS: dict[str, DumpLayout] = {
     "nccl/scrapes-5s": DumpLayout("nccl", "scrapes", _scrape_every_5s, host_prefix="gpu-"),
     "nccl/date-time-names": DumpLayout("nccl", "scrapes", _date_time_names,
                                        dump_layout="per-exporter", host_prefix="a100-"),
+    "nccl/address-file-names": DumpLayout("nccl", "scrapes", _address_file_names,
+                                          dump_layout="per-exporter",
+                                          host_prefix="a100-rack3-n"),
     "nccl/federate-addresses": DumpLayout("nccl", "series", dump_layout="federate",
                                           host_prefix="a100-rack3-n"),
     "nccl/no-timestamps": DumpLayout("nccl", "scrapes", nccl_timestamps=False),

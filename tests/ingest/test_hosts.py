@@ -171,3 +171,14 @@ def test_a_host_named_with_collector_words_takes_the_job_s_spelling(tmp_path, na
                                f"dcgm.{host}.{TS}.prom": DCGM.format(host=host)})
     ingest([tmp_path / "dump"], tmp_path / "ds")
     assert _nic_hosts(tmp_path / "ds") == [host]
+
+
+def test_files_named_by_address_take_the_host_dcgm_s_file_of_that_address_names(tmp_path):
+    """Collectors that name files by the scrape target's address: the hw_counters of
+    ``10.20.0.7`` had no host the job knows; DCGM's file of the same address says which."""
+    _write(tmp_path / "dump", {f"hw_counters/10.20.0.7_{TS}.txt": _hw_counters(10),
+                               f"hw_counters/10.20.0.7_{TS + 15}.txt": _hw_counters(40),
+                               f"hw_counters/10.20.0.8_{TS}.txt": _hw_counters(10),
+                               f"dcgm_exporter/10.20.0.7_{TS}.prom": DCGM.format(host=FQDN)})
+    ingest([tmp_path / "dump"], tmp_path / "ds")
+    assert _nic_hosts(tmp_path / "ds") == [None, "a100-rack3-n07", "a100-rack3-n07"]

@@ -17,6 +17,7 @@ of a node_exporter pull) get the host name another source of the job pairs with 
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterable
 from functools import cache
@@ -43,6 +44,8 @@ vouches for its own name, the one leak in this check)."""
 ALIASES = "host_aliases"
 """Key of a source record: the addresses its samples pair with host names."""
 
+_IPV4 = re.compile(r"^\d{1,3}(?:\.\d{1,3}){3}$")
+
 READ_HOST = "host_read"
 AGREED_HOST = "host_agreed"
 """Keys of a source record: the host its reader took from the name, and the one its rows hold
@@ -56,8 +59,9 @@ def agree_hosts(dataset: Dataset, host_option: str | None = None) -> dict[str, l
     is changed."""
     if host_option:
         return {}
-    aliases = _address_names(dataset)
-    changed = _name_addresses(dataset, _files_by_owner(dataset), aliases)
+    files_of = _files_by_owner(dataset)
+    aliases = _address_names(dataset, files_of)
+    changed = _name_addresses(dataset, files_of, aliases)
     files_of = _files_by_owner(dataset)
     found = []
     for record in dataset.manifest["sources"]:
@@ -89,13 +93,22 @@ def agree_hosts(dataset: Dataset, host_option: str | None = None) -> dict[str, l
     return notes
 
 
-def _address_names(dataset: Dataset) -> dict[str, str]:
+def _address_names(dataset: Dataset, files_of: dict[str, list[tuple[str, str]]]
+                   ) -> dict[str, str]:
     """The addresses the job's sources pair with one host name, and that no rank runs on (an
-    address paired with two names stays as it is)."""
+    address paired with two names stays as it is): a scrape's ``instance`` beside DCGM's
+    ``Hostname`` (the readers' :data:`ALIASES`), and a DCGM file named by its address
+    (``dcgm_exporter/10.20.0.7_<unix>.prom``) whose samples name one host."""
     names: dict[str, set[str]] = {}
     for record in dataset.manifest["sources"]:
         for address, host in record.get(ALIASES, {}).items():
             names.setdefault(address, set()).add(host)
+        parts = [f for t, f in files_of.get(source_record_key(record), ()) if t == LABELED_TABLE]
+        if parts and (read := path_host(record["path"])[0]) and _IPV4.match(read):
+            labeled = {h for f in parts for h in dataset.part_stats(LABELED_TABLE, f)
+                       .get("hosts") or () if h and h != read}
+            if len(labeled) == 1:
+                names.setdefault(read, set()).add(labeled.pop())
     rank_hosts = _distinct_hosts(dataset, RANK_TABLES) if names else set()
     return {address: hosts.pop() for address, hosts in names.items()
             if len(hosts) == 1 and address not in rank_hosts}
