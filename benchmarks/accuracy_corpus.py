@@ -10,9 +10,15 @@ function that moves or rewrites the written files. A new layout is one entry in
 
 from __future__ import annotations
 
+import gzip
+import json
+import re
 import shutil
+import tarfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +44,9 @@ PARALLEL = ((2, 2, 1, 2), (1, 4, 1, 2), (2, 3, 1, 2), (2, 4, 1, 2), (2, 2, 2, 2)
             (1, 4, 2, 2), (2, 4, 1, 1), (1, 4, 2, 1), (4, 2, 1, 4), (2, 2, 2, 4))
 """(TP, DP, PP, GPUs per host): 2 to 8 hosts, at most 8 ranks so a job takes seconds."""
 
+BIG_PARALLEL = ((2, 8, 1, 8), (8, 2, 1, 8), (4, 4, 2, 8), (8, 2, 2, 8), (4, 6, 1, 8))
+"""16 to 32 ranks, 8 GPUs per host on 2 to 4 hosts (``nccl/big-jobs``)."""
+
 
 def _flatten(job: Path) -> None:
     """Every scrape file straight under ``monitoring/``: the host is only in its name (the
@@ -62,6 +71,203 @@ def _repeat_dcgm_collects(job: Path) -> None:
                 shutil.copyfile(first, repeat)
 
 
+# -- a site's own names, files and clocks (rewrites of what the synthesizer wrote) ----------
+
+DOMAIN = "cluster.example.com"
+"""The DNS domain of the FQDN layouts."""
+
+_TIME_IN_NAME = re.compile(r"(?<=[._-])(1\d{9})(?=\.)")
+"""The scrape time in a scrape file's name (``dcgm.gpu01.1760432400.prom``)."""
+
+
+def _hosts(job: Path) -> list[str]:
+    return json.loads((job / "synth.json").read_text())["hosts"]
+
+
+def _rename_host(job: Path, spell: Callable[[str], str], contents: bool) -> None:
+    """Every monitoring folder and file name that holds a host spelled ``spell(host)``, and with
+    ``contents`` the hosts inside (DCGM ``Hostname``, ``# host=`` markers) too; the NCCL logs
+    keep the short name (NCCL truncates ``gethostname()`` at the first dot)."""
+    hosts = sorted(_hosts(job), key=len, reverse=True)
+    word = re.compile(r"(?<![A-Za-z0-9])(" + "|".join(map(re.escape, hosts)) + r")(?![A-Za-z0-9-])")
+    for path in sorted((job / "monitoring").rglob("*"), key=lambda p: -len(p.parts)):
+        if contents and path.is_file():
+            text = path.read_text()
+            path.write_text(re.sub(r'(Hostname="|host=)([^"\s]+)',
+                                   lambda m: m.group(1) + spell(m.group(2)), text))
+        renamed = word.sub(lambda m: spell(m.group(1)), path.name)
+        if renamed != path.name:
+            path.rename(path.with_name(renamed))
+
+
+def _fqdn_monitoring(job: Path) -> None:
+    """The monitoring host's FQDN everywhere a collector writes it (``hostname -f``: folder,
+    file names, DCGM ``Hostname``, ipmitool markers); NCCL Init lines keep the short name."""
+    _rename_host(job, lambda host: f"{host}.{DOMAIN}", contents=True)
+
+
+def _upper_file_names(job: Path) -> None:
+    """Folders and file names spell the host in upper case (a site's inventory names), DCGM's
+    labels in lower case as the exporter reads them."""
+    _rename_host(job, str.upper, contents=False)
+
+
+def _gzip_scrapes(job: Path) -> None:
+    """Every monitoring file compressed where it lies (``dcgm.gpu01.1760432400.prom.gz``), as
+    log rotation leaves them."""
+    for path in sorted(p for p in (job / "monitoring").rglob("*") if p.is_file()):
+        with path.open("rb") as raw, gzip.open(path.with_name(path.name + ".gz"), "wb") as out:
+            shutil.copyfileobj(raw, out)
+        path.unlink()
+
+
+def _tar_gz_dump(job: Path) -> None:
+    """The whole dump (collective logs, Megatron log, monitoring) as one ``<job>.tar.gz`` of a
+    ``<job>/`` folder, as a site hands it over; labels and the synthesizer's notes beside it."""
+    folders = [job / name for name in ("ranks", "megatron", "monitoring") if (job / name).is_dir()]
+    with tarfile.open(job / f"{job.name}.tar.gz", "w:gz") as tar:
+        for folder in folders:
+            tar.add(folder, arcname=f"{job.name}/{folder.name}")
+    for folder in folders:
+        shutil.rmtree(folder)
+
+
+def _scrape_every_60s(job: Path) -> None:
+    """A 60 s scrape interval: only the scrape files on a minute are kept."""
+    for path in (job / "monitoring").rglob("*"):
+        stamp = _TIME_IN_NAME.search(path.name)
+        if stamp is not None and int(stamp.group(1)) % 60:
+            path.unlink()
+
+
+def _scrape_every_5s(job: Path) -> None:
+    """A 5 s scrape interval: two scrapes between each two 15 s ones, every value read on the
+    way from the one to the other (a counter at a steady rate, a gauge moving), but for the
+    clock-event bitmask, which holds until the next reading."""
+    groups: dict[tuple[Path, str], list[tuple[int, Path]]] = {}
+    for path in (job / "monitoring").rglob("*"):
+        if (stamp := _TIME_IN_NAME.search(path.name)) is not None:
+            key = (path.parent, path.name.replace(stamp.group(1), "{}", 1))
+            groups.setdefault(key, []).append((int(stamp.group(1)), path))
+    for (folder, name), scrapes in groups.items():
+        scrapes.sort()
+        for (ts, first), (_, second) in zip(scrapes, scrapes[1:], strict=False):
+            pairs = list(zip(first.read_text().splitlines(), second.read_text().splitlines(),
+                             strict=True))
+            for step in (1, 2):
+                lines = [_between(a, b, step / 3) for a, b in pairs]
+                (folder / name.format(ts + 5 * step)).write_text("\n".join(lines) + "\n")
+
+
+def _between(first: str, second: str, share: float) -> str:
+    """A sample line ``share`` of the way from ``first`` to ``second`` (``name{...} value`` or
+    sysfs ``path:value``)."""
+    if first.startswith("#") or "REASONS" in first:
+        return first
+    cut = " " if "{" in first or " " in first else ":"
+    head, _, a = first.rpartition(cut)
+    b = second.rpartition(cut)[2]
+    value = float(a) + share * (float(b) - float(a))
+    return f"{head}{cut}{round(value) if '.' not in a else f'{value:f}'}"
+
+
+def _clock_offsets(job: Path) -> None:
+    """Each host's monitoring clock off by up to 7 s from the collective log's (and from the
+    other hosts'), in the flat scrape files' names, which is where their time is (less than a
+    scrape, so no two names meet)."""
+    offsets = {host: zlib.crc32(f"{job.name}/{host}".encode()) % 15 - 7 for host in _hosts(job)}
+    for path in list((job / "monitoring").rglob("*")):
+        host = next((h for h in offsets if f".{h}." in path.name), None)
+        if host is not None and (stamp := _TIME_IN_NAME.search(path.name)) is not None:
+            moved = int(stamp.group(1)) + offsets[host]
+            path.rename(path.with_name(path.name.replace(stamp.group(1), str(moved), 1)))
+
+
+_NCCL_STAMP = re.compile(r"^\[([^\]]+)\] ")
+
+
+_WORLD_RANK = re.compile(r"ncclCommInitRank\w* comm \S+ rank (\d+) ")
+
+
+def _nccl_per_host(job: Path) -> None:
+    """One NCCL log per host (``srun --label --output=nccl-%N.log`` without
+    ``NCCL_DEBUG_FILE``): the host's processes' lines interleaved in time order, each after
+    its task's ``N: `` label."""
+    ranks = job / "ranks"
+    for host in _hosts(job):
+        paths = sorted(ranks.glob(f"nccl.{host}.*.log"))
+        lines = []
+        for path in paths:
+            text = path.read_text()
+            label = f"{_WORLD_RANK.search(text).group(1)}: "
+            lines += [(m.group(1) if (m := _NCCL_STAMP.match(line)) else "", label + line)
+                      for line in text.splitlines()]
+        lines = [line for _, line in sorted(lines, key=lambda pair: pair[0])]
+        (ranks / f"nccl-{host}.log").write_text("\n".join(lines) + "\n")
+        for path in paths:
+            path.unlink()
+
+
+_OP_COUNT = re.compile(r" NCCL INFO (\w+): opCount (\w+) .* comm (0x[0-9a-f]+) ")
+
+
+def _nccl_2_26(job: Path) -> None:
+    """NCCL 2.26's logs: its version line, and ``opCount`` advancing on every communicator
+    (once per launch: a Send / Recv pair shares one), where 2.27 leaves NVLink-only ones at 0."""
+    for path in sorted((job / "ranks").glob("nccl*.log")):
+        counts: dict[str, int] = {}
+        last: dict[str, str] = {}
+        out = []
+        for line in path.read_text().splitlines():
+            line = line.replace("NCCL version 2.27.5+cuda12.9", "NCCL version 2.26.2+cuda12.8")
+            if (call := _OP_COUNT.search(line)) is not None:
+                op, _, comm = call.groups()
+                paired = {op, last.get(comm)} == {"Send", "Recv"}
+                counts[comm] = counts.get(comm, -1) + (0 if paired else 1)
+                last[comm] = "" if paired else op
+                line = line.replace(f"opCount {call.group(2)} ", f"opCount {counts[comm]:x} ", 1)
+            out.append(line)
+        path.write_text("\n".join(out) + "\n")
+
+
+def _date_time_names(job: Path) -> None:
+    """Scrape times in the names as ``date +%Y%m%d-%H%M%S`` writes them, not epoch seconds."""
+    for path in list((job / "monitoring").rglob("*")):
+        if (stamp := _TIME_IN_NAME.search(path.name)) is not None:
+            when = datetime.fromtimestamp(int(stamp.group(1)), UTC).strftime("%Y%m%d-%H%M%S")
+            path.rename(path.with_name(path.name.replace(stamp.group(1), when, 1)))
+
+
+def _address_file_names(job: Path) -> None:
+    """Files named by the scrape target's address (``hw_counters/10.20.0.1_<unix>.txt``), as
+    collectors that loop over Prometheus targets name them: only DCGM's samples say the host."""
+    addresses = {host: f"10.20.0.{index + 1}" for index, host in enumerate(_hosts(job))}
+    for path in list((job / "monitoring").rglob("*")):
+        host = next((h for h in addresses if path.name.startswith((f"{h}_", f"{h}."))), None)
+        if host is not None:
+            path.rename(path.with_name(addresses[host] + path.name.removeprefix(host)))
+
+
+def _instance_host_ports(job: Path) -> None:
+    """A Prometheus export whose targets are ``<fqdn>:<port>`` (node_exporter :9100,
+    dcgm-exporter :9400) rather than addresses."""
+    hosts = _hosts(job)
+    for path in (job / "monitoring").glob("prometheus-*.json"):
+        document = json.loads(path.read_text())
+        for series in document["data"]["result"]:
+            address, _, port = series["metric"]["instance"].rpartition(":")
+            host = hosts[int(address.rsplit(".", 1)[1]) - 1]
+            series["metric"]["instance"] = f"{host}.{DOMAIN}:{port}"
+        path.write_text(json.dumps(document) + "\n")
+
+
+def _chain(*rewrites: Callable[[Path], None]) -> Callable[[Path], None]:
+    def rewrite(job: Path) -> None:
+        for each in rewrites:
+            each(job)
+    return rewrite
+
+
 @dataclass(frozen=True)
 class DumpLayout:
     collectives: str
@@ -69,6 +275,12 @@ class DumpLayout:
     rewrite: Callable[[Path], None] | None = None
     dump_layout: str = "per-host"
     host_prefix: str = "gpu"
+    parallel: tuple[tuple[int, int, int, int], ...] = PARALLEL
+    """(TP, DP, PP, GPUs per host) drawn from."""
+    iterations: int = ITERATIONS
+    nccl_timestamps: bool = True
+    """NCCL 2.26+'s ``NCCL_DEBUG_TIMESTAMP_LEVELS=INFO``; without it (every NCCL before 2.26,
+    and 2.26+ by default) the log gives call order only, and time comes from Megatron's."""
 
 
 DUMP_LAYOUTS: dict[str, DumpLayout] = {
@@ -84,6 +296,32 @@ DUMP_LAYOUTS: dict[str, DumpLayout] = {
     "nccl/sysfs-names": DumpLayout("nccl", "scrapes", dump_layout="sysfs-names"),
     "nccl/site-names": DumpLayout("nccl", "scrapes", dump_layout="site-names"),
     "hook/prometheus-job": DumpLayout("hook", "series", dump_layout="prometheus-job"),
+    # a site's own host names, files and clocks
+    "nccl/fqdn-hyphen-hosts": DumpLayout("nccl", "scrapes", _fqdn_monitoring,
+                                         host_prefix="a100-rack3-n"),
+    "nccl/flat-upper-names": DumpLayout("nccl", "scrapes", _upper_file_names,
+                                        dump_layout="flat", host_prefix="node-"),
+    "nccl/gzip-scrapes": DumpLayout("nccl", "scrapes", _gzip_scrapes, dump_layout="per-day"),
+    "nccl/tar-gz-dump": DumpLayout("nccl", "scrapes", _tar_gz_dump,
+                                   dump_layout="per-exporter"),
+    "nccl/scrapes-60s": DumpLayout("nccl", "scrapes", _scrape_every_60s),
+    "nccl/clock-offsets": DumpLayout("nccl", "scrapes", _clock_offsets, dump_layout="flat"),
+    "nccl/per-host-logs-2.26": DumpLayout("nccl", "scrapes", _chain(_nccl_per_host, _nccl_2_26),
+                                          host_prefix="gpu-b"),
+    "hook/prometheus-fqdn-ports": DumpLayout("hook", "series", _instance_host_ports,
+                                             dump_layout="prometheus-job",
+                                             host_prefix="dgx-a-"),
+    "nccl/upper-case-hosts": DumpLayout("nccl", "scrapes", host_prefix="DGX-H100-"),
+    "nccl/scrapes-5s": DumpLayout("nccl", "scrapes", _scrape_every_5s, host_prefix="gpu-"),
+    "nccl/date-time-names": DumpLayout("nccl", "scrapes", _date_time_names,
+                                       dump_layout="per-exporter", host_prefix="a100-"),
+    "nccl/address-file-names": DumpLayout("nccl", "scrapes", _address_file_names,
+                                          dump_layout="per-exporter",
+                                          host_prefix="a100-rack3-n"),
+    "nccl/federate-addresses": DumpLayout("nccl", "series", dump_layout="federate",
+                                          host_prefix="a100-rack3-n"),
+    "nccl/no-timestamps": DumpLayout("nccl", "scrapes", nccl_timestamps=False),
+    "nccl/big-jobs": DumpLayout("nccl", "scrapes", parallel=BIG_PARALLEL, iterations=600),
 }
 """Collective log format, monitoring files, where they lie and how hosts are named, and what
 is done to them after writing."""
@@ -246,18 +484,20 @@ def draw_jobs(count: int, seed: int, dumps: tuple[str, ...] = tuple(DUMP_LAYOUTS
     rng = np.random.default_rng([seed, 36])
     jobs = []
     for number in range(count):
-        tp, dp, pp, per_host = PARALLEL[int(rng.integers(len(PARALLEL)))]
+        dump = dumps[number % len(dumps)]
+        parallel = DUMP_LAYOUTS[dump].parallel
+        tp, dp, pp, per_host = parallel[int(rng.integers(len(parallel)))]
         layout = Layout(tp=tp, dp=dp, pp=pp, gpus_per_host=per_host, model=MODEL,
                         hardware=CI_HOST)
-        dump = dumps[number % len(dumps)]
         scenario = str(rng.choice(list(scenarios)))
         name = f"fresh-{number:03d}"
-        spec = JobSpec(layout, ITERATIONS, int(rng.integers(2**31)),
+        spec = JobSpec(layout, DUMP_LAYOUTS[dump].iterations, int(rng.integers(2**31)),
                        _injections(scenario, layout, rng),
                        collectives=DUMP_LAYOUTS[dump].collectives,
                        monitoring_files=DUMP_LAYOUTS[dump].monitoring_files,
                        dump_layout=DUMP_LAYOUTS[dump].dump_layout,
-                       host_prefix=DUMP_LAYOUTS[dump].host_prefix, job=name)
+                       host_prefix=DUMP_LAYOUTS[dump].host_prefix,
+                       nccl_timestamps=DUMP_LAYOUTS[dump].nccl_timestamps, job=name)
         jobs.append(DrawnJob(name, dump, scenario, spec))
     return jobs
 

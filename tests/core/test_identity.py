@@ -8,6 +8,7 @@ import pytest
 from tracekit.core.errors import InputError
 from tracekit.core.identity import (
     IdentityMap,
+    canonical_host,
     canonical_link_targets,
     gpu_directory,
     link_hosts,
@@ -26,6 +27,13 @@ def test_short_host_and_bus_id():
     buses = pl.Series(["00000000:3A:00.0", "0000:1b:00.0"])
     assert pl.select(normalise_bus_id(pl.lit(buses))).to_series().to_list() == [
         "0000:3a:00.0", "0000:1b:00.0"]
+
+
+@pytest.mark.parametrize(("name", "host"), [
+    ("A100-Rack3-N07.cluster.example.com", "a100-rack3-n07"), ("DGX-H100-01", "dgx-h100-01"),
+    ("10.20.0.7", "10.20.0.7"), ("gpu-b01:9400", "gpu-b01"), ("", "")])
+def test_one_name_is_spelled_as_the_tables_spell_it(name, host):
+    assert canonical_host(name) == host
 
 
 def test_mapping_file_and_gpu_resolution(tmp_path):

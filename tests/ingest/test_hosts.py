@@ -112,3 +112,73 @@ def test_info_warns_of_monitoring_hosts_without_ranks(tmp_path, monitoring_hosts
     assert shown.exit_code == 0
     assert [line.removeprefix("warning: ") for line in shown.output.splitlines()
             if line.startswith("warning:")] == warnings
+
+
+DOMAIN = "cluster.example.com"
+FQDN = f"a100-rack3-n07.{DOMAIN}"
+IB = ('node_infiniband_np_cnp_packets_sent_total{{device="mlx5_0",port="1",'
+      'instance="{instance}",job="node"}} {value} {ms}\n')
+
+
+def _federate(address: str, names: list[str]) -> dict[str, str]:
+    """``/federate`` pulls: DCGM's samples pair the ``instance`` address with a ``Hostname``,
+    node_exporter's carry the address only."""
+    ms = TS * 1000
+    files = {f"federate/node-{TS + s}.prom": IB.format(instance=f"{address}:9100",
+                                                          value=100 + 50 * s, ms=ms + 1000 * s)
+             for s in (0, 15)}
+    for n, name in enumerate(names):
+        files[f"federate/dcgm{n}-{TS}.prom"] = (
+            f'DCGM_FI_DEV_SM_CLOCK{{gpu="0",UUID="GPU-{n}",Hostname="{name}",'
+            f'instance="{address}:9400",job="dcgm"}} 1410 {ms}\n')
+    return files
+
+
+def test_a_scrape_address_takes_the_host_another_file_pairs_it_with(tmp_path):
+    """node_exporter's federate pull names its target by address only; DCGM's, in another
+    file, pairs the address with the host: the counters were on host ``10.20.0.7``, no rank's,
+    and the congested link had no notifications."""
+    _write(tmp_path / "dump", _federate("10.20.0.7", [FQDN]))
+    ingest([tmp_path / "dump"], tmp_path / "ds")
+    assert _nic_hosts(tmp_path / "ds") == ["a100-rack3-n07", "a100-rack3-n07"]
+    gpus = open_dataset(tmp_path / "ds")["gpu_metrics"].collect()
+    assert gpus["host"].unique().to_list() == ["a100-rack3-n07"]
+
+
+def test_an_address_paired_with_two_hosts_is_left_as_it_is(tmp_path):
+    _write(tmp_path / "dump", _federate("10.20.0.7", [FQDN, "a100-rack3-n08"]))
+    ingest([tmp_path / "dump"], tmp_path / "ds")
+    assert _nic_hosts(tmp_path / "ds") == ["10.20.0.7", "10.20.0.7"]
+
+
+@pytest.mark.parametrize("instance", [f"{FQDN}:9100", "A100-RACK3-N07:9100",
+                                      "A100-Rack3-N07.Cluster.Example.Com", f"[{FQDN}]:9100"])
+def test_an_instance_names_its_host_whatever_its_spelling(tmp_path, instance):
+    _write(tmp_path / "dump", {f"node-{TS}.prom": IB.format(instance=instance, value=1,
+                                                             ms=TS * 1000)})
+    ingest([tmp_path / "dump"], tmp_path / "ds")
+    assert _nic_hosts(tmp_path / "ds") == ["a100-rack3-n07"]
+
+
+@pytest.mark.parametrize(("name", "host"), [
+    (f"sys-gpu-01_{TS}.txt", "sys-gpu-01"), (f"hwc.data-node-3.{TS}.txt", "data-node-3"),
+    (f"a100-rack3-n07-hwc-{TS}.txt", "a100-rack3-n07"),
+    (f"A100-RACK3-N07.{DOMAIN}-hwc-{TS}.txt", "a100-rack3-n07")])
+def test_a_host_named_with_collector_words_takes_the_job_s_spelling(tmp_path, name, host):
+    """A host whose first word names a collector (``sys-``, ``data-``) once read as its tail
+    (``gpu-01``); a collector word after a dash stayed in the host (``...-n07-hwc``)."""
+    _write(tmp_path / "dump", {name: _hw_counters(10),
+                               f"dcgm.{host}.{TS}.prom": DCGM.format(host=host)})
+    ingest([tmp_path / "dump"], tmp_path / "ds")
+    assert _nic_hosts(tmp_path / "ds") == [host]
+
+
+def test_files_named_by_address_take_the_host_dcgm_s_file_of_that_address_names(tmp_path):
+    """Collectors that name files by the scrape target's address: the hw_counters of
+    ``10.20.0.7`` had no host the job knows; DCGM's file of the same address says which."""
+    _write(tmp_path / "dump", {f"hw_counters/10.20.0.7_{TS}.txt": _hw_counters(10),
+                               f"hw_counters/10.20.0.7_{TS + 15}.txt": _hw_counters(40),
+                               f"hw_counters/10.20.0.8_{TS}.txt": _hw_counters(10),
+                               f"dcgm_exporter/10.20.0.7_{TS}.prom": DCGM.format(host=FQDN)})
+    ingest([tmp_path / "dump"], tmp_path / "ds")
+    assert _nic_hosts(tmp_path / "ds") == [None, "a100-rack3-n07", "a100-rack3-n07"]

@@ -87,6 +87,13 @@ def test_identical_scrapes_under_two_names_are_two_samples(tmp_path):
     (f"roce_mon-{TS}.txt", ["mon", "roce_mon"]),
     (f"hw_counters-{TS}.txt", []),
     ("hw_counters.txt", []),
+    (f"sys-gpu-01_{TS}.txt", ["gpu-01", "sys-gpu-01"]),  # a host led by a collector word
+    (f"data-node-3_{TS}.txt", ["node-3", "data-node-3"]),
+    (f"log-07-{TS}.txt", ["log-07"]),
+    (f"a100-rack3-n07-hwc-{TS}.txt", ["a100-rack3-n07-hwc", "a100-rack3-n07"]),
+    (f"10.20.0.7-hwc-{TS}.txt", ["10.20.0.7"]),
+    (f"node-exporter-{TS}.prom", []),
+    (f"hw-counters-{TS}.txt", []),
 ])
 def test_every_reading_of_a_name_likeliest_first(name, readings):
     assert name_host_readings(name) == readings

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import gzip
 import io
 import tarfile
 
 import pytest
 
+from tracekit.core.dataset import open_dataset
 from tracekit.core.errors import InputError
 from tracekit.ingest.limits import Limits
+from tracekit.ingest.pipeline import ingest
 from tracekit.ingest.sources import iter_sources
 
 
@@ -160,3 +163,29 @@ def test_corrupt_bytes_that_decompress_fail_the_checksum_at_the_end(tmp_path):
                        r"b.log \(CRC check failed .*\); the members were read, but one of them "
                        "holds damaged bytes"):
         list(iter_sources([bad]))
+
+
+def test_gzip_files_are_read_gunzipped_under_their_own_names(tmp_path):
+    """Log rotation's ``*.prom.gz`` and ``*.txt.gz``: every one was refused, and a job's
+    monitoring was lost (its thermal GPU judged without DCGM samples)."""
+    host = "a100-rack3-n07.cluster.example.com"
+    folder = tmp_path / "dump" / host
+    folder.mkdir(parents=True)
+    (folder / f"dcgm.{host}.1782736574.prom.gz").write_bytes(gzip.compress(
+        f'DCGM_FI_DEV_SM_CLOCK{{gpu="0",UUID="GPU-1",Hostname="{host}"}} 1410\n'.encode()))
+    for ts, cnp in ((1782736574, 10), (1782736589, 40)):
+        (folder / f"hwc.{host}.{ts}.txt.gz").write_bytes(gzip.compress(
+            f"/sys/class/infiniband/mlx5_0/ports/1/hw_counters/np_cnp_sent:{cnp}\n".encode()))
+    (folder / "hwc.cut.1782736604.txt.gz").write_bytes(gzip.compress(b"x" * 100)[:-12])
+    summary = ingest([tmp_path / "dump"], tmp_path / "ds")
+    dataset = open_dataset(tmp_path / "ds")
+    gpu = dataset["gpu_metrics"].collect()
+    assert gpu.select("host", "metric", "value", "ts_ns").row(0) == (
+        "a100-rack3-n07", "sm_clock_mhz", 1410.0, 1782736574 * 10**9)
+    nic = dataset["nic_counters"].sort("ts_ns").collect()
+    assert nic.select("host", "value").rows() == [("a100-rack3-n07", 10),
+                                                  ("a100-rack3-n07", 40)]
+    [cut] = [s for s in summary.sources if s.status == "failed"]
+    assert cut.error.startswith(f"{folder}/hwc.cut.1782736604.txt.gz: gzip data is truncated "
+                                "or damaged (")
+    assert sorted(s.status for s in summary.sources) == ["failed"] + ["ingested"] * 3

@@ -25,6 +25,7 @@ FIRST_FILES = {
     "sysfs-names": "gpu01/dcgm-exporter-1760432400.prom",
     "site-names": "gpu01/cpumon-1760432400.prom",
     "prometheus-job": "ipmitool/gpu01.txt",
+    "federate": "federate/dcgm-1760432400.prom",
 }
 """The first monitoring file of each layout, in sorted order."""
 

@@ -23,7 +23,8 @@ MonitoringFilesOption = Annotated[str, typer.Option(
 DumpLayoutOption = Annotated[str, typer.Option(
     help="Where monitoring files lie: per-host (monitoring/<host>/), flat, per-exporter, "
          "per-day, sysfs-names (hw_counters-<unix_s>.txt in per-host folders), site-names "
-         "(a site's own collector names) or prometheus-job (one range-query JSON); see "
+         "(a site's own collector names), prometheus-job (one range-query JSON) or federate "
+         "(Prometheus /federate pulls per exporter and scrape); see "
          "docs/synth.md.")]
 HostPrefixOption = Annotated[str, typer.Option(
     help="Host names are this prefix and a number (gpu01, ...; node- gives node-01).")]

@@ -212,6 +212,11 @@ class Dataset:
     def has_table(self, name: str) -> bool:
         return bool(self._listed().get(name))
 
+    def part_stats(self, name: str, file: str) -> dict[str, Any]:
+        """The statistics of part ``file`` of table ``name`` (rows, time span, ranks, hosts)
+        from its footer, without reading its rows."""
+        return self._file_stats(name, file)
+
     def table(self, name: str) -> pl.LazyFrame:
         """Table ``name`` as a LazyFrame with the canonical schema (empty when absent)."""
         return _scan(name, self.parts(name))

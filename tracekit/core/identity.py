@@ -30,6 +30,12 @@ def short_host(name: pl.Expr) -> pl.Expr:
     return pl.when(short != "").then(short)
 
 
+def canonical_host(name: str) -> str:
+    """One host name as :func:`short_host` spells it, for names that are not in a column (a
+    label's target): ``A100-Rack3-N07.cluster.example.com`` -> ``a100-rack3-n07``."""
+    return pl.select(short_host(pl.lit(name, pl.String))).item() or name
+
+
 def normalise_bus_id(bus_id: pl.Expr) -> pl.Expr:
     """PCI bus ids in NCCL's form: lower case, 4-digit domain (``00000000:18:00.0`` ->
     ``0000:18:00.0``)."""

@@ -145,6 +145,10 @@ class Chunk:
     step_axis: str | None = None
     """What its iterations' numbers count where not iterations
     (:data:`~tracekit.core.dataset.SAMPLE_SECONDS`), recorded with the source."""
+    host_aliases: dict[str, str] = field(default_factory=dict)
+    """Addresses the source pairs with a host name (a scrape ``instance`` beside DCGM's
+    ``Hostname``): how the job's sources that name only the address get the host
+    (:mod:`tracekit.ingest.hosts`)."""
 
 
 class Reader:

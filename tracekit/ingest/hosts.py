@@ -9,11 +9,15 @@ hosts the job's contents name (NCCL Init lines and hook CSVs, DCGM ``Hostname`` 
 ``instance`` labels, ``# host=`` markers): the first reading of the name, then of its folders,
 that the job knows wins; a file none of whose readings the job knows gets no host, with a
 note. A job whose contents name no host keeps the names' hosts (they are the only
-candidates). :func:`hosts_without_ranks` is the check ``tracekit info`` shows.
+candidates). Before that, rows whose host is a scrape address (``instance="10.20.0.7:9100"``
+of a node_exporter pull) get the host name another source of the job pairs with that address
+(dcgm-exporter's ``Hostname`` beside the same ``instance``: the readers' ``host_aliases``).
+:func:`hosts_without_ranks` is the check ``tracekit info`` shows.
 """
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterable
 from functools import cache
@@ -37,6 +41,11 @@ LABELED_TABLE = "gpu_metrics"
 called (dcgm-exporter labels every sample with its ``Hostname``; an export without the label
 vouches for its own name, the one leak in this check)."""
 
+ALIASES = "host_aliases"
+"""Key of a source record: the addresses its samples pair with host names."""
+
+_IPV4 = re.compile(r"^\d{1,3}(?:\.\d{1,3}){3}$")
+
 READ_HOST = "host_read"
 AGREED_HOST = "host_agreed"
 """Keys of a source record: the host its reader took from the name, and the one its rows hold
@@ -51,6 +60,9 @@ def agree_hosts(dataset: Dataset, host_option: str | None = None) -> dict[str, l
     if host_option:
         return {}
     files_of = _files_by_owner(dataset)
+    aliases = _address_names(dataset, files_of)
+    changed = _name_addresses(dataset, files_of, aliases)
+    files_of = _files_by_owner(dataset)
     found = []
     for record in dataset.manifest["sources"]:
         if record.get("format") not in _name_host_formats() or not any(
@@ -59,21 +71,17 @@ def agree_hosts(dataset: Dataset, host_option: str | None = None) -> dict[str, l
         read = record.get(READ_HOST) or path_host(record["path"])[0]
         if read:
             found.append((record, read, _readings(record["path"])))
-    short = _short_hosts(h for _, read, readings in found for h in (read, *readings))
+    short = {name: aliases.get(host, host) for name, host in
+             _short_hosts(h for _, read, readings in found for h in (read, *readings)).items()}
     named = [(record, short[read], record.get(AGREED_HOST, short[read]),
               [short[h] for h in readings]) for record, read, readings in found]
-    if not named:
-        return {}
     known = _known_hosts(dataset, files_of,
-                         {source_record_key(r): held for r, _, held, _ in named})
-    if not known:
-        return {}
+                         {source_record_key(r): held for r, _, held, _ in named}) if named else ()
     notes: dict[str, list[str]] = {}
-    changed = False
-    for record, read, held, readings in named:
+    for record, read, held, readings in named if known else ():
         agreed, note = _agreed_host(readings, read, known)
         if agreed != held:
-            _rewrite_host(dataset, source_record_key(record), files_of, held, agreed)
+            _rewrite_hosts(dataset, source_record_key(record), files_of, {held: agreed})
             record[READ_HOST], record[AGREED_HOST] = read, agreed
             changed = True
         if note:
@@ -83,6 +91,42 @@ def agree_hosts(dataset: Dataset, host_option: str | None = None) -> dict[str, l
     if changed:
         dataset.save_manifest()
     return notes
+
+
+def _address_names(dataset: Dataset, files_of: dict[str, list[tuple[str, str]]]
+                   ) -> dict[str, str]:
+    """The addresses the job's sources pair with one host name, and that no rank runs on (an
+    address paired with two names stays as it is): a scrape's ``instance`` beside DCGM's
+    ``Hostname`` (the readers' :data:`ALIASES`), and a DCGM file named by its address
+    (``dcgm_exporter/10.20.0.7_<unix>.prom``) whose samples name one host."""
+    names: dict[str, set[str]] = {}
+    for record in dataset.manifest["sources"]:
+        for address, host in record.get(ALIASES, {}).items():
+            names.setdefault(address, set()).add(host)
+        parts = [f for t, f in files_of.get(source_record_key(record), ()) if t == LABELED_TABLE]
+        if parts and (read := path_host(record["path"])[0]) and _IPV4.match(read):
+            labeled = {h for f in parts for h in dataset.part_stats(LABELED_TABLE, f)
+                       .get("hosts") or () if h and h != read}
+            if len(labeled) == 1:
+                names.setdefault(read, set()).add(labeled.pop())
+    rank_hosts = _distinct_hosts(dataset, RANK_TABLES) if names else set()
+    return {address: hosts.pop() for address, hosts in names.items()
+            if len(hosts) == 1 and address not in rank_hosts}
+
+
+def _name_addresses(dataset: Dataset, files_of: dict[str, list[tuple[str, str]]],
+                    aliases: dict[str, str]) -> bool:
+    """Rewrite the monitoring rows whose host is one of ``aliases`` to its host name; whether
+    any part changed."""
+    changed = False
+    for owner, files in files_of.items() if aliases else ():
+        mapping = {host: aliases[host] for table, file in files if table in MONITORING_TABLES
+                   for host in dataset.part_stats(table, file).get("hosts") or ()
+                   if host in aliases}
+        if mapping:
+            _rewrite_hosts(dataset, owner, files_of, mapping)
+            changed = True
+    return changed
 
 
 def hosts_without_ranks(dataset: Dataset) -> list[str]:
@@ -148,7 +192,7 @@ def _known_hosts(dataset: Dataset, files_of: dict[str, list[tuple[str, str]]],
     for owner, files in files_of.items():
         for table, file in files:
             if table in MONITORING_TABLES:
-                hosts = set(dataset._file_stats(table, file).get("hosts") or ())
+                hosts = set(dataset.part_stats(table, file).get("hosts") or ())
                 known |= hosts - {held_by[owner]} if owner in held_by else hosts
     return {h for h in known if h}
 
@@ -157,7 +201,7 @@ def _distinct_hosts(dataset: Dataset, tables: tuple[str, ...]) -> set[str]:
     """Distinct hosts of ``tables``, from their parts' footers (no rows read)."""
     listed = dataset.manifest.get("parts", {})
     return {host for name in tables for file in listed.get(name, ())
-            for host in dataset._file_stats(name, file).get("hosts") or () if host}
+            for host in dataset.part_stats(name, file).get("hosts") or () if host}
 
 
 def _files_by_owner(dataset: Dataset) -> dict[str, list[tuple[str, str]]]:
@@ -168,20 +212,22 @@ def _files_by_owner(dataset: Dataset) -> dict[str, list[tuple[str, str]]]:
     return owners
 
 
-def _rewrite_host(dataset: Dataset, owner: str, files_of: dict[str, list[tuple[str, str]]],
-                  held: str | None, agreed: str | None) -> None:
-    """Rewrite ``owner``'s monitoring parts with ``agreed`` in place of ``held`` (new files,
-    listed in place of the old ones at the next save)."""
+def _rewrite_hosts(dataset: Dataset, owner: str, files_of: dict[str, list[tuple[str, str]]],
+                   hosts: dict[str | None, str | None]) -> None:
+    """Rewrite ``owner``'s monitoring parts with each host of ``hosts`` (None: rows without a
+    host) in place of its key (new files, listed in place of the old ones at the next save)."""
+    host = pl.col("host")
+    renamed = host.replace({held: new for held, new in hosts.items() if held is not None})
+    if None in hosts:
+        renamed = pl.when(host.is_null()).then(pl.lit(hosts[None], pl.String)).otherwise(renamed)
     listing: dict[str, dict[str, dict[str, Any]]] = {}
     for table, file in files_of[owner]:
         if table in MONITORING_TABLES:
             frame = pl.read_parquet(dataset.path / table / file)
-            held_rows = pl.col("host").is_null() if held is None else pl.col("host") == held
-            frame = frame.with_columns(pl.when(held_rows).then(pl.lit(agreed, pl.String))
-                                       .otherwise(pl.col("host")).alias("host"))
+            frame = frame.with_columns(renamed.cast(pl.String).alias("host"))
             stem = f"{file.split('.', 1)[0]}.{uuid.uuid4().hex[:12]}"
             file, stats = dataset.write_file(table, frame, stem)
         else:
-            stats = dataset._file_stats(table, file)
+            stats = dataset.part_stats(table, file)
         listing.setdefault(table, {})[file] = stats
     dataset.list_files(owner, listing)

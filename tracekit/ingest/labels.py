@@ -14,7 +14,13 @@ import polars as pl
 
 from tracekit.core import schema
 from tracekit.core.errors import InputError
-from tracekit.core.identity import LINK_SEPARATOR, link_hosts, link_name, link_target
+from tracekit.core.identity import (
+    LINK_SEPARATOR,
+    canonical_host,
+    link_hosts,
+    link_name,
+    link_target,
+)
 from tracekit.ingest.base import Chunk, Reader, Source
 from tracekit.ingest.limits import check_json
 
@@ -67,6 +73,7 @@ class LabelsReader(Reader):
         frame = _read_parquet(source)
         labels, notes = current_link_targets(schema.conform("labels",
                                                             _cast(frame, "labels", source)))
+        labels = canonical_target_hosts(labels)
         yield Chunk(tables={"labels": labels}, lines=frame.height, bytes_read=source.size,
                     notes=notes)
 
@@ -98,6 +105,35 @@ def current_link_targets(labels: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]
              "names hold '-'); write them as link:A<->B"] if unsplit else []
     return labels.with_columns(pl.Series("target", targets, pl.String),
                                pl.Series("target_link", links, pl.String)), notes
+
+
+def canonical_target_hosts(labels: pl.DataFrame) -> pl.DataFrame:
+    """Labels whose targets name hosts as the tables do (``host:``, ``gpu:HOST/G``, both ends
+    of ``link:A<->B``, ``target_host``, ``target_link``:
+    :func:`~tracekit.core.identity.canonical_host`)."""
+    def part(text: str) -> str:
+        kind, _, name = text.partition(":")
+        if kind == "host":
+            return f"host:{canonical_host(name)}"
+        if kind == "gpu" and "/" in name:
+            host, _, gpu = name.rpartition("/")
+            return f"gpu:{canonical_host(host)}/{gpu}"
+        if kind == "link" and LINK_SEPARATOR in name:
+            return f"link:{link(name)}"
+        return text
+
+    def link(name: str) -> str:
+        a, _, b = name.partition(LINK_SEPARATOR)
+        return link_name(canonical_host(a), canonical_host(b))
+
+    targets = [None if t is None else "+".join(part(p) for p in t.split("+"))
+               for t in labels["target"]]
+    links = [t if t is None or LINK_SEPARATOR not in t else link(t)
+             for t in labels["target_link"]]
+    hosts = [None if h is None else canonical_host(h) for h in labels["target_host"]]
+    return labels.with_columns(pl.Series("target", targets, pl.String),
+                               pl.Series("target_link", links, pl.String),
+                               pl.Series("target_host", hosts, pl.String))
 
 
 def truth_iterations(frame: pl.DataFrame) -> pl.DataFrame:
@@ -172,21 +208,24 @@ def _json_document(source: Source) -> object:
 
 def label_row(entry: dict, source: Source, index: int) -> dict:
     """One ``labels`` row from one entry of a labeled dump's ``labels.json``: the target as
-    ``rank:N`` (with its host and GPU), ``host:H`` or ``link:A<->B``; causes spelled as
-    tracekit spells them (``gpu_thermal`` -> ``gpu-thermal``)."""
+    ``rank:N`` (with its host and GPU), ``host:H`` or ``link:A<->B``, hosts spelled as the
+    tables spell them (:func:`~tracekit.core.identity.canonical_host`: a generator's FQDN or
+    upper-case names would otherwise never equal a verdict's); causes spelled as tracekit
+    spells them (``gpu_thermal`` -> ``gpu-thermal``)."""
     try:
         target = entry.get("target") or {}
-        link = [str(h) for h in target["link"]] if "link" in target else None
+        link = [canonical_host(str(h)) for h in target["link"]] if "link" in target else None
         rank = target.get("rank")
+        host = canonical_host(str(target["host"])) if target.get("host") else None
         text = (link_target(*link) if link else f"rank:{rank}" if rank is not None
-                else f"host:{target['host']}" if target.get("host") else None)
+                else f"host:{host}" if host else None)
         episode = "".join(ch for ch in str(entry["episode"]) if ch.isdigit())
         return {
             "episode": int(episode) if episode else index + 1,
             "fail_slow": bool(entry["counts_as_failslow"]),
             "kind": entry.get("kind"),
             "cause": str(entry["cause"]).replace("_", "-"),
-            "target": text, "target_rank": rank, "target_host": target.get("host"),
+            "target": text, "target_rank": rank, "target_host": host,
             "target_gpu": target.get("gpu"), "target_link": link_name(*link) if link else None,
             "t_start_ns": int(entry["t_start_ns"]), "t_end_ns": int(entry["t_end_ns"]),
             "start_iteration": entry.get("iter_start"), "end_iteration": entry.get("iter_end"),

@@ -44,7 +44,7 @@ from tracekit.ingest.base import (
 )
 from tracekit.ingest.hosts import agree_hosts
 from tracekit.ingest.limits import Limits, refuse_compressed
-from tracekit.ingest.sources import input_files, is_archive, iter_sources
+from tracekit.ingest.sources import gunzipped, input_files, is_archive, is_gzip, iter_sources
 
 ProgressCallback = Callable[[str, int, int], None]
 """Called as ``progress(source_name, bytes_done_delta, rows_delta)`` while reading."""
@@ -94,6 +94,7 @@ class SourceSummary:
     notes: list[str] = field(default_factory=list)
     step_axis: str | None = None
     """:attr:`~tracekit.ingest.base.Chunk.step_axis`"""
+    host_aliases: dict[str, str] = field(default_factory=dict)
     record_key: str | None = None
     """Its manifest record's key, when it has one."""
     job_keys: list[str] = field(default_factory=list)
@@ -305,6 +306,8 @@ def _ingest_source(
     summary = SourceSummary(source.name)
     try:
         reader = _reader_of_gzip(source, forced)
+        if reader is None and is_gzip(source):
+            source = gunzipped(source)
         if reader is None:
             refuse_compressed(source.head, source.name)
             reader = forced or registry.sniff(source)
@@ -344,6 +347,7 @@ def _ingest_source(
         "quarantined": summary.quarantined,
         "notes": summary.notes,
         **({"step_axis": summary.step_axis} if summary.step_axis else {}),
+        **({"host_aliases": summary.host_aliases} if summary.host_aliases else {}),
         "job_keys": summary.job_keys,
         "parts": parts,
     }
@@ -396,6 +400,7 @@ def _read_into(
             summary.skipped += chunk.skipped
             summary.notes.extend(n for n in chunk.notes if n not in summary.notes)
             summary.step_axis = summary.step_axis or chunk.step_axis
+            summary.host_aliases.update(chunk.host_aliases)
             if report:
                 report(source=source.name, bytes=chunk.bytes_read, rows=rows)
         writer.close()

@@ -191,6 +191,9 @@ class Routed:
     bad: pl.DataFrame | None = None
     """Samples whose value no table can hold (line_no, line, reason), for the quarantine."""
     notes: list[str] = field(default_factory=list)
+    aliases: dict[str, str] = field(default_factory=dict)
+    """Scrape addresses (``instance`` without its port) and the host names their samples carry
+    (:func:`~tracekit.core.identity.learn_hosts`)."""
 
 
 COUNTER_LIMIT = 2.0**63
@@ -226,7 +229,8 @@ def route_samples(samples: pl.DataFrame, identity: IdentityMap) -> Routed:
     Host is the ``Hostname`` / ``hostname`` label, else the scrape ``instance`` (through the
     aliases learned from rows carrying both, then ``identity``), else the file's host.
     """
-    framed, bad = split_on_reason(_with_hosts(samples, identity), value_problem(samples))
+    hosted, aliases = _with_hosts(samples, identity)
+    framed, bad = split_on_reason(hosted, value_problem(samples))
     framed, glitches = _ib_glitches(framed.drop("reason"))
     framed = framed.drop("line")
     name = pl.col("name")
@@ -235,7 +239,7 @@ def route_samples(samples: pl.DataFrame, identity: IdentityMap) -> Routed:
     is_cpu = name.is_in(["node_cpu_seconds_total", "node_load1", "node_load5", "node_load15"])
     is_ipmi = name.str.starts_with("ipmi_")
     routed = Routed(bad=pl.concat([bad.select(pl.col("line_no").cast(pl.Int64), "line", "reason"),
-                                   glitches]).sort("line_no"))
+                                   glitches]).sort("line_no"), aliases=aliases)
     tables: dict[str, list[pl.DataFrame]] = {}
     for part, build in ((is_dcgm, _gpu_rows), (is_ib, _ib_rows), (is_cpu, _cpu_rows),
                         (is_ipmi, _ipmi_rows)):
@@ -259,10 +263,12 @@ def route_samples(samples: pl.DataFrame, identity: IdentityMap) -> Routed:
     return routed
 
 
-def _with_hosts(samples: pl.DataFrame, identity: IdentityMap) -> pl.DataFrame:
+def _with_hosts(samples: pl.DataFrame, identity: IdentityMap
+                ) -> tuple[pl.DataFrame, dict[str, str]]:
     """``samples`` with their ``host`` (see :func:`route_samples`), worked out once per distinct
     (host label, instance, file host): a scrape names a handful of hosts on every sample, and
-    :func:`~tracekit.core.identity.short_host`'s regexes need not run on each."""
+    :func:`~tracekit.core.identity.short_host`'s regexes need not run on each; and the
+    addresses learned on the way."""
     has_instance = "instance" in _fields(samples)
     learned = learn_hosts(samples.select("labels").unique().unnest("labels", separator="."),
                           "labels.Hostname", "labels.instance") if has_instance else {}
@@ -278,7 +284,7 @@ def _with_hosts(samples: pl.DataFrame, identity: IdentityMap) -> pl.DataFrame:
         mapping.host(pl.col("snap_host")),
     ).alias("host"))
     return keyed.join(hosts, on=keys, how="left", nulls_equal=True, maintain_order="left") \
-        .drop("_named", "_instance")
+        .drop("_named", "_instance"), {a: h for a, h in learned.items() if a != h}
 
 
 def _ib_glitches(samples: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -511,7 +517,7 @@ def _chunk(source: Source, routed: Routed, bad: pl.DataFrame | None, lines: int,
         tables=routed.tables,
         quarantine=quarantine_frame(source, bad) if bad.height else None,
         lines=lines, skipped=skipped, derived=routed.derived, bytes_read=bytes_read,
-        notes=routed.notes,
+        notes=routed.notes, host_aliases=routed.aliases,
     )
 
 

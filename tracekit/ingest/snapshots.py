@@ -41,7 +41,7 @@ EXPORTER_WORDS = frozenset({
     "sensor", "sensors", "sdr", "prom", "metrics", "scrape", "counters", "dmon", "dcgmi",
     "exporter", "hw", "sys", "class", "infiniband", "ports", "port", "net", "stats",
     "statistics", "snapshot", "snapshots", "dump", "dumps", "prometheus", "telemetry",
-    "monitoring", "logs", "log", "job", "jobs", "export", "exports", "data", "raw",
+    "monitoring", "logs", "log", "job", "jobs", "export", "exports", "data", "raw", "federate",
 })
 """Collector, sysfs and dump words: never a host, in a file name or as a folder."""
 
@@ -52,7 +52,7 @@ _GENERIC_TOKEN = re.compile(rf"^(?:{_DEVICE})$", re.IGNORECASE)
 _DATE_FOLDER = re.compile(r"^\d{4}-?\d\d-?\d\d(?:$|[T_ -])")
 _HOST_CHARS = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _IPV4 = re.compile(r"^\d{1,3}(?:\.\d{1,3}){3}$")
-_WORD_NUMBER = re.compile(r"^[A-Za-z]+-\d+$")
+_WORD_NUMBER = re.compile(r"^[A-Za-z]+(?:-[A-Za-z]+)*-\d+$")
 _TOKEN_SEPARATORS = re.compile(r"[._-]")
 
 _EXTENSION = re.compile(r"(?:\.(?:prom|txt|log|json|csv|out|metrics|gz|xz|zst|bz2))+$",
@@ -156,22 +156,26 @@ def name_host_readings(file_name: str) -> list[str]:
     Leading collector words (:data:`EXPORTER_WORDS`, device and port tokens) are dropped
     whatever the separator; failing one, the first ``.`` / ``_`` token is (a dotted FQDN after
     it stays whole); ``<host>_<exporter>`` is read the other way round. A dash alone never
-    splits, since host names hold dashes. The less stripped readings follow (``node.node-1``
-    reads ``node-1`` after ``1`` is refused as a number), for the job's other sources to pick
-    from."""
+    splits the likeliest reading, since host names hold dashes. The less stripped readings
+    follow (``node.node-1`` reads ``node-1`` after ``1`` is refused as a number), then the
+    name whole where a collector word led it across a dash (``sys-gpu-01``, ``data-node-3``),
+    then the readings without a collector word after a dash (``gpu01-hwc``), for the job's
+    other sources to pick from."""
     match = _time_in_name(file_name)
     if match is None:
         return []
     prefix = _EXTENSION.sub("", file_name)[:match.start()].rstrip("._- ")
-    stages, stripped = [prefix], False
-    while (lead := re.match(r"^([A-Za-z0-9]+)[._-](.+)$", stages[-1])) and \
+    stages = [prefix]
+    while (lead := re.match(r"^([A-Za-z0-9]+)([._-])(.+)$", stages[-1])) and \
             _is_generic(lead.group(1)):
-        stages.append(lead.group(2))
-        stripped = True
+        stages.append(lead.group(3))
     readings = [_strip_trailing_word(stage) for stage in reversed(stages[1:] or stages)]
-    if not stripped and readings[0] == prefix and \
+    if len(stages) == 1 and readings[0] == prefix and \
             (split := re.match(r"^([^._]+)[._](.+)$", prefix)):
         readings.insert(0, split.group(2))
+    if len(stages) > 1 and prefix[len(prefix) - len(stages[1]) - 1] == "-":
+        readings.append(prefix)
+    readings += [cut for reading in readings if (cut := _strip_trailing_dash_word(reading))]
     return list(dict.fromkeys(r for r in readings if _may_be_host(r)))
 
 
@@ -191,12 +195,22 @@ def _strip_trailing_word(text: str) -> str:
     return text
 
 
+def _strip_trailing_dash_word(text: str) -> str | None:
+    """``gpu01-hwc-dcgm`` -> ``gpu01``: trailing collector words after a dash; None when there
+    is none."""
+    stripped = text
+    while (trail := re.match(r"^(.+?)-([A-Za-z0-9]+)$", stripped)) and _is_generic(trail.group(2)):
+        stripped = trail.group(1)
+    return stripped if stripped != text else None
+
+
 def _is_generic(word: str) -> bool:
     return word.lower() in EXPORTER_WORDS or bool(_GENERIC_TOKEN.match(word))
 
 
 def _may_be_host(text: str) -> bool:
-    """An IPv4 address, a word and a number (``node-1``, though ``node`` names a collector), or
+    """An IPv4 address, words and a number (``node-1``, ``data-node-3``, though ``node`` and
+    ``data`` name collectors and dumps), or
     host name characters with a word that names no collector or device (``mlx5_0``,
     ``0_ports_1`` are none)."""
     if _IPV4.match(text) or _WORD_NUMBER.match(text):

@@ -8,6 +8,7 @@ a compression bomb cannot fill the disk or memory.
 
 from __future__ import annotations
 
+import gzip
 import lzma
 import tarfile
 import tempfile
@@ -132,6 +133,36 @@ def iter_archive(path: Path, limits: Limits | None = None,
             spool.close()
 
 
+def is_gzip(source: Source) -> bool:
+    """A single gzip-compressed file (a tar archive is read as one before it is a source)."""
+    return source.head.startswith(b"\x1f\x8b")
+
+
+def gunzipped(source: Source) -> Source:
+    """A gzip file that no reader reads itself (log rotation's ``dcgm.gpu01.<unix>.prom.gz``,
+    ``nccl.log.gz``) as its decompressed bytes, under its own name: spooled as an archive
+    member is, and refused past the same limits (an archive of one member)."""
+    spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY_BYTES)  # noqa: SIM115
+    total = 0
+    try:
+        with source.open() as raw, gzip.GzipFile(fileobj=raw) as stream:
+            while block := stream.read(1 << 22):
+                total += len(block)
+                # against the compressed bytes read so far: a bomb stops before it spills
+                _check_expansion(total, raw.tell(), source.limits, source.name, "file")
+                spool.write(block)
+    except (OSError, EOFError, zlib.error) as error:
+        spool.close()
+        raise InputError(f"gzip data is truncated or damaged ({error}); copy the file again",
+                         source.name) from None
+    except InputError:
+        spool.close()
+        raise
+    gunzipped = _spooled_source(source.name, total, spool)
+    gunzipped.limits = source.limits
+    return gunzipped
+
+
 def _check_end(archive: tarfile.TarFile, path: Path, last: str | None) -> None:
     """Refuse an archive that ends inside a header or without its end-of-archive block, or
     whose compressed stream fails its checksum: tarfile stops at the end-of-archive block
@@ -168,13 +199,15 @@ def _damaged(path: Path, error: Exception, member: str | None = None, after: str
                       "archive again", str(path))
 
 
-def _check_expansion(total: int, packed: int, limits: Limits, name: str) -> None:
-    """Refuse an archive whose members up to ``name`` decompress beyond the limits."""
+def _check_expansion(total: int, packed: int, limits: Limits, name: str,
+                     what: str = "archive") -> None:
+    """Refuse an archive whose members up to ``name`` (or a gzip file) decompress beyond the
+    limits."""
     if total > limits.max_archive_bytes:
-        raise InputError(too_large("the archive's decompressed size",
+        raise InputError(too_large(f"the {what}'s decompressed size",
                                    limits.max_archive_bytes, "max_archive_bytes"), name)
     if total > EXPANSION_GRACE_BYTES and total > limits.max_expansion * packed:
-        raise InputError(f"the archive expands {total // max(packed, 1):,}x its size (limit "
+        raise InputError(f"the {what} expands {total // max(packed, 1):,}x its size (limit "
                          f"{limits.max_expansion}x: a compression bomb?); if it is trusted, "
                          "raise it with --option max_expansion=N", name)
 

@@ -16,7 +16,11 @@ exercise every way a dump's folders and names can (or cannot) tell the host:
   a site's own collector names, which read as hosts the job does not know;
 - ``prometheus-job``: one Prometheus range-query JSON for the whole job
   (``monitoring/prometheus-<job>.json``), hosts in ``Hostname`` labels and ``instance``
-  addresses only; the IPMI snapshots stay per host.
+  addresses only; the IPMI snapshots stay per host;
+- ``federate``: Prometheus ``/federate`` pulls, one text file per exporter and scrape for the
+  whole job (``monitoring/federate/<exporter>-<unix_s>.prom``), every sample with its
+  ``instance`` address and time; only DCGM's samples name their host (``Hostname``), so the
+  node_exporter files' hosts are known from addresses the DCGM files pair with names.
 
 ipmitool snapshots keep their ``# ts= host=`` markers in every layout (collectors log them by
 hand).
@@ -52,6 +56,7 @@ _IPMI_PATHS: dict[str, Callable[[str, int], str]] = {
     "sysfs-names": lambda host, ts: f"{host}/{IPMI_FILE}",
     "site-names": lambda host, ts: f"{host}/{IPMI_FILE}",
     "prometheus-job": lambda host, ts: f"ipmitool/{host}.txt",
+    "federate": lambda host, ts: f"ipmitool/{host}.txt",
 }
 
 _EXPORTER_FOLDERS = {"dcgm": "dcgm_exporter", "node": "node_exporter", "hwc": "hw_counters"}
@@ -59,7 +64,10 @@ _SYSFS_NAMES = {"dcgm": "dcgm-exporter", "node": "node-exporter", "hwc": "hw_cou
 _SITE_NAMES = {"dcgm": "gpumon", "node": "cpumon", "hwc": "roce_mon"}
 """A site's own collector names, which no list of collector words can know."""
 
-DUMP_LAYOUTS = ("per-host", *_SCRAPE_PATHS, "prometheus-job")
+_PROMETHEUS_LAYOUTS = ("prometheus-job", "federate")
+"""Layouts that write what a Prometheus server returns rather than the exporters' files."""
+
+DUMP_LAYOUTS = ("per-host", *_SCRAPE_PATHS, *_PROMETHEUS_LAYOUTS)
 """The layouts ``--dump-layout`` chooses from; ``per-host`` is what the writers leave."""
 
 INSTANCE_PORTS = {"dcgm": 9400, "node": 9100}
@@ -91,7 +99,7 @@ def arrange(monitoring: Path, hosts: list[str], layout: str, job: str) -> None:
         moved = monitoring / ".moved" / _IPMI_PATHS[layout](host, first_ts)
         moved.parent.mkdir(parents=True, exist_ok=True)
         ipmi.rename(moved)
-        if layout == "prometheus-job":
+        if layout in _PROMETHEUS_LAYOUTS:
             series += _prometheus_series(folder, host, hosts.index(host))
         else:
             for name in SCRAPE_NAMES:
@@ -99,7 +107,9 @@ def arrange(monitoring: Path, hosts: list[str], layout: str, job: str) -> None:
                                    monitoring / ".moved" / _SCRAPE_PATHS[layout](
                                        exporter, host, ts, ext))
         shutil.rmtree(folder)
-    if series:
+    if series and layout == "federate":
+        _write_federate(monitoring / ".moved" / "federate", series)
+    elif series:
         document = {"status": "success", "data": {"resultType": "matrix", "result": series}}
         (monitoring / f"prometheus-{job}.json").write_text(json.dumps(document) + "\n")
     for path in sorted((monitoring / ".moved").rglob("*")):
@@ -143,6 +153,26 @@ def _prometheus_series(folder: Path, host: str, index: int) -> list[dict]:
             add(f"node_infiniband_{IB_METRICS[counter]}", {"device": device, "port": port},
                 "node", ts_s, value)
     return [{"metric": dict(key), "values": values} for key, values in series.items()]
+
+
+def _write_federate(folder: Path, series: list[dict]) -> None:
+    """``series`` as ``/federate`` text, one file per exporter (the ``job`` label) and scrape:
+    ``# TYPE`` lines, then every host's samples with their labels and time in ms."""
+    scrapes: dict[tuple[str, int], dict[str, list[str]]] = {}
+    for entry in series:
+        labels = dict(entry["metric"])
+        name = labels.pop("__name__")
+        text = ",".join(f'{key}="{value}"' for key, value in labels.items())
+        for ts_s, value in entry["values"]:
+            families = scrapes.setdefault((labels["job"], int(ts_s)), {})
+            families.setdefault(name, []).append(f"{name}{{{text}}} {value} {int(ts_s * 1000)}")
+    folder.mkdir(parents=True, exist_ok=True)
+    for (exporter, ts_s), families in scrapes.items():
+        lines = []
+        for name, samples in families.items():
+            kind = "counter" if name.endswith("_total") else "gauge"
+            lines += [f"# TYPE {name} {kind}", *samples]
+        (folder / f"{exporter}-{ts_s}.prom").write_text("\n".join(lines) + "\n")
 
 
 def _day(ts: int) -> str:
