@@ -59,6 +59,23 @@ def _repeat_dcgm_collects(job: Path) -> None:
                 shutil.copyfile(first, repeat)
 
 
+EXPORTERS = {"dcgm": "dcgm_exporter.prom", "node": "node_exporter.prom",
+             "rnic": "mlx5_hw_counters.txt", "ipmi": "ipmitool_sensor.txt"}
+"""The synthesizer's series file of each exporter (the per-host-series layout)."""
+
+
+def _only(*kept: str) -> Callable[[Path], None]:
+    """A rewrite that leaves only the ``kept`` exporters' files, as a site that runs only some
+    (none: the collective log alone), so that verdicts resting on timing alone, or on a cause
+    by elimination, are drawn and their confidence measured."""
+    def rewrite(job: Path) -> None:
+        for exporter, name in EXPORTERS.items():
+            if exporter not in kept:
+                for path in job.glob(f"monitoring/*/{name}"):
+                    path.unlink()
+    return rewrite
+
+
 @dataclass(frozen=True)
 class DumpLayout:
     collectives: str
@@ -81,6 +98,13 @@ DUMP_LAYOUTS: dict[str, DumpLayout] = {
     "nccl/sysfs-names": DumpLayout("nccl", "scrapes", dump_layout="sysfs-names"),
     "nccl/site-names": DumpLayout("nccl", "scrapes", dump_layout="site-names"),
     "hook/prometheus-job": DumpLayout("hook", "series", dump_layout="prometheus-job"),
+    # partial monitoring: what many sites have
+    "nccl/no-monitoring": DumpLayout("nccl", "series", _only()),
+    "nccl/dcgm-only": DumpLayout("nccl", "series", _only("dcgm")),
+    "nccl/no-rnic": DumpLayout("nccl", "series", _only("dcgm", "node", "ipmi")),
+    "hook/no-monitoring": DumpLayout("hook", "series", _only()),
+    "hook/dcgm-only": DumpLayout("hook", "series", _only("dcgm")),
+    "hook/node-only": DumpLayout("hook", "series", _only("node", "ipmi")),
 }
 """Collective log format, monitoring files, where they lie and how hosts are named, and what
 is done to them after writing."""
