@@ -145,7 +145,7 @@ def test_issue_times_without_a_straggler_or_monitoring_name_nothing():
     assert verdict.evidence.endswith(
         "the dump has no DCGM samples (gpu_metrics), no host CPU samples (node_exporter, "
         "host_metrics), no RNIC congestion counters (nic_counters) to tell which GPU, host or "
-        "link slowed; add them, or the hook CSV with call ends")
+        "link slowed; add the missing monitoring, or the hook CSV with call ends")
 
 
 def test_a_compound_of_two_shown_causes():
@@ -153,3 +153,18 @@ def test_a_compound_of_two_shown_causes():
     congestion = Verdict("communication", "network-congestion", "link:a<->b", 0.95, "CNP")
     verdict = _combined([thermal, congestion])
     assert (verdict.kind, verdict.confidence) == ("compound", 0.9)
+
+
+@pytest.mark.parametrize("call_ends", [True, False])
+def test_no_cause_by_elimination_where_the_alternative_is_unseen(call_ends):
+    """Normal clocks and no host CPU samples: a contended CPU slows a rank as a slower GPU
+    does, so neither is claimed."""
+    own, skew = (_own(1), _skew(None)) if call_ends else (None, _skew(1))
+    verdict = _decide(own, skew, _gpu_metrics())
+    assert (verdict.cause, verdict.target, verdict.confidence, verdict.inferred) == (
+        INSUFFICIENT, "rank:1", 0.6, False)
+    assert verdict.evidence.endswith(
+        "GPU h2/0: SM clock 1410 -> 1410 MHz (peers 1410 MHz); temperature 64 -> 64 C; clocks "
+        "and throttle reasons normal; no host CPU samples (host_metrics cpu_util_pct) for h2: "
+        "cannot confirm CPU contention, so a slower GPU is not concluded: normal clocks do not "
+        "rule out CPU contention")

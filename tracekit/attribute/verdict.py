@@ -164,6 +164,7 @@ def _compute_culprits(signals: Signals) -> list[Verdict]:
                                         f"{row['text']}; {finding.text or 'no GPU cause'}",
                                         cpu, unique=False))
                 continue
+            finding = _eliminated(finding, cpu)
         out.append(_culprit("compute", f"rank:{row['rank']}", row["text"], finding, unique=True))
     return out
 
@@ -190,9 +191,9 @@ def _from_telemetry(signals: Signals) -> Verdict:
         rank, timing = straggler
         host = signals.rank_hosts[rank]
         gpu = signals.ranks.filter(pl.col("rank") == rank)["gpu"][0]
-        return _culprit("compute", f"rank:{rank}", timing,
-                        ev.gpu_finding(signals.gpu_metrics, host, gpu, signals.window),
-                        unique=True)
+        finding = _eliminated(ev.gpu_finding(signals.gpu_metrics, host, gpu, signals.window),
+                              ev.host_finding(signals.host_metrics, host, signals.window))
+        return _culprit("compute", f"rank:{rank}", timing, finding, unique=True)
     missing = [what for what, frame in (
         ("DCGM samples (gpu_metrics)", signals.gpu_metrics),
         ("host CPU samples (node_exporter, host_metrics)", signals.host_metrics),
@@ -202,10 +203,23 @@ def _from_telemetry(signals: Signals) -> Verdict:
     if missing:
         return Verdict("unknown", INSUFFICIENT, None, 0.0,
                        f"{no_ends}, and the dump has no {', no '.join(missing)} to tell which "
-                       "GPU, host or link slowed; add them, or the hook CSV with call ends")
+                       "GPU, host or link slowed; add the missing monitoring, or the hook CSV with "
+                       "call ends")
     return Verdict("unknown", "unknown", None, 0.0,
                    f"{no_ends}; no GPU's thermal reasons, no host's CPU busy share and no "
                    "link's congestion notifications moved with the slowdown")
+
+
+def _eliminated(gpu: ev.Finding, cpu: ev.Finding) -> ev.Finding:
+    """A slower GPU concluded by elimination, withdrawn where its host's CPU has no samples:
+    normal clocks rule out throttling, not CPU contention, which slows a rank alike (on fresh
+    seeds every such conclusion was a contended CPU)."""
+    if not gpu.inferred or cpu.missing is None:
+        return gpu
+    return ev.Finding(None, gpu.text.removesuffix(ev.INFERRED_DEGRADATION)
+                      + "; clocks and throttle reasons normal",
+                      f"{cpu.missing}, so a slower GPU is not concluded: normal clocks do not "
+                      "rule out CPU contention")
 
 
 def _waited_for(skew: pl.DataFrame, rank_hosts: dict[int, str]) -> tuple[int, str] | None:
