@@ -93,8 +93,11 @@ def verdict_class() -> pl.Expr:
     from tracekit.attribute import verdict as v
 
     return (pl.when(pl.col("kind") == "compound").then(pl.lit("compound"))
+            .when((pl.col("cause") == v.INSUFFICIENT)
+                  & (pl.col("confidence") == v.CONFIDENCE_ARRIVAL)).then(pl.lit("arrival only"))
             .when(pl.col("cause") == v.INSUFFICIENT).then(pl.lit("timing only"))
             .when(pl.col("inferred")).then(pl.lit("inferred"))
+            .when(pl.col("confidence") == v.CONFIDENCE_UNCHECKED).then(pl.lit("part unchecked"))
             .when(pl.col("confidence") == v.CONFIDENCE_TIMING_AND_SIGNAL)
             .then(pl.lit("timing and signal"))
             .when(pl.col("confidence") == v.CONFIDENCE_SIGNAL).then(pl.lit("signal"))

@@ -75,6 +75,7 @@ def _host_metrics(busy: str | None = None) -> pl.DataFrame:
     return schema.conform("host_metrics", frame.cast(dict(schema.HOST_METRICS.schema)))
 
 
+THERMAL = Verdict("compute", "gpu-thermal", "rank:4", 0.95, "hw_thermal set")
 NO_GPU = schema.conform("gpu_metrics", pl.DataFrame())
 NO_HOST = schema.conform("host_metrics", pl.DataFrame())
 NO_NIC = schema.conform("nic_counters", pl.DataFrame())
@@ -104,7 +105,7 @@ def test_timing_alone_names_the_culprit_and_no_cause():
     why, so no cause is claimed."""
     verdict = _decide(_own(1), _skew(None))
     assert (verdict.cause, verdict.target, verdict.confidence, verdict.inferred) == (
-        INSUFFICIENT, "rank:1", 0.6, False)
+        INSUFFICIENT, "rank:1", 0.85, False)
     assert "no DCGM samples (gpu_metrics) for GPU h2/0" in verdict.evidence
 
 
@@ -112,7 +113,7 @@ def test_a_cause_by_elimination_is_inferred_and_capped():
     """DCGM and CPU normal for the slow rank: a slower GPU is concluded, not seen."""
     verdict = _decide(_own(1), _skew(None), _gpu_metrics(), _host_metrics())
     assert (verdict.cause, verdict.target, verdict.confidence, verdict.inferred) == (
-        "gpu-degradation", "rank:1", 0.6, True)
+        "gpu-degradation", "rank:1", 0.5, True)
 
 
 def test_a_clock_drop_is_a_signal_of_its_own():
@@ -134,7 +135,7 @@ def test_issue_times_and_no_monitoring_name_the_waited_for_rank_and_no_cause(cpu
     waited for is named from its arrivals, its cause is not."""
     verdict = _decide(None, _skew(1), host=_host_metrics() if cpu else NO_HOST)
     assert (verdict.cause, verdict.target, verdict.confidence, verdict.inferred) == (
-        INSUFFICIENT, "rank:1", 0.6, False)
+        INSUFFICIENT, "rank:1", 0.5, False)
     assert "made its peers wait 30% of the time vs 0% before" in verdict.evidence
 
 
@@ -149,22 +150,35 @@ def test_issue_times_without_a_straggler_or_monitoring_name_nothing():
 
 
 def test_a_compound_of_two_shown_causes():
-    thermal = Verdict("compute", "gpu-thermal", "rank:4", 0.95, "hw_thermal set")
     congestion = Verdict("communication", "network-congestion", "link:a<->b", 0.95, "CNP")
-    verdict = _combined([thermal, congestion])
+    verdict = _combined([THERMAL, congestion])
     assert (verdict.kind, verdict.confidence) == ("compound", 0.9)
 
 
 @pytest.mark.parametrize("call_ends", [True, False])
-def test_no_cause_by_elimination_where_the_alternative_is_unseen(call_ends):
+def test_no_cause_by_elimination_where_an_alternative_is_unseen(call_ends):
     """Normal clocks and no host CPU samples: a contended CPU slows a rank as a slower GPU
-    does, so neither is claimed."""
+    does (and from issue times, with no RNIC counters, so does a congested link), so no cause
+    is claimed."""
     own, skew = (_own(1), _skew(None)) if call_ends else (None, _skew(1))
     verdict = _decide(own, skew, _gpu_metrics())
     assert (verdict.cause, verdict.target, verdict.confidence, verdict.inferred) == (
-        INSUFFICIENT, "rank:1", 0.6, False)
+        INSUFFICIENT, "rank:1", 0.85 if call_ends else 0.5, False)
+    network = ("" if call_ends else "; no RNIC congestion counters (nic_counters): a rank can "
+               "be late behind a congested link")
     assert verdict.evidence.endswith(
         "GPU h2/0: SM clock 1410 -> 1410 MHz (peers 1410 MHz); temperature 64 -> 64 C; clocks "
         "and throttle reasons normal; no host CPU samples (host_metrics cpu_util_pct) for h2: "
-        "cannot confirm CPU contention, so a slower GPU is not concluded: normal clocks do not "
-        "rule out CPU contention")
+        f"cannot confirm CPU contention{network}; so a slower GPU is not concluded: normal "
+        "clocks rule out throttling only")
+
+
+@pytest.mark.parametrize(("unseen", "confidence"), [(False, 0.95), (True, 0.3)])
+def test_a_part_left_out_unchecked_caps_the_shown_one(unseen, confidence):
+    """A slow link beside a thermal GPU: with RNIC counters that stay quiet it is no second
+    cause; with none, it may be one."""
+    link = Verdict("communication", INSUFFICIENT, "link:a<->b", 0.85, "slow groups cross it",
+                   unseen=unseen)
+    verdict = _combined([THERMAL, link])
+    assert (verdict.cause, verdict.target, verdict.confidence) == (
+        "gpu-thermal", "rank:4", confidence)
