@@ -268,6 +268,23 @@ def _chain(*rewrites: Callable[[Path], None]) -> Callable[[Path], None]:
     return rewrite
 
 
+EXPORTERS = {"dcgm": "dcgm_exporter.prom", "node": "node_exporter.prom",
+             "rnic": "mlx5_hw_counters.txt", "ipmi": "ipmitool_sensor.txt"}
+"""The synthesizer's series file of each exporter (the per-host-series layout)."""
+
+
+def _only(*kept: str) -> Callable[[Path], None]:
+    """A rewrite that leaves only the ``kept`` exporters' files, as a site that runs only some
+    (none: the collective log alone), so that verdicts resting on timing alone, or on a cause
+    by elimination, are drawn and their confidence measured."""
+    def rewrite(job: Path) -> None:
+        for exporter, name in EXPORTERS.items():
+            if exporter not in kept:
+                for path in job.glob(f"monitoring/*/{name}"):
+                    path.unlink()
+    return rewrite
+
+
 @dataclass(frozen=True)
 class DumpLayout:
     collectives: str
@@ -335,6 +352,18 @@ iteration."""
 BENIGN = ("benign-mild", "benign-burst", "benign-spike", "benign-drift")
 """Slowdowns that are no fail-slow by the definition, which detection must not flag: x1.05 at
 most for a long stretch, x1.5 for 5-10 iterations, one slow iteration, a drift under 10 %."""
+
+PARTIAL_MONITORING: dict[str, DumpLayout] = {
+    "nccl/no-monitoring": DumpLayout("nccl", "series", _only()),
+    "nccl/dcgm-only": DumpLayout("nccl", "series", _only("dcgm")),
+    "nccl/no-rnic": DumpLayout("nccl", "series", _only("dcgm", "node", "ipmi")),
+    "hook/no-monitoring": DumpLayout("hook", "series", _only()),
+    "hook/dcgm-only": DumpLayout("hook", "series", _only("dcgm")),
+    "hook/node-only": DumpLayout("hook", "series", _only("node", "ipmi")),
+}
+"""What many sites have: some exporters, or none. Their verdicts rest on timing alone or on
+fewer signals, and cannot name every cause, so the benchmark scores their causes apart."""
+DUMP_LAYOUTS.update(PARTIAL_MONITORING)
 
 SCENARIOS = ("clean", "clean", "gpu-thermal", "gpu-degradation", "cpu-contention",
              "network-congestion", "compound", "back-to-back", "two-causes", "decoy",

@@ -3,10 +3,11 @@
 decoys), analysed end to end, scored against its labels.
 
 Prints, for the verdict detector: jobs right and FPR (overall and per dump layout), found /
-culprit / cause per labeled cause, and the reliability of the confidence (bins of confidence
--> share of verdicts right, with the Brier score). A verdict is an episode that names a cause;
-it is right when its culprit and cause are right for every fail-slow it overlaps (one that
-overlaps none is wrong).
+culprit / cause per labeled cause (full and partial monitoring apart), and the reliability of
+the confidence: per confidence bin and per kind of verdict, the share right, with the Brier
+score. A verdict is an episode that names a culprit or a cause; it is right when what it
+claims (culprit and cause; the culprit alone for ``insufficient-evidence``) is right for
+every fail-slow it overlaps (one that overlaps none is wrong).
 
 ``python -m benchmarks accuracy [--jobs N] [--seed S] [--workers W] [--keep=DIR]
 [--dumps=A,B] [--scenarios=X,Y]``: N jobs (default 55: about 15 CPU-s each, most of it
@@ -30,7 +31,14 @@ from pathlib import Path
 
 import polars as pl
 
-from benchmarks.accuracy_corpus import DUMP_LAYOUTS, SCENARIOS, DrawnJob, draw_jobs, write_job
+from benchmarks.accuracy_corpus import (
+    DUMP_LAYOUTS,
+    PARTIAL_MONITORING,
+    SCENARIOS,
+    DrawnJob,
+    draw_jobs,
+    write_job,
+)
 from benchmarks.accuracy_margins import print_margins
 
 DEFAULT_JOBS = 55
@@ -63,33 +71,61 @@ def _analyse(task: tuple[DrawnJob, str]) -> str:
 
 
 def verdicts(evaluation, episodes: pl.DataFrame, detector: str) -> pl.DataFrame:
-    """One row per episode of ``detector`` that names a cause: job, episode, confidence,
-    ``inferred`` (when the table has it) and whether it is right."""
-    named = episodes.filter(pl.col("detector") == detector, pl.col("cause").is_not_null(),
-                            ~pl.col("cause").is_in(["", "unknown", "insufficient-evidence"]))
+    """One row per episode of ``detector`` that names a culprit or a cause: job, episode,
+    cause, confidence, its :func:`verdict_class` and whether it is right. An
+    ``insufficient-evidence`` verdict claims only its culprit, so it is right when that is;
+    any other when its culprit and cause are."""
+    from tracekit.attribute.verdict import INSUFFICIENT
+
+    if "inferred" not in episodes.columns:
+        episodes = episodes.with_columns(inferred=pl.lit(False))
+    named = episodes.filter(pl.col("detector") == detector, pl.col("confidence") > 0,
+                            ~pl.col("cause").fill_null("").is_in(["", "unknown"]))
     judged = (evaluation.matches.filter(pl.col("detector") == detector,
                                         pl.col("detected_episode").is_not_null())
               .group_by("job", pl.col("detected_episode").alias("episode"))
-              .agg((pl.col("target_correct").fill_null(False)
-                    & pl.col("cause_correct").fill_null(False)).all().alias("right")))
-    extra = ["inferred"] if "inferred" in named.columns else []
-    return (named.select("job", "episode", "cause", "confidence", *extra)
+              .agg(pl.col("target_correct").fill_null(False).all().alias("culprit"),
+                   (pl.col("target_correct").fill_null(False)
+                    & pl.col("cause_correct").fill_null(False)).all().alias("both")))
+    return (named.select("job", "episode", "kind", "cause", "confidence", "inferred")
             .join(judged, on=["job", "episode"], how="left")
-            .with_columns(pl.col("right").fill_null(False)))
+            .with_columns(right=pl.when(pl.col("cause") == INSUFFICIENT)
+                          .then(pl.col("culprit")).otherwise(pl.col("both")).fill_null(False),
+                          **{"class": verdict_class()})
+            .drop("culprit", "both"))
 
 
-def reliability(judged: pl.DataFrame) -> tuple[pl.DataFrame, float | None]:
-    """Verdicts per confidence bin, their mean confidence and share right; the Brier score."""
+def verdict_class() -> pl.Expr:
+    """The kind of evidence a verdict rests on, each with its own confidence
+    (:mod:`tracekit.attribute.verdict`): told apart by cause, ``inferred`` and value."""
+    from tracekit.attribute import verdict as v
+
+    return (pl.when(pl.col("kind") == "compound").then(pl.lit("compound"))
+            .when((pl.col("cause") == v.INSUFFICIENT)
+                  & (pl.col("confidence") == v.CONFIDENCE_ARRIVAL)).then(pl.lit("arrival only"))
+            .when(pl.col("cause") == v.INSUFFICIENT).then(pl.lit("timing only"))
+            .when(pl.col("inferred")).then(pl.lit("inferred"))
+            .when(pl.col("confidence") == v.CONFIDENCE_UNCHECKED).then(pl.lit("part unchecked"))
+            .when(pl.col("confidence") == v.CONFIDENCE_TIMING_AND_SIGNAL)
+            .then(pl.lit("timing and signal"))
+            .when(pl.col("confidence") == v.CONFIDENCE_SIGNAL).then(pl.lit("signal"))
+            .otherwise(pl.lit("other")))
+
+
+def reliability(judged: pl.DataFrame, by: str = "bin"
+                ) -> tuple[pl.DataFrame, float | None]:
+    """Verdicts per confidence bin (or per ``by``: ``class``), their mean confidence and share
+    right; the Brier score."""
     if judged.is_empty():
         return pl.DataFrame(), None
     labels = [f"[{lo:.1f}, {min(hi, 1.0):.1f}{']' if hi > 1 else ')'}"
               for lo, hi in zip(BINS, BINS[1:], strict=False)]
     binned = judged.with_columns(pl.col("confidence").cut(list(BINS[1:-1]), labels=labels,
                                                           left_closed=True).alias("bin"))
-    table = (binned.group_by("bin").agg(verdicts=pl.len(),
-                                         confidence=pl.col("confidence").mean(),
-                                         right=pl.col("right").mean())
-             .sort("bin"))
+    table = (binned.group_by(by).agg(verdicts=pl.len(),
+                                     confidence=pl.col("confidence").mean(),
+                                     right=pl.col("right").mean())
+             .sort(by))
     brier = judged.select(((pl.col("confidence") - pl.col("right").cast(pl.Float64)) ** 2)
                           .mean()).item()
     return table, brier
@@ -143,11 +179,11 @@ def _print(count, seed, elapsed, workers, jobs, corpus, evaluation) -> None:
     if wrong.height:
         print("  wrong jobs: " + ", ".join(f"{r['job']} {r['scenario']} ({r['outcome']})"
                                            for r in wrong.iter_rows(named=True)))
-    causes = evaluation.cause_table.filter(pl.col("detector") == VERDICT_DETECTOR)
-    print(f"{'labeled cause':<34} {'found':>14} {'culprit':>14} {'cause':>14}")
-    for row in causes.iter_rows(named=True):
-        print(f"{row['cause']:<34} {row['recall_text']:>14} {row['culprit_text']:>14} "
-              f"{row['cause_right_text']:>14}")
+    partial = {j.name for j in jobs if j.layout in PARTIAL_MONITORING}
+    for kind, names in (("full monitoring", {j.name for j in jobs} - partial),
+                        ("partial monitoring", partial)):
+        if names:
+            _print_causes(kind, corpus, names)
     missed = evaluation.matches.filter(
         pl.col("detector") == VERDICT_DETECTOR,
         ~(pl.col("target_correct").fill_null(False) & pl.col("cause_correct").fill_null(False)))
@@ -165,12 +201,25 @@ def _print(count, seed, elapsed, workers, jobs, corpus, evaluation) -> None:
     for row in table.iter_rows(named=True):
         print(f"  confidence {row['bin']:<11} {row['verdicts']:>5} verdicts, mean "
               f"{row['confidence']:.2f}, right {row['right']:.2f}")
-    classes = judged.group_by("confidence", *(["inferred"] if "inferred" in judged.columns
-                                                else [])).agg(
-        verdicts=pl.len(), right=pl.col("right").mean()).sort("confidence")
-    print("  by value: " + "; ".join(
-        f"{r['confidence']:.2f}{' inferred' if r.get('inferred') else ''}: "
-        f"{r['verdicts']} at {r['right']:.2f}" for r in classes.iter_rows(named=True)))
+    for row in reliability(judged, by="class")[0].iter_rows(named=True):
+        print(f"  {row['class']:<22} {row['verdicts']:>5} verdicts, mean "
+              f"{row['confidence']:.2f}, right {row['right']:.2f}")
+
+
+def _print_causes(kind: str, corpus, names: set[str]) -> None:
+    """Found / culprit / cause per labeled cause over the jobs ``names``: partial monitoring
+    apart, since a cause its exporters do not show cannot be named."""
+    from tracekit.detect.verdict import VERDICT_DETECTOR
+    from tracekit.evaluate.scoring import evaluate
+
+    mine = pl.col("job").is_in(sorted(names))
+    causes = evaluate(corpus.jobs.filter(mine), corpus.labels.filter(mine),
+                      corpus.episodes.filter(mine)).cause_table.filter(
+        pl.col("detector") == VERDICT_DETECTOR)
+    print(f"{'labeled cause, ' + kind:<34} {'found':>14} {'culprit':>14} {'cause':>14}")
+    for row in causes.iter_rows(named=True):
+        print(f"{row['cause']:<34} {row['recall_text']:>14} {row['culprit_text']:>14} "
+              f"{row['cause_right_text']:>14}")
 
 
 RUN_BY_DEFAULT = True

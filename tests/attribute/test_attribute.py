@@ -16,7 +16,11 @@ from tracekit.attribute.evidence import Window
 from tracekit.attribute.groups import handle_groups
 from tracekit.attribute.job_signals import signals_in_windows
 from tracekit.attribute.links import localise
-from tracekit.attribute.verdict import CONFIDENCE_TIMING, CONFIDENCE_TIMING_AND_SIGNAL
+from tracekit.attribute.verdict import (
+    CONFIDENCE_INFERRED,
+    CONFIDENCE_TIMING,
+    CONFIDENCE_TIMING_AND_SIGNAL,
+)
 from tracekit.core import schema
 from tracekit.core.dataset import create_dataset, open_dataset
 from tracekit.core.identity import link_hosts
@@ -147,7 +151,7 @@ def test_each_cause_names_the_labeled_culprit_and_cause(verdicts, name):
     # the test's degraded GPU keeps normal clocks: its cause is concluded by elimination
     inferred = label["cause"] == "gpu-degradation"
     assert (verdict["confidence"], verdict["inferred"]) == (
-        (CONFIDENCE_TIMING, True) if inferred else (CONFIDENCE_TIMING_AND_SIGNAL, False))
+        (CONFIDENCE_INFERRED, True) if inferred else (CONFIDENCE_TIMING_AND_SIGNAL, False))
 
 
 def test_compound_names_both_culprits_and_causes(verdicts):

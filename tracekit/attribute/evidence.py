@@ -113,8 +113,13 @@ def gpu_finding(gpu_metrics: pl.DataFrame, host: str, gpu: int, window: Window) 
                        "rule out throttling between them")
     if dropped:
         return Finding("gpu-degradation", text + "; no thermal clock-event reason")
-    return Finding("gpu-degradation", text + "; clocks and throttle reasons normal, so the GPU "
-                   "itself is slower (inferred: no signal of its own)", inferred=True)
+    return Finding("gpu-degradation", text + INFERRED_DEGRADATION, inferred=True)
+
+
+INFERRED_DEGRADATION = ("; clocks and throttle reasons normal, so the GPU itself is slower "
+                        "(inferred: no signal of its own)")
+"""The reasoning of a degradation by elimination, which attribution withdraws where the
+alternative (its host's CPU) cannot be checked."""
 
 
 def sm_clocks(gpu_metrics: pl.DataFrame, host: str, gpu: int, window: Window

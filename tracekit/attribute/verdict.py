@@ -5,7 +5,6 @@ cause ``insufficient-evidence`` with what is missing.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 import polars as pl
@@ -29,18 +28,32 @@ MIN_INSTANCES = 20
 """Fewer matched collective instances than this in the episode cannot support a verdict."""
 
 CONFIDENCE_TIMING_AND_SIGNAL = 0.95
-"""Confidence of a culprit that timing alone names (its own compute or transfer time, or the
-wait it imposes) and whose cause a monitoring signal of its own shows: two independent
-observations of one physical cause. Each confidence is the share of such verdicts that were
-right on fresh synthesized jobs (``python -m benchmarks accuracy``, docs/attribution.md)."""
+"""Confidence of a culprit that timing alone names (its own compute or transfer time grew)
+and whose cause a monitoring signal of its own shows: two independent observations of one
+physical cause. Each confidence is the share of such verdicts that were right on fresh
+synthesized jobs (``python -m benchmarks accuracy``; the table in docs/attribution.md)."""
 CONFIDENCE_SIGNAL = 0.9
 """A culprit and cause that monitoring shows (the thermal reasons of one GPU, the CPU of one
 host, the congestion notifications of one link) where timing cannot localise on its own
 (issue times only, or ring links that tie). The readings of one cause (a throttle flag, its
 clock drop and temperature rise; CNP at both ends of a link) count once."""
-CONFIDENCE_TIMING = 0.6
-"""A culprit that timing names, with no signal that shows why: the cause is
-``insufficient-evidence``, or concluded by elimination (``inferred``, capped here)."""
+CONFIDENCE_TIMING = 0.85
+"""A culprit that call ends name (its own compute or transfer time grew) with no signal that
+shows why: the cause is ``insufficient-evidence``, and only the culprit is claimed."""
+CONFIDENCE_ARRIVAL = 0.5
+"""A culprit from issue times alone: the rank the others waited for (:data:`WAIT_MARGIN`),
+no signal showing why. A rank late behind a congested link, or one of a contended host's
+ranks, is waited for as a slow GPU is."""
+CONFIDENCE_INFERRED = 0.5
+"""A cause concluded by elimination (``inferred``): a slower GPU where its clocks, throttle
+reasons and its host's CPU look normal; at most its culprit's timing value."""
+CONFIDENCE_UNCHECKED = 0.3
+"""A verdict shown by a signal that leaves out a part timing also named but no monitoring
+could check (a slow link with no RNIC counters): that part may be a second cause."""
+CONFIDENCE_COMPOUND = 0.9
+"""A compound verdict's ceiling; below it, its least sure part's value. Its parts are read
+from one window by the same rules, so their errors are not independent (a product under-
+stated them)."""
 
 
 WAIT_RISE_MIN = 0.05
@@ -64,6 +77,9 @@ class Verdict:
     evidence: str
     inferred: bool = False
     """The cause was concluded by elimination, not shown by a signal of its own."""
+    unseen: bool = False
+    """No monitoring of the culprit's cause was there to read (not: read and showing
+    nothing)."""
 
 
 @dataclass(frozen=True)
@@ -102,24 +118,28 @@ def decide(signals: Signals) -> Verdict:
 
 def _combined(culprits: list[Verdict]) -> Verdict:
     """One verdict from its culprits: several make a compound one (targets and causes joined
-    by ``+``). It is right only when every part is, and the parts rest on separate signals,
-    so its confidence is their product; it is inferred when any part is. A part that timing
-    alone points at does not hide the parts a signal confirms: a thermal GPU slows the groups
-    it is in, and a slow group with no congestion notifications is no second cause."""
+    by ``+``), as sure as its least sure part (:data:`CONFIDENCE_COMPOUND`); it is inferred
+    when any part is. A part that timing alone points at does not hide the parts a signal
+    confirms: a thermal GPU slows the groups it is in, and a slow group with no congestion
+    notifications is no second cause; but where that group's monitoring is missing, it may
+    be one, and the shown part is capped at :data:`CONFIDENCE_UNCHECKED`."""
     confirmed = [c for c in culprits if c.cause != INSUFFICIENT]
     if confirmed and len(confirmed) < len(culprits):
         shown = _combined(confirmed)
-        unconfirmed = "; ".join(c.evidence for c in culprits if c.cause == INSUFFICIENT)
-        return replace(shown, evidence=f"{shown.evidence}; not confirmed: {unconfirmed}")
+        dropped = [c for c in culprits if c.cause == INSUFFICIENT]
+        confidence = (min(shown.confidence, CONFIDENCE_UNCHECKED)
+                      if any(c.unseen for c in dropped) else shown.confidence)
+        return replace(shown, confidence=confidence, evidence=(
+            f"{shown.evidence}; not confirmed: {'; '.join(c.evidence for c in dropped)}"))
     if len(culprits) == 1:
         return culprits[0]
     causes = [c.cause for c in culprits]
     cause = INSUFFICIENT if INSUFFICIENT in causes else "+".join(sorted(set(causes)))
     targets = [c.target for c in culprits if c.target]
     return Verdict("compound", cause, "+".join(targets) or None,
-                   round(math.prod(c.confidence for c in culprits), 2),
+                   min(CONFIDENCE_COMPOUND, *(c.confidence for c in culprits)),
                    "; ".join(c.evidence for c in culprits),
-                   any(c.inferred for c in culprits))
+                   any(c.inferred for c in culprits), any(c.unseen for c in culprits))
 
 
 def _compute_culprits(signals: Signals) -> list[Verdict]:
@@ -164,6 +184,7 @@ def _compute_culprits(signals: Signals) -> list[Verdict]:
                                         f"{row['text']}; {finding.text or 'no GPU cause'}",
                                         cpu, unique=False))
                 continue
+            finding = _eliminated(finding, [cpu.missing] if cpu.missing else [])
         out.append(_culprit("compute", f"rank:{row['rank']}", row["text"], finding, unique=True))
     return out
 
@@ -190,9 +211,15 @@ def _from_telemetry(signals: Signals) -> Verdict:
         rank, timing = straggler
         host = signals.rank_hosts[rank]
         gpu = signals.ranks.filter(pl.col("rank") == rank)["gpu"][0]
-        return _culprit("compute", f"rank:{rank}", timing,
-                        ev.gpu_finding(signals.gpu_metrics, host, gpu, signals.window),
-                        unique=True)
+        cpu = ev.host_finding(signals.host_metrics, host, signals.window)
+        unseen = [cpu.missing] if cpu.missing else []
+        if signals.nic_counters.is_empty():
+            unseen.append("no RNIC congestion counters (nic_counters): a rank can be late "
+                          "behind a congested link")
+        finding = _eliminated(ev.gpu_finding(signals.gpu_metrics, host, gpu, signals.window),
+                              unseen)
+        return _culprit("compute", f"rank:{rank}", timing, finding, unique=True,
+                        by_arrival=True)
     missing = [what for what, frame in (
         ("DCGM samples (gpu_metrics)", signals.gpu_metrics),
         ("host CPU samples (node_exporter, host_metrics)", signals.host_metrics),
@@ -202,10 +229,24 @@ def _from_telemetry(signals: Signals) -> Verdict:
     if missing:
         return Verdict("unknown", INSUFFICIENT, None, 0.0,
                        f"{no_ends}, and the dump has no {', no '.join(missing)} to tell which "
-                       "GPU, host or link slowed; add them, or the hook CSV with call ends")
+                       "GPU, host or link slowed; add the missing monitoring, or the hook CSV with "
+                       "call ends")
     return Verdict("unknown", "unknown", None, 0.0,
                    f"{no_ends}; no GPU's thermal reasons, no host's CPU busy share and no "
                    "link's congestion notifications moved with the slowdown")
+
+
+def _eliminated(gpu: ev.Finding, unseen: list[str]) -> ev.Finding:
+    """A slower GPU concluded by elimination, withdrawn where an alternative has no monitoring
+    to rule it out (``unseen``: what is missing): normal clocks rule out throttling, not a
+    contended CPU, nor, where calls have issue times only, a congested link the rank waits
+    behind. On fresh seeds every such conclusion was one of those."""
+    if not gpu.inferred or not unseen:
+        return gpu
+    return ev.Finding(None, gpu.text.removesuffix(ev.INFERRED_DEGRADATION)
+                      + "; clocks and throttle reasons normal",
+                      f"{'; '.join(unseen)}; so a slower GPU is not concluded: normal clocks "
+                      "rule out throttling only")
 
 
 def _waited_for(skew: pl.DataFrame, rank_hosts: dict[int, str]) -> tuple[int, str] | None:
@@ -283,19 +324,23 @@ def _surged_candidate(candidates: tuple[str, ...], surged: tuple[str, ...]) -> s
 
 
 def _culprit(kind: str, target: str | None, timing: str, finding: ev.Finding,
-             unique: bool) -> Verdict:
+             unique: bool, by_arrival: bool = False) -> Verdict:
     """The verdict on a culprit that timing named (``unique``: alone; else monitoring chose
-    ``target`` among the candidates timing left, or none) with its monitoring finding."""
+    ``target`` among the candidates timing left, or none; ``by_arrival``: timing from issue
+    times, whom the others waited for) with its monitoring finding."""
+    timed = CONFIDENCE_ARRIVAL if by_arrival else CONFIDENCE_TIMING
     if target is None:
         confidence = 0.0
-    elif finding.cause is None or finding.inferred:
-        confidence = CONFIDENCE_TIMING
+    elif finding.cause is None:
+        confidence = timed
+    elif finding.inferred:
+        confidence = min(timed, CONFIDENCE_INFERRED)
     else:
         confidence = CONFIDENCE_TIMING_AND_SIGNAL if unique else CONFIDENCE_SIGNAL
     if finding.cause is None:
         reason = finding.missing or "monitoring does not explain it"
         text = f"{timing}; {finding.text + '; ' if finding.text else ''}{reason}"
-        return Verdict(kind, INSUFFICIENT, target, confidence, text)
+        return Verdict(kind, INSUFFICIENT, target, confidence, text,
+                       unseen=not finding.text)
     return Verdict(kind, finding.cause, target, confidence, f"{timing}; {finding.text}",
                    finding.inferred)
-
