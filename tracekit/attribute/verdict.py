@@ -279,11 +279,11 @@ def _communication_culprits(signals: Signals) -> list[Verdict]:
 
 
 def _surged_crossed_link(signals: Signals, link: LinkVerdict, timing: str) -> Verdict:
-    """Where no link or NIC is on every slow group and on no healthy one (a group that
-    crosses the congested link but moves too little data through it to slow by 10 %, or
-    a slow group that crosses others too): the link a slow group crosses whose two ends
-    report a congestion surge with the episode (:func:`.telemetry.link_suspects`), which
-    the signal localises on its own; with none, nothing is named."""
+    """Where no link or NIC is on every slow group and on no healthy one (a healthy group
+    crosses the congested link but moves too little through it to slow by 10 %, or the slow
+    groups share no link): the link a slow group crosses whose two ends report a congestion
+    surge with the episode (:func:`.telemetry.link_suspects`). The signal localises it, as
+    on issue times only; with no such link, nothing is named."""
     timing += (f"; no link or NIC is on all {link.slow_groups} slow groups and on none of the "
                f"{link.healthy_groups} healthy ones")
     hosts = sorted(set(signals.rank_hosts.values()))
