@@ -49,7 +49,8 @@ THRESHOLDS = {
     "transfer ratio": (SUSPECT_RATIO, "a group's transfer time over its own before"),
     "wait rise": (WAIT_RISE_MIN, "rise of the wait a rank imposes, share of wall time"),
 }
-"""Statistic -> (threshold, what it measures); a unit is flagged at or above it."""
+"""Statistic -> (threshold, what it measures); a unit is flagged at or above it (above it
+for ``SUSPECT_RATIO``)."""
 
 
 def _culprits(cause: str, target: str, hosts: dict[int, tuple[str, int]]) -> dict[str, set]:
