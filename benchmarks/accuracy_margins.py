@@ -1,7 +1,15 @@
 """How far the faulty and the healthy units of a fresh-seed corpus sit from each evidence
 threshold: every labeled fail-slow's window (its run and baseline, as attribution builds
 them) measured with attribution's own statistics, the labeled culprit as faulty and every
-other unit of the job as healthy."""
+other unit of the job as healthy.
+
+The timing thresholds are measured on the timing attribution reduces for the same windows
+(:func:`tracekit.attribute.episode_windows`): each rank's own-time ratio over the median
+rank's and each group's transfer ratio (``SUSPECT_RATIO``, with call ends), and the rise of
+the wait each rank imposes (``WAIT_RISE_MIN``, issue times only, where the rule is used).
+A group that holds a labeled compute culprit is neither faulty nor healthy for the transfer
+ratio: a slow GPU slows its own groups' collectives, which the verdict keeps apart as "not
+confirmed"."""
 
 from __future__ import annotations
 
@@ -9,7 +17,9 @@ from pathlib import Path
 
 import polars as pl
 
+from tracekit.attribute import episode_windows
 from tracekit.attribute.evidence import CLOCK_DROP, CNP_SURGE, CPU_RISE_PCT, sm_clocks
+from tracekit.attribute.links import ring_links
 from tracekit.attribute.telemetry import (
     CLOCK_READINGS,
     SUSTAINED_SHARE,
@@ -19,9 +29,13 @@ from tracekit.attribute.telemetry import (
     cpu_rises,
     thermal_onsets,
 )
+from tracekit.attribute.timing import EpisodeTiming, episode_timings
+from tracekit.attribute.verdict import WAIT_RISE_MIN
 from tracekit.attribute.windows import episode_runs
 from tracekit.core.dataset import open_dataset
 from tracekit.core.identity import link_hosts
+from tracekit.core.parallel import LocalExecutor
+from tracekit.core.thresholds import SUSPECT_RATIO
 
 THRESHOLDS = {
     "thermal readings": (THERMAL_READINGS, "distinct DCGM readings with a thermal reason"),
@@ -31,16 +45,21 @@ THRESHOLDS = {
     "CPU rise": (CPU_RISE_PCT, "points of CPU busy over before / peers"),
     "CPU share": (SUSTAINED_SHARE, "share of the episode's scrapes with the rise"),
     "clock drop": (CLOCK_DROP, "SM clock drop under its reference"),
+    "own-time ratio": (SUSPECT_RATIO, "a rank's own-time ratio over the median rank's"),
+    "transfer ratio": (SUSPECT_RATIO, "a group's transfer time over its own before"),
+    "wait rise": (WAIT_RISE_MIN, "rise of the wait a rank imposes, share of wall time"),
 }
-"""Statistic -> (threshold, what it measures); a unit is flagged at or above it."""
+"""Statistic -> (threshold, what it measures); a unit is flagged at or above it (above it
+for ``SUSPECT_RATIO``)."""
 
 
 def _culprits(cause: str, target: str, hosts: dict[int, tuple[str, int]]) -> dict[str, set]:
     """The units a label names for each signal (the parts of a compound label's cause and
-    target pair up): thermal and clock GPUs (host, gpu), CPU hosts, NIC hosts. A unit of the
-    job that a signal's rule should not flag (a degraded GPU for the thermal rule) is healthy
-    for it."""
-    units: dict[str, set] = {"thermal": set(), "clock": set(), "cpu": set(), "nic": set()}
+    target pair up): thermal and clock GPUs (host, gpu), CPU hosts, NIC hosts, and the
+    congested ``path`` (a link's sorted host pair, a NIC's host alone). A unit of the job that
+    a signal's rule should not flag (a degraded GPU for the thermal rule) is healthy for it."""
+    units: dict[str, set] = {"thermal": set(), "clock": set(), "cpu": set(), "nic": set(),
+                             "path": set()}
     for part, why in zip(target.split("+"), cause.split("+"), strict=True):
         kind, _, value = part.partition(":")
         if kind == "rank":
@@ -51,9 +70,32 @@ def _culprits(cause: str, target: str, hosts: dict[int, tuple[str, int]]) -> dic
             units["cpu"].add(value)
         elif kind == "link":
             units["nic"].update(link_hosts(value) or ())
+            units["path"].update({link_hosts(value)} - {None})
         elif kind == "nic":
             units["nic"].add(value)
+            units["path"].add((value,))
     return units
+
+
+def _timing_rows(timing: EpisodeTiming, faulty: dict[str, set],
+                 rank_units: dict[int, tuple[str, int]]) -> list[tuple]:
+    """The timing statistics of one window: own-time and transfer ratios with call ends,
+    the imposed-wait rise without them (where the verdict reads each)."""
+    culprit = {r for r, unit in rank_units.items()
+               if unit in faulty["clock"] or unit[0] in faulty["cpu"]}
+    if timing.own is None:
+        return [("wait rise", row["excess_rate"], row["rank"] in culprit)
+                for row in timing.skew.drop_nulls("excess_rate").iter_rows(named=True)]
+    rows = [("own-time ratio", row["relative"], row["rank"] in culprit)
+            for row in timing.own.drop_nulls("relative").iter_rows(named=True)]
+    for row in timing.groups.iter_rows(named=True):
+        ratio = row["self_ratio"] if row["self_ratio"] is not None else row["cluster_ratio"]
+        if ratio is None or culprit & set(row["members"]):
+            continue
+        links = ring_links([rank_units[r][0] for r in row["members"] if r in rank_units])
+        rows.append(("transfer ratio", ratio, any(set(path) <= set(link) for link in links
+                                                  for path in faulty["path"])))
+    return rows
 
 
 def job_margins(dataset_path: str, rank_units: dict[int, tuple[str, int]]) -> pl.DataFrame:
@@ -66,12 +108,20 @@ def job_margins(dataset_path: str, rank_units: dict[int, tuple[str, int]]) -> pl
     host = dataset.table("host_metrics").collect()
     nic = dataset.table("nic_counters").collect()
     hosts = sorted({h for h, _ in rank_units.values()})
-    first = dataset.table("iterations").select(pl.col("t_start_ns").min()).collect().item()
-    runs = episode_runs(labels.with_columns(detector=pl.lit("labels")))
+    episodes = labels.with_columns(detector=pl.lit("labels"))
+    with episode_windows(dataset, episodes, LocalExecutor()) as (job, windows, ranks):
+        timings = (episode_timings(job, windows, ranks) if windows is not None
+                   else [None] * labels.height)
+    if windows is None:
+        first = dataset.table("iterations").select(pl.col("t_start_ns").min()).collect().item()
+        windows = [run.window(first, label["t_end_ns"]) for label, run in
+                   zip(labels.iter_rows(named=True), episode_runs(episodes), strict=True)]
     rows = []
-    for label, run in zip(labels.iter_rows(named=True), runs, strict=True):
-        window = run.window(first, label["t_end_ns"])
+    for label, window, timing in zip(labels.iter_rows(named=True), windows, timings,
+                                     strict=True):
         faulty = _culprits(label["cause"], label["target"], rank_units)
+        if timing is not None:
+            rows += _timing_rows(timing, faulty, rank_units)
         onsets = thermal_onsets(gpu, window)
         for row in onsets.iter_rows(named=True):
             rows.append(("thermal readings", float(row["set_during"]),

@@ -18,6 +18,7 @@ from tracekit.attribute.job_signals import signals_in_windows
 from tracekit.attribute.links import localise
 from tracekit.attribute.verdict import (
     CONFIDENCE_INFERRED,
+    CONFIDENCE_SIGNAL,
     CONFIDENCE_TIMING,
     CONFIDENCE_TIMING_AND_SIGNAL,
 )
@@ -148,10 +149,13 @@ def test_each_cause_names_the_labeled_culprit_and_cause(verdicts, name):
     assert verdict["target"] == label["target"]
     assert verdict["cause"] == label["cause"]
     assert verdict["kind"] == label["kind"]
-    # the test's degraded GPU keeps normal clocks: its cause is concluded by elimination
+    # the test's degraded GPU keeps normal clocks: its cause is concluded by elimination;
+    # the ring's tied links are told apart by the CNP signal, which localised it
     inferred = label["cause"] == "gpu-degradation"
     assert (verdict["confidence"], verdict["inferred"]) == (
-        (CONFIDENCE_INFERRED, True) if inferred else (CONFIDENCE_TIMING_AND_SIGNAL, False))
+        (CONFIDENCE_INFERRED, True) if inferred else
+        (CONFIDENCE_SIGNAL, False) if name == "congestion-ring" else
+        (CONFIDENCE_TIMING_AND_SIGNAL, False))
 
 
 def test_compound_names_both_culprits_and_causes(verdicts):

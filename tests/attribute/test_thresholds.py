@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
+from tests.attribute.cases import SCRAPES, WINDOW, S, cnp_rows, episode_signals
 from tracekit.attribute.evidence import (
     CLOCK_DROP,
     CNP_SURGE,
@@ -13,6 +14,7 @@ from tracekit.attribute.evidence import (
     Window,
     gpu_finding,
 )
+from tracekit.attribute.profiling import suspect_groups
 from tracekit.attribute.telemetry import (
     CLOCK_READINGS,
     SUSTAINED_SHARE,
@@ -24,12 +26,16 @@ from tracekit.attribute.telemetry import (
     link_suspects,
     thermal_onsets,
 )
+from tracekit.attribute.verdict import (
+    CONFIDENCE_TIMING,
+    INSUFFICIENT,
+    WAIT_RISE_MIN,
+    _waited_for,
+    decide,
+)
 from tracekit.attribute.windows import NEIGHBOUR_GAP_ITERATIONS, episode_runs
+from tracekit.core.thresholds import SUSPECT_RATIO
 
-S = 10**9
-SCRAPES = range(0, 600, 15)
-WINDOW = Window(300 * S, 420 * S, 100 * S)
-"""The episode runs 300-420 s, its baseline 100-300 s; DCGM reads 4 scrapes past its end."""
 RANKS = pl.DataFrame({"rank": [0, 1], "host": ["h1", "h2"], "gpu": [0, 0]})
 
 
@@ -98,21 +104,10 @@ def test_a_clock_drop_counts_from_the_threshold_of_readings():
     assert clock_suspects(pl.DataFrame(_clock(readings)), RANKS, WINDOW, {"rank:0"}) == []
 
 
-def _cnp(host: str, during: float) -> list[dict]:
-    """CNP counters of one NIC at 100/s, and ``during``/s for the rates that end in the
-    episode's span (300-435 s: a rate describes the scrape interval ending at its sample)."""
-    rows, count = [], 1_000
-    for t in SCRAPES:
-        count += int((during if 300 < t <= 435 else 100) * 15)
-        rows.append({"ts_ns": t * S, "host": host, "device": "mlx5_0", "port": 1,
-                     "counter": "np_cnp_sent", "value": count, "rate_per_s": None})
-    return rows
-
-
 @pytest.mark.parametrize(("during", "named"), [(100 * CNP_SURGE, True),
                                                (100 * CNP_SURGE - 1, False)])
 def test_cnp_surge_from_its_ratio(during, named):
-    frame = pl.DataFrame(_cnp("h1", during) + _cnp("h2", during),
+    frame = pl.DataFrame(cnp_rows("h1", during) + cnp_rows("h2", during),
                          schema_overrides={"rate_per_s": pl.Float64})
     surges = cnp_surges(frame, ["h1", "h2"], WINDOW)
     assert surges["ratio"].to_list() == [during / 100] * 2
@@ -190,9 +185,50 @@ def test_a_surge_holds_in_at_least_the_sustained_share_of_scrapes(surging, named
 
 
 def test_a_surge_on_a_link_no_ring_crosses_is_no_suspect():
-    frame = pl.DataFrame(_cnp("h1", 1_000) + _cnp("h2", 1_000) + _cnp("h3", 100),
+    frame = pl.DataFrame(cnp_rows("h1", 1_000) + cnp_rows("h2", 1_000) + cnp_rows("h3", 100),
                          schema_overrides={"rate_per_s": pl.Float64})
     job = ["h1", "h2", "h3"]
     assert [s.target for s in link_suspects(frame, job, WINDOW, {("h1", "h2")})] == [
         "link:h1<->h2"]
     assert link_suspects(frame, job, WINDOW, {("h1", "h3"), ("h2", "h3")}) == []
+
+
+def _transfer(ratio: float) -> pl.DataFrame:
+    """One group's median transfer time per call size: 1 s, times ``ratio``."""
+    return pl.DataFrame({"group": [0], "op": ["allreduce"], "bytes": [1 << 20], "nranks": [2],
+                         "transfer_s": [ratio], "calls": [10], "hosts": [["h1", "h2"]],
+                         "members": [[0, 1]]})
+
+
+@pytest.mark.parametrize(("ratio", "slow"), [(SUSPECT_RATIO + 0.001, True),
+                                             (SUSPECT_RATIO, False)])
+def test_a_group_is_slow_over_the_suspect_ratio_of_its_own_transfer_before(ratio, slow):
+    groups = suspect_groups(_transfer(ratio), _transfer(1.0))
+    assert groups["self_ratio"].to_list() == [ratio]
+    assert groups["suspect"].to_list() == [slow]
+
+
+@pytest.mark.parametrize(("relative", "named"), [(SUSPECT_RATIO + 0.001, True),
+                                                 (SUSPECT_RATIO, False)])
+def test_a_rank_is_a_straggler_over_the_suspect_ratio_of_the_median_ranks_own_time(relative,
+                                                                                   named):
+    """Rank 1's own compute share grew ``relative`` times the median rank's; with no GPU or
+    host samples to say why, timing alone names it."""
+    verdict = decide(episode_signals([([0, 1], 1.0)], {}, relative={1: relative}))
+    assert (verdict.cause, verdict.target, verdict.confidence) == (
+        (INSUFFICIENT, "rank:1", CONFIDENCE_TIMING) if named else ("unknown", None, 0.0))
+
+
+def _skew(rise: float) -> pl.DataFrame:
+    """Rank 1 imposes ``rise`` more wait per second than before, and its share of last
+    arrivals rose 0.3; rank 0's fell."""
+    return pl.DataFrame({"rank": [0, 1], "excess_rate": [0.0, rise],
+                         "blame_rate": [0.01, 0.01 + rise], "blame_rate_before": [0.01, 0.01],
+                         "last_share": [0.2, 0.8], "last_share_before": [0.5, 0.5]})
+
+
+@pytest.mark.parametrize(("rise", "named"), [(WAIT_RISE_MIN, True),
+                                             (WAIT_RISE_MIN - 0.001, False)])
+def test_issue_times_name_the_rank_whose_imposed_wait_rose_by_the_minimum(rise, named):
+    found = _waited_for(_skew(rise), {0: "h1", 1: "h2"})
+    assert (found[0] if found else None) == (1 if named else None)

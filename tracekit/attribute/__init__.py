@@ -13,6 +13,8 @@ verdict (:mod:`.time_split`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,24 +90,19 @@ def attribute_episodes(dataset: Dataset, episodes: pl.DataFrame,
 def _attribute(dataset: Dataset, episodes: pl.DataFrame,
                executor: Executor) -> tuple[pl.DataFrame, dict[str, int]]:
     """The attributed episodes and the partitions of each step."""
-    runs = episode_runs(episodes)
-    with scratch_folder(dataset) as scratch:
-        job = signals_in_windows(dataset, [run.widest() for run in runs], executor, scratch)
-        if not job.instance_count:
+    with episode_windows(dataset, episodes, executor) as (job, windows, ranks):
+        if windows is None:
             verdicts = [Verdict("unknown", INSUFFICIENT, None, 0.0,
                                 "no collective calls with timestamps: no timing per group or "
                                 "rank, so the cause is not observable from step times alone "
                                 "(ingest NCCL logs or the hook CSV)")] * episodes.height
         else:
-            trace_start, trace_end = _trace_span(dataset, job.span_ns)
             # A verdict depends on its window only, and the detectors often agree on an
             # episode: each distinct window is decided once, beside those it nearly coincides
             # with (their signals read once).
-            windows = [run.window(trace_start, trace_end) for run in runs]
             names = {}
             for row, window in zip(episodes.iter_rows(named=True), windows, strict=True):
                 names.setdefault(window, f"{row['detector']} episode {row['episode']}")
-            ranks = _rank_gpus(dataset, job)
             partitions = [_Episodes(" + ".join(names[w] for w in together), tuple(together), job,
                                     ranks, str(dataset.path))
                           for together in shared_reads(names)]
@@ -122,6 +119,25 @@ def _attribute(dataset: Dataset, episodes: pl.DataFrame,
                              .hstack(filled))
                   .select(schema.EPISODES.column_names))
     return attributed, {**job.partitions, "episodes": episodes.height}
+
+
+@contextmanager
+def episode_windows(dataset: Dataset, episodes: pl.DataFrame, executor: Executor
+                    ) -> Iterator[tuple[JobSignals, list[Window] | None, pl.DataFrame | None]]:
+    """The job's signals in the windows of ``episodes`` (:mod:`.windows`: each one's run and
+    baseline, after the warm-up), each row's window and the ranks' GPUs
+    (:func:`_rank_gpus`); windows and ranks are None when the job has no matched collective.
+    The signals' parts last while the context is open; :func:`.timing.episode_timings` reads
+    them (the verdicts, and the margins of ``benchmarks/accuracy_margins.py``)."""
+    runs = episode_runs(episodes)
+    with scratch_folder(dataset) as scratch:
+        job = signals_in_windows(dataset, [run.widest() for run in runs], executor, scratch)
+        if not job.instance_count:
+            yield job, None, None
+            return
+        trace_start, trace_end = _trace_span(dataset, job.span_ns)
+        yield (job, [run.window(trace_start, trace_end) for run in runs],
+               _rank_gpus(dataset, job))
 
 
 NOT_OBSERVABLE = ("cause not observable from step times alone: no collective calls, op traces "

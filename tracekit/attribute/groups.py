@@ -10,6 +10,8 @@ handles of one group have the same call signature and (up to clock skew) the sam
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import polars as pl
 
@@ -94,9 +96,13 @@ def _groups_from_end_times(signatures: pl.DataFrame, handles: pl.DataFrame) -> p
     Handles are bucketed by call signature (nranks, op and bytes of their first calls); inside a
     bucket each unassigned handle takes the nranks - 1 handles of other ranks whose end times are
     closest (mean absolute difference over the first :data:`SIGNATURE_CALLS` calls). Groups
-    that end in lock step (a DP group right after a TP all-reduce) tie; ties go to ranks that do
-    not already share a communicator, since the groups of hybrid parallelism are orthogonal (a
-    TP group and a DP group share at most one rank). Buckets with the fewest ties go first.
+    that end in lock step (a DP group right after a TP all-reduce) tie; ties go to the rank
+    that shares the fewest communicators with the members taken so far, since the groups of
+    hybrid parallelism are orthogonal (a TP group and a DP group share at most one rank).
+    Shared communicators are counted, not just noted: the world communicator puts every pair
+    together, and a set of pairs then told nothing (DP groups {0, 2, 4, 6} and {1, 3, 5, 7}
+    of tp2-dp4 were taken as {0, 1, 2, 3} and {4, 5, 6, 7}, whose rings cross other links).
+    Buckets with the fewest ties go first.
     """
     calls = (signatures.join(handles.select(HANDLE), on=list(HANDLE), how="semi")
              .sort(*HANDLE, "seq"))
@@ -106,7 +112,7 @@ def _groups_from_end_times(signatures: pl.DataFrame, handles: pl.DataFrame) -> p
     table = handles.join(signature, on=list(HANDLE), how="left").sort("rank", *HANDLE)
     buckets = [_Bucket(frame) for _, frame in
                table.group_by("nranks", "signature", maintain_order=True)]
-    together: set[tuple[int, int]] = set()
+    together: Counter[tuple[int, int]] = Counter()
     rows = []
     for bucket in sorted(buckets, key=lambda b: b.ties):
         rows.extend(bucket.partition(together))
@@ -138,26 +144,32 @@ class _Bucket:
             self.distance = np.floor(distance / TIE_NS)
             self.ties = float((self.distance == 0).sum(axis=1).mean())
 
-    def partition(self, together: set[tuple[int, int]]) -> list[tuple]:
-        """Greedy groups of ``size`` handles; records the rank pairs it puts together."""
+    def partition(self, together: Counter[tuple[int, int]]) -> list[tuple]:
+        """Greedy groups of ``size`` handles; counts the communicators each rank pair of
+        them now shares in ``together``."""
         name = [f"{h}/{p}/{c}" for h, p, c in self.keys]
         if self.distance is None:
             return [(*k, n) for k, n in zip(self.keys, name, strict=True)]
         free = np.ones(len(self.keys), dtype=bool)
+        # communicators each pair of these handles' ranks already shares
+        shares = np.array([[together[(min(a, b), max(a, b))] for b in self.ranks.tolist()]
+                           for a in self.ranks.tolist()], dtype=np.int64).reshape(
+            len(self.keys), len(self.keys))
         out = []
         for first in range(len(self.keys)):
             if not free[first]:
                 continue
             free[first] = False
             members = [first]
-            shared = np.array([(min(self.ranks[first], r), max(self.ranks[first], r))
-                               in together for r in self.ranks])
-            for other in np.lexsort((shared, self.distance[first])):
-                if len(members) == self.size or not np.isfinite(self.distance[first, other]):
-                    break
-                if free[other] and self.ranks[other] not in self.ranks[members]:
-                    members.append(int(other))
-                    free[other] = False
+            load = shares[first].copy()
+            open_ = free & np.isfinite(self.distance[first]) & (self.ranks != self.ranks[first])
+            while len(members) < self.size and open_.any():
+                order = np.lexsort((load, self.distance[first]))
+                other = int(order[open_[order]][0])
+                members.append(other)
+                free[other] = False
+                load += shares[other]
+                open_ &= free & (self.ranks != self.ranks[other])
             member_ranks = sorted(int(self.ranks[m]) for m in members)
             together.update((a, b) for a in member_ranks for b in member_ranks if a < b)
             out.extend((*self.keys[m], name[first]) for m in members)

@@ -28,13 +28,16 @@ def ring_links(hosts_in_order: list[str]) -> set[tuple[str, str]]:
 @dataclass(frozen=True)
 class LinkVerdict:
     """Where the slow groups meet: ``target`` (``link:a<->b`` or ``nic:h``), the hosts whose NICs
-    to check, the candidates that explain them equally well, and the counts behind it."""
+    to check, the candidates that explain them equally well, the counts behind it, and every
+    link a slow group crosses (sorted host pairs): where a congestion signal may localise
+    what timing does not."""
 
     target: str | None
     hosts: tuple[str, ...]
     candidates: tuple[str, ...]
     slow_groups: int
     healthy_groups: int
+    crossed: frozenset[tuple[str, str]] = frozenset()
 
 
 def localise(groups: pl.DataFrame, rank_hosts: dict[int, str]) -> LinkVerdict:
@@ -49,19 +52,19 @@ def localise(groups: pl.DataFrame, rank_hosts: dict[int, str]) -> LinkVerdict:
     healthy = [links for suspect, links in crossing if not suspect]
     if not slow:
         return LinkVerdict(None, (), (), 0, len(healthy))
-    candidates = _best(set.union(*slow), slow, healthy, lambda link, links: link in links)
+    crossed = frozenset(set.union(*slow))
+    counts = len(slow), len(healthy), crossed
+    candidates = _best(crossed, slow, healthy, lambda link, links: link in links)
     if candidates and len(candidates) == 1:
         a, b = candidates[0]
-        return LinkVerdict(link_target(a, b), (a, b), (link_target(a, b),), len(slow),
-                           len(healthy))
+        return LinkVerdict(link_target(a, b), (a, b), (link_target(a, b),), *counts)
     hosts = {h for links in slow for link in links for h in link}
     nics = _best(hosts, slow, healthy, lambda host, links: any(host in link for link in links))
     if len(nics) == 1:
-        return LinkVerdict(f"nic:{nics[0]}", (nics[0],), (f"nic:{nics[0]}",), len(slow),
-                           len(healthy))
+        return LinkVerdict(f"nic:{nics[0]}", (nics[0],), (f"nic:{nics[0]}",), *counts)
     named = tuple(link_target(a, b) for a, b in candidates) or tuple(f"nic:{h}" for h in nics)
     involved = tuple(sorted({h for a, b in candidates for h in (a, b)} or set(nics)))
-    return LinkVerdict(None, involved, named, len(slow), len(healthy))
+    return LinkVerdict(None, involved, named, *counts)
 
 
 def _best(units, slow, healthy, uses) -> list:

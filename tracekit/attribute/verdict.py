@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 import polars as pl
 
 from tracekit.attribute import evidence as ev
-from tracekit.attribute.links import localise, ring_links
+from tracekit.attribute.links import LinkVerdict, localise, ring_links
 from tracekit.attribute.profiling import SUSPECT_RATIO
 from tracekit.attribute.telemetry import (
     Suspect,
@@ -299,9 +299,11 @@ def _communication_culprits(signals: Signals) -> list[Verdict]:
     timing = (f"{slow.height} of {groups.height} communication groups transfer more than "
               f"{SUSPECT_RATIO - 1:.0%} slower (worst x{worst['self_ratio'] or 0:.2f} over its own "
               f"time before, x{worst['cluster_ratio']:.2f} over its comparable cluster)")
-    if link.target is None and not link.hosts:
+    if not link.crossed:
         return [Verdict("communication", INSUFFICIENT, None, 0.0,
                         timing + "; the slow groups do not cross hosts, no link to blame")]
+    if link.target is None and not link.candidates:
+        return [_surged_crossed_link(signals, link, timing)]
     finding = ev.nic_finding(signals.nic_counters, link.hosts, signals.window)
     target = link.target
     if target is None:
@@ -313,7 +315,29 @@ def _communication_culprits(signals: Signals) -> list[Verdict]:
     else:
         timing += (f"; {link.target} is crossed by all {link.slow_groups} slow groups and by "
                    f"none of the {link.healthy_groups} healthy ones")
-    return [_culprit("communication", target, timing, finding, unique=target is not None)]
+    return [_culprit("communication", target, timing, finding,
+                     unique=link.target is not None)]
+
+
+def _surged_crossed_link(signals: Signals, link: LinkVerdict, timing: str) -> Verdict:
+    """Where no link or NIC is on every slow group and on no healthy one (a healthy group
+    crosses the congested link but moves too little through it to slow by 10 %, or the slow
+    groups share no link): the link a slow group crosses whose two ends report a congestion
+    surge with the episode (:func:`.telemetry.link_suspects`). The signal localises it, as
+    on issue times only; with no such link, nothing is named."""
+    timing += (f"; no link or NIC is on all {link.slow_groups} slow groups and on none of the "
+               f"{link.healthy_groups} healthy ones")
+    hosts = sorted(set(signals.rank_hosts.values()))
+    surged = link_suspects(signals.nic_counters, hosts, signals.window, set(link.crossed))
+    if not surged:
+        reason = ("no RNIC congestion counters (nic_counters) to tell which"
+                  if signals.nic_counters.is_empty() else
+                  "no link they cross has congestion notifications surging at both ends")
+        return Verdict("communication", INSUFFICIENT, None, 0.0, f"{timing}; {reason}")
+    suspect = surged[0]
+    return Verdict("communication", suspect.cause, suspect.target, CONFIDENCE_SIGNAL,
+                   f"{timing}; of the links they cross, {suspect.target} has congestion "
+                   f"notifications at both ends: {suspect.text}")
 
 
 def _surged_candidate(candidates: tuple[str, ...], surged: tuple[str, ...]) -> str | None:
