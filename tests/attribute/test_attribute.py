@@ -23,7 +23,7 @@ from tracekit.attribute.verdict import (
     CONFIDENCE_TIMING_AND_SIGNAL,
 )
 from tracekit.core import schema
-from tracekit.core.dataset import create_dataset, open_dataset
+from tracekit.core.dataset import create_dataset, open_dataset, stale_stages
 from tracekit.core.identity import link_hosts
 from tracekit.detect import detect_dataset
 from tracekit.ingest.pipeline import ingest
@@ -245,6 +245,19 @@ def test_no_collectives_is_insufficient_evidence(tmp_path):
     row = attribute_dataset(ds).episodes.row(0, named=True)
     assert row["cause"] == "insufficient-evidence"
     assert "no collective calls with timestamps" in row["evidence"]
+
+
+def test_a_run_with_no_episode_brings_attribute_up_to_date(tmp_path):
+    """A detect run that finds nothing marks the earlier attribution stale; attributing its
+    empty episodes records the run, so no report says the attribution is out of date."""
+    ds = create_dataset(tmp_path / "quiet", job="quiet")
+    for stage in ("iterations", "detect", "attribute", "detect"):
+        ds.record_build(stage, {"engine": "local"})
+    ds.save_manifest()
+    assert list(stale_stages(open_dataset(ds.path))) == ["attribute"]
+    assert attribute_dataset(ds.path).episodes.is_empty()
+    reopened = open_dataset(ds.path)
+    assert (stale_stages(reopened), reopened.manifest["build"]["attribute"]["episodes"]) == ({}, 0)
 
 
 def test_detected_episode_end_to_end(tmp_path):

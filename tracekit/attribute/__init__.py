@@ -66,9 +66,11 @@ def attribute_dataset(dataset: Dataset | str | Path,
     episodes = dataset.table("episodes").collect()
     op_traces = dataset.table("op_traces").collect()
     timed = split_dataset(dataset)
-    if episodes.is_empty():
-        return Attribution(episodes, stage_imbalance(op_traces), timed)
     executor = executor or LocalExecutor()
+    if episodes.is_empty():  # recorded all the same: it is up to date with this detect run
+        with dataset.updating():
+            record_build(dataset, "attribute", executor, episodes=0)
+        return Attribution(episodes, stage_imbalance(op_traces), timed)
     attributed, partitions = _attribute(dataset, episodes, executor)
     attributed = with_detected_culprits(episodes, attributed, op_traces)
     if timed is not None:
