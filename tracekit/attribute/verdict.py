@@ -336,7 +336,9 @@ def _culprit(kind: str, target: str | None, timing: str, finding: ev.Finding,
     elif finding.inferred:
         confidence = min(timed, CONFIDENCE_INFERRED)
     else:
-        confidence = CONFIDENCE_TIMING_AND_SIGNAL if unique else CONFIDENCE_SIGNAL
+        # a wait from issue times is too weak to count as the second instrument
+        confidence = (CONFIDENCE_TIMING_AND_SIGNAL if unique and not by_arrival
+                      else CONFIDENCE_SIGNAL)
     if finding.cause is None:
         reason = finding.missing or "monitoring does not explain it"
         text = f"{timing}; {finding.text + '; ' if finding.text else ''}{reason}"
