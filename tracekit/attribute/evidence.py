@@ -118,8 +118,8 @@ def gpu_finding(gpu_metrics: pl.DataFrame, host: str, gpu: int, window: Window) 
 
 INFERRED_DEGRADATION = ("; clocks and throttle reasons normal, so the GPU itself is slower "
                         "(inferred: no signal of its own)")
-"""The reasoning of a degradation by elimination, which attribution withdraws where the
-alternative (its host's CPU) cannot be checked."""
+"""The reasoning of a degradation by elimination, which the verdict withdraws where an
+alternative cause cannot be checked (:func:`tracekit.attribute.verdict._eliminated`)."""
 
 
 def sm_clocks(gpu_metrics: pl.DataFrame, host: str, gpu: int, window: Window

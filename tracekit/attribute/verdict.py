@@ -47,7 +47,7 @@ ranks, is waited for as a slow GPU is."""
 CONFIDENCE_INFERRED = 0.5
 """A cause concluded by elimination (``inferred``): a slower GPU where its clocks, throttle
 reasons and its host's CPU look normal; at most its culprit's timing value."""
-CONFIDENCE_UNCHECKED = 0.3
+CONFIDENCE_UNCHECKED = 0.2
 """A verdict shown by a signal that leaves out a part timing also named but no monitoring
 could check (a slow link with no RNIC counters): that part may be a second cause."""
 CONFIDENCE_COMPOUND = 0.9
@@ -360,7 +360,9 @@ def _culprit(kind: str, target: str | None, timing: str, finding: ev.Finding,
     elif finding.inferred:
         confidence = min(timed, CONFIDENCE_INFERRED)
     else:
-        confidence = CONFIDENCE_TIMING_AND_SIGNAL if unique else CONFIDENCE_SIGNAL
+        # a wait from issue times is too weak to count as the second instrument
+        confidence = (CONFIDENCE_TIMING_AND_SIGNAL if unique and not by_arrival
+                      else CONFIDENCE_SIGNAL)
     if finding.cause is None:
         reason = finding.missing or "monitoring does not explain it"
         text = f"{timing}; {finding.text + '; ' if finding.text else ''}{reason}"
