@@ -428,13 +428,20 @@ BAR_FORMAT = ("{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} "
               "[{elapsed}<{remaining}{postfix}]")
 
 
-def nemo_bar(n: int, total: int, metrics: dict, older: bool = True) -> str:
+def nemo_bar(n: int, total: int, metrics: dict, older: bool | None = True) -> str:
     """One tqdm update of NeMo's MegatronProgressBar (NVIDIA/NeMo
     nemo/lightning/pytorch/callbacks/progress_bar.py): bar_format "{desc}: {percentage:3.0f}%|
     {bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]" (commit 7468268e2ec9; later
     "{desc} {n_fmt}/{total_fmt}{postfix}"), desc "Epoch 0: " (tqdm's set_description adds ': '),
     postfix ', ' + ', '.join(key=value)."""
     postfix = ", " + ", ".join(f"{k}={lightning_number(v)}" for k, v in metrics.items())
+    if older is None:  # Lightning's TQDMProgressBar: tqdm's default format, l_bar then rate
+        return ("{desc}{percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, "
+                "{rate_fmt}{postfix}]").format(desc="Epoch 0: ", percentage=100 * n / total,
+                                              bar="\u2588" * 5 + "\u258f    ", n_fmt=n,
+                                              total_fmt=total, elapsed="05:30",
+                                              remaining="05:05", rate_fmt="6.35s/it",
+                                              postfix=postfix)
     if not older:
         return "{desc} {n_fmt}/{total_fmt}{postfix}".format(
             desc="Epoch 0: ", n_fmt=n, total_fmt=total, postfix=postfix)
@@ -453,7 +460,8 @@ def test_nemo1_progress_bar_updates_in_one_carriage_return_line():
 
     updates = [nemo_bar(49, 100, metrics(48, 3.1204)), nemo_bar(50, 100, metrics(48, 3.1204)),
                nemo_bar(50, 100, metrics(49, 3.1299)),
-               nemo_bar(51, 100, metrics(50, 3.14), older=False)]
+               nemo_bar(51, 100, metrics(50, 3.14), older=False),
+               nemo_bar(52, 100, metrics(51, 3.15), older=None)]
     assert updates[2] == ("Epoch 0: :  50%|" + "\u2588" * 5 + "     | 50/100 [05:21<05:27, "
                           "reduced_train_loss=4.910, global_step=49.00, consumed_samples=12800.0, "
                           "train_step_timing in s=3.130]")
@@ -465,7 +473,7 @@ def test_nemo1_progress_bar_updates_in_one_carriage_return_line():
     assert out["megatron_steps"].select("iteration", "train_iters", "elapsed_ms", "lm_loss",
                                         "consumed_samples", "interval_iters").rows() == [
         (49, 100, 3120.0, 4.92, 12544, 1), (50, 100, 3130.0, 4.91, 12800, 1),
-        (51, 100, 3140.0, 4.9, 13056, 1)]
+        (51, 100, 3140.0, 4.9, 13056, 1), (52, 100, 3150.0, 4.89, 13312, 1)]
     assert out["iterations"].select("iteration", "duration_s", "quality").rows() == [
-        (49, 3.12, "ok"), (50, 3.13, "ok"), (51, 3.14, "ok")]
+        (49, 3.12, "ok"), (50, 3.13, "ok"), (51, 3.14, "ok"), (52, 3.15, "ok")]
     assert (out["lines"], out["skipped"], out["quarantine"].height) == (1001, 1000, 0)

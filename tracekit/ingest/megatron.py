@@ -49,12 +49,14 @@ progress_printer.py`` ProgressPrinter: ``Training epoch {e}, iteration {n}/{tota
 ``' | {metric}: {val}'`` per logged metric, with no closing ``|``)."""
 VALIDATION = r"^\s*(?P<split>validation|test) loss at (?P<at>.*?) \|(?P<fields>.*)$"
 STEP_TIMING = "train_step_timing in s="
-PROGRESS_BAR = (r"\bEpoch (?P<epoch>\d+): (?:: *\d+%\|[^|]*\| | ?)(?P<n>\d+)/(?P<total>\d+)"
+PROGRESS_BAR = (r"\bEpoch (?P<epoch>\d+): (?::? *\d+%\|[^|]*\| | ?)(?P<n>\d+)/(?P<total>\d+)"
                 r"(?P<rest>.*)$")
 """A NeMo 1 progress bar update (``MegatronProgressBar``, ``nemo/lightning/pytorch/callbacks/
 progress_bar.py``): tqdm's ``bar_format`` ``"{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/
 {total_fmt} [{elapsed}<{remaining}{postfix}]"`` (later ``"{desc} {n_fmt}/{total_fmt}{postfix}"``)
-with ``desc`` ``Epoch {e}: `` and the postfix ``, key=value`` per logged metric, numbers in
+with ``desc`` ``Epoch {e}: `` and the postfix ``, key=value`` per logged metric (or
+Lightning's own bar, ``{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}
+{postfix}]``, whose rate is no metric), numbers in
 Lightning's ``Tqdm.format_num`` (3 significant digits, padded: ``3.130``, ``99.00``). Only
 updates holding NeMo's ``train_step_timing in s`` are read."""
 TIMER_HEADERS = {
