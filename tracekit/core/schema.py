@@ -461,7 +461,7 @@ TRAINING_EVENTS = Table(
     (
         JOB,
         _c("rank", I32, "", "rank that logged it, null for job-level events"),
-        _c("source", STR, "", "framework log it comes from: megatron or mlperf"),
+        _c("source", STR, "", "framework log it comes from: megatron, mlperf or dllogger"),
         _c("event", STR, "", "run_start, run_stop, block_start, eval_stop, validation, memory, "
            "..."),
         _c("iteration", I64, "", "iteration the event refers to, when known"),
