@@ -208,24 +208,26 @@ def _nccl_per_host(job: Path) -> None:
             path.unlink()
 
 
-_OP_COUNT = re.compile(r" NCCL INFO (\w+): opCount (\w+) .* comm (0x[0-9a-f]+) ")
+_OP_COUNT = re.compile(r":(\d+):\d+ \[\d+\] NCCL INFO (\w+): opCount (\w+) .* comm (0x[0-9a-f]+) ")
 
 
 def _nccl_2_26(job: Path) -> None:
-    """NCCL 2.26's logs: its version line, and ``opCount`` advancing on every communicator
-    (once per launch: a Send / Recv pair shares one), where 2.27 leaves NVLink-only ones at 0."""
+    """NCCL 2.26's logs: its version line, and ``opCount`` advancing on every communicator of
+    a process (once per launch: a Send / Recv pair shares one), where 2.27 leaves NVLink-only
+    ones at 0."""
     for path in sorted((job / "ranks").glob("nccl*.log")):
-        counts: dict[str, int] = {}
-        last: dict[str, str] = {}
+        counts: dict[tuple[str, str], int] = {}
+        last: dict[tuple[str, str], str] = {}
         out = []
         for line in path.read_text().splitlines():
             line = line.replace("NCCL version 2.27.5+cuda12.9", "NCCL version 2.26.2+cuda12.8")
             if (call := _OP_COUNT.search(line)) is not None:
-                op, _, comm = call.groups()
+                pid, op, count, pointer = call.groups()
+                comm = (pid, pointer)
                 paired = {op, last.get(comm)} == {"Send", "Recv"}
                 counts[comm] = counts.get(comm, -1) + (0 if paired else 1)
                 last[comm] = "" if paired else op
-                line = line.replace(f"opCount {call.group(2)} ", f"opCount {counts[comm]:x} ", 1)
+                line = line.replace(f"opCount {count} ", f"opCount {counts[comm]:x} ", 1)
             out.append(line)
         path.write_text("\n".join(out) + "\n")
 

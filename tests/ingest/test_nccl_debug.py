@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.ingest.collective_helpers import file_source, read_all
+from tracekit.core.dataset import open_dataset
 from tracekit.ingest import registry
 from tracekit.ingest.base import Source
 from tracekit.ingest.nccl_debug import NO_TIMESTAMP_NOTE, NcclDebugReader
@@ -227,8 +228,6 @@ def test_ingest_is_idempotent(formats_dir, tmp_path):
     assert first.sources[0].rows == {"collectives": 20, "comms": 8}
     assert first.sources[0].quarantined == 3
     assert again.sources[0].status == "unchanged"
-    from tracekit.core.dataset import open_dataset
-
     assert open_dataset(tmp_path / "ds").table("collectives").collect().height == 20
 
 
@@ -349,3 +348,16 @@ def test_rccl_init_lines_with_their_memory_suffix():
     assert result.tables["collectives"].select("rank", "comm", "bytes").rows() == [
         (1, "0x7e7ba40", 32)]
     assert result.quarantine.is_empty()
+def test_hosts_are_spelled_as_the_monitoring_spells_them(tmp_path):
+    """NCCL prints ``gethostname()`` as the host has it: ``DGX-H100-01`` in the ranks' tables
+    and ``dgx-h100-01`` in dcgm-exporter's left a congested link without its NICs' rows."""
+    host = "DGX-H100-01"
+    lines = [f"[2025-10-14 09:31:07] {INIT.replace('gpu-b04', host)}",
+             f"[2025-10-14 09:31:08] {COLL.format(op=0).replace('gpu-b04', host)}"]
+    (tmp_path / f"nccl.{host}.19230.log").write_text("\n".join(lines) + "\n")
+    (tmp_path / "dcgm.dgx-h100-01.1760434268.prom").write_text(
+        'DCGM_FI_DEV_SM_CLOCK{gpu="0",UUID="GPU-1",Hostname="dgx-h100-01"} 1410\n')
+    ingest([tmp_path], tmp_path / "ds")
+    dataset = open_dataset(tmp_path / "ds")
+    for table in ("collectives", "comms", "gpu_metrics"):
+        assert dataset[table].collect()["host"].cast(pl.String).to_list() == ["dgx-h100-01"]

@@ -36,6 +36,22 @@ def canonical_host(name: str) -> str:
     return pl.select(short_host(pl.lit(name, pl.String))).item() or name
 
 
+def canonical_host_column(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with its ``host`` column as :func:`short_host` spells it, worked out on its
+    few distinct names (a table of calls has millions of rows and a handful of hosts): NCCL
+    prints ``gethostname()`` as the host has it (``DGX-H100-01``), dcgm-exporter's rows are
+    lower case, and a link's NICs must join the ranks on it."""
+    if "host" not in frame.columns or frame.height == 0:
+        return frame
+    names = frame.get_column("host").unique().drop_nulls().cast(pl.String)
+    spelled = pl.select(short_host(pl.lit(names))).to_series()
+    renamed = {a: b for a, b in zip(names.to_list(), spelled.to_list(), strict=True) if a != b}
+    if not renamed:
+        return frame
+    dtype = frame.schema["host"]
+    return frame.with_columns(pl.col("host").cast(pl.String).replace(renamed).cast(dtype))
+
+
 def normalise_bus_id(bus_id: pl.Expr) -> pl.Expr:
     """PCI bus ids in NCCL's form: lower case, 4-digit domain (``00000000:18:00.0`` ->
     ``0000:18:00.0``)."""

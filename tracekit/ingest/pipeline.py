@@ -32,6 +32,7 @@ import polars as pl
 from tracekit.core import schema
 from tracekit.core.dataset import MANIFEST, Dataset, dataset_writer, source_record_key
 from tracekit.core.errors import InputError, TracekitError
+from tracekit.core.identity import canonical_host_column
 from tracekit.core.parallel import Executor, LocalExecutor, Outcome, Report
 from tracekit.ingest import jobs, registry
 from tracekit.ingest.base import (
@@ -569,13 +570,15 @@ def _rank_order(rank: pl.Series) -> np.ndarray:
 def _chunk_tables(dataset: Dataset, chunk: Chunk) -> dict[str, pl.DataFrame]:
     """The chunk's frames with the dataset's job id in every ``job`` column: a dataset holds one
     job, so rows from a source that names its job differently (a synthesized job's labels, a
-    renamed dump) still join the rest of the dataset."""
+    renamed dump) still join the rest of the dataset; and hosts spelled one way in every table
+    (:func:`~tracekit.core.identity.canonical_host_column`)."""
     frames = dict(chunk.tables)
     if chunk.quarantine is not None:
         frames["quarantine"] = chunk.quarantine
     for name, frame in frames.items():
         if "job" in schema.table(name).schema and "job" in frame.columns:
-            frames[name] = frame.with_columns(pl.lit(dataset.job, pl.String).alias("job"))
+            frame = frame.with_columns(pl.lit(dataset.job, pl.String).alias("job"))
+        frames[name] = frame if name == "quarantine" else canonical_host_column(frame)
     return frames
 
 
