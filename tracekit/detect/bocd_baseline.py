@@ -83,13 +83,23 @@ class BaselineVerifier(SegmentVerifier):
                 return kept
             kept += self.on_due(due)
 
+    def unchanged(self, candidate: int, stop: int, returned: bool = False) -> list[int]:
+        """A slowdown under 10 % that ended: a rise whose segment the job returned from at
+        ``stop``, or a fall judged no change that ends a slow excursion. Later candidates are
+        judged against the points since (:meth:`window_start`)."""
+        rise = self.level(candidate, stop) > self.previous_level(candidate)
+        if rise and returned:
+            self.settled = stop
+        elif not rise and self.excursion_start(candidate, self.level(candidate, stop)) \
+                is not None:
+            self.settled = candidate
+        return []
+
     def dropped(self, candidate: int, stop: int) -> list[int]:
         """A candidate under 10 %: it opens a drift when its level left the healthy band while
         the segment before it was still inside it; faster than the band, it re-baselines."""
         d = self.detector
-        if self.level(candidate, stop) < self.previous_level(candidate) and \
-                self.excursion_start(candidate, self.level(candidate, stop)) is not None:
-            self.settled = candidate  # a slow excursion under 10 % ended here
+        self.unchanged(candidate, stop)
         healthy = self.healthy_level()
         relative = self.level(candidate, stop) / healthy - 1.0
         if relative < -d.drift_floor:
