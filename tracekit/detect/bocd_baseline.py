@@ -12,7 +12,10 @@ points, the mean iteration time since its onset exceeds the level before it by m
 ``min_change`` (10 %, the paper's threshold and the labels' definition of a fail-slow); it is
 dropped when the CUSUM falls back to zero (the job is healthy again).
 Lone slow iterations (GC pauses, checkpoints, evaluation) fail BOCD+V's judgement and barely
-move the clipped CUSUM.
+move the clipped CUSUM. Where a slowdown under 10 % ends (a segment judged no change when the
+job returns from it, a fall judged no change that ends a slow excursion), later candidates are
+compared with the points since, not with a median it holds up: on and off faults of x1.07
+then x1.12 on one target are one benign stretch and one fail-slow.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ class BaselineVerifier(SegmentVerifier):
         super().__init__(detector, values, sums)
         self.baseline: float | None = None
         self.drift: Drift | None = None
-        self.settled = 0  # where the last slowdown under 10 % ended (a fall BOCD+V dropped)
+        self.settled = 0  # where the last slowdown under 10 % ended (:meth:`unchanged`)
 
     def window_start(self, candidate: int) -> int:
         """The points since the end of the last slowdown under 10 % inside the segment, when

@@ -28,6 +28,10 @@ it:
   ``min_duration`` points, and a segment judged whole (or the excursion a fall ends) with at
   least ``min_duration`` slowed points.
 
+A kept change is dated, within ``min_points`` points of BOCD's date, at the split its two levels
+tell best: BOCD restarts its run length at a GC pause next to a step, so a return or a rise is
+dated there, which moves a fault's length across a fail-slow's 20 iterations.
+
 The paper says "mean"; the median (early) and the realised slowdown of the whole segment
 (borderline) are its robust and its exact reading. Verification runs in the same order online
 and offline, so both give identical results: judgements fall due at fixed points, in order.
