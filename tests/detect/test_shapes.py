@@ -4,6 +4,7 @@ off, right after a slowdown under 10 %."""
 
 import numpy as np
 import polars as pl
+import pytest
 
 from tests.detect.conftest import iteration_times
 from tracekit.detect.episodes import find_episodes
@@ -77,3 +78,14 @@ def test_a_gc_pause_just_before_a_short_burst_does_not_lengthen_it_into_a_fail_s
         series[229] *= 1.4
         series[233:250] *= 1.3
         assert verdict_episodes(series) == [], seed
+
+
+@pytest.mark.parametrize("seed", [0, 4])
+def test_fault_after_a_whole_segment_judged_under_ten_percent(seed):
+    """x1.085 on [101, 145] (judged whole when the job returns: no fail-slow), then x1.18 on
+    [166, 208]: judged against a median the x1.085 held up it measured x1.09 and was lost
+    (the return after it ends the benign stretch)."""
+    series = job(seed)
+    series[100:145] *= 1.085
+    series[165:208] *= 1.18
+    assert verdict_episodes(series) == [(166, 208)]

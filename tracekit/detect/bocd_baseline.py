@@ -12,7 +12,10 @@ points, the mean iteration time since its onset exceeds the level before it by m
 ``min_change`` (10 %, the paper's threshold and the labels' definition of a fail-slow); it is
 dropped when the CUSUM falls back to zero (the job is healthy again).
 Lone slow iterations (GC pauses, checkpoints, evaluation) fail BOCD+V's judgement and barely
-move the clipped CUSUM.
+move the clipped CUSUM. Where a slowdown under 10 % ends (a segment judged no change when the
+job returns from it, a fall judged no change that ends a slow excursion), later candidates are
+compared with the points since, not with a median it holds up: on and off faults of x1.07
+then x1.12 on one target are one benign stretch and one fail-slow.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ class BaselineVerifier(SegmentVerifier):
         super().__init__(detector, values, sums)
         self.baseline: float | None = None
         self.drift: Drift | None = None
-        self.settled = 0  # where the last slowdown under 10 % ended (a fall BOCD+V dropped)
+        self.settled = 0  # where the last slowdown under 10 % ended (:meth:`unchanged`)
 
     def window_start(self, candidate: int) -> int:
         """The points since the end of the last slowdown under 10 % inside the segment, when
@@ -83,13 +86,23 @@ class BaselineVerifier(SegmentVerifier):
                 return kept
             kept += self.on_due(due)
 
+    def unchanged(self, candidate: int, stop: int, returned: bool = False) -> list[int]:
+        """A slowdown under 10 % that ended: a rise whose segment the job returned from at
+        ``stop``, or a fall judged no change that ends a slow excursion. Later candidates are
+        judged against the points since (:meth:`window_start`)."""
+        rise = self.level(candidate, stop) > self.previous_level(candidate)
+        if rise and returned:
+            self.settled = stop
+        elif not rise and self.excursion_start(candidate, self.level(candidate, stop)) \
+                is not None:
+            self.settled = candidate
+        return []
+
     def dropped(self, candidate: int, stop: int) -> list[int]:
         """A candidate under 10 %: it opens a drift when its level left the healthy band while
         the segment before it was still inside it; faster than the band, it re-baselines."""
         d = self.detector
-        if self.level(candidate, stop) < self.previous_level(candidate) and \
-                self.excursion_start(candidate, self.level(candidate, stop)) is not None:
-            self.settled = candidate  # a slow excursion under 10 % ended here
+        self.unchanged(candidate, stop)
         healthy = self.healthy_level()
         relative = self.level(candidate, stop) / healthy - 1.0
         if relative < -d.drift_floor:

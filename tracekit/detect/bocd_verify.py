@@ -28,6 +28,10 @@ it:
   ``min_duration`` points, and a segment judged whole (or the excursion a fall ends) with at
   least ``min_duration`` slowed points.
 
+A kept change is dated, within ``min_points`` points of BOCD's date, at the split its two levels
+tell best: BOCD restarts its run length at a GC pause next to a step, so a return or a rise is
+dated there, which moves a fault's length across a fail-slow's 20 iterations.
+
 The paper says "mean"; the median (early) and the realised slowdown of the whole segment
 (borderline) are its robust and its exact reading. Verification runs in the same order online
 and offline, so both give identical results: judgements fall due at fixed points, in order.
@@ -233,11 +237,11 @@ class SegmentVerifier:
         self.next_candidate(self.pending.index(following) + returned)
         if following - first < self.detector.min_duration or \
                 not self.realised_slowdown(first, following) > self.detector.min_change:
-            return []
+            return self.unchanged(first, following, returned)
         before = self.previous_level(first)
         if self.level(first, following) > before and self.slow_points(
                 first, following, before, self.local_noise(first)) < self.detector.min_duration:
-            return []  # a burst of disturbances, however much time it took
+            return self.unchanged(first, following, returned)  # a burst of disturbances
         kept = self.keep(first, following)
         if returned:
             kept += self.keep(following, following + self.detector.min_points)
@@ -273,6 +277,12 @@ class SegmentVerifier:
         dates = first + np.arange(wrong.size)
         best = np.flatnonzero(wrong == wrong.min())
         return int(dates[best[np.argmin(np.abs(dates[best] - candidate))]])
+
+    def unchanged(self, candidate: int, stop: int, returned: bool = False) -> list[int]:
+        """A candidate whose segment, judged whole on the points up to ``stop`` (where the job
+        ``returned`` to the level before, or not), is no change: nothing to do here (BOCD+B
+        notes where a slowdown under 10 % ended)."""
+        return []
 
     def dropped(self, candidate: int, stop: int) -> list[int]:
         """A candidate judged not a change on the points up to ``stop``: nothing to do here;

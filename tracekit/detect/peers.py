@@ -319,9 +319,8 @@ def straggler_episodes(job: str, iterations: pl.DataFrame, op_traces: pl.DataFra
     detectors, an episode slows the job by more than ``min_slowdown`` (its blocking slowdown):
     a straggler the job does not wait for is no fail-slow of the job; one that starts and ends
     in the run, measured on a part of its step (compute, time outside calls), also slows the
-    job's step by a fail-slow's ratio (:func:`_slows_the_job`).
-    ``executor`` runs the
-    own times' blocks of ranks (default: a local loop)."""
+    job's step by a fail-slow's ratio (:func:`_slows_the_job`). ``executor`` runs the own
+    times' blocks of ranks (default: a local loop)."""
     times = own_times(iterations, op_traces, collectives, layout, executor)
     if times is None:
         return schema.table("episodes").empty()
