@@ -23,6 +23,10 @@ QUOTED_CLAUSES = 2
 the rest are in the evidence list."""
 
 _CHANGE = re.compile(r"->")
+_MISSING = re.compile(r"\bno ([^;:,()]+?) \((?:[^)]*\b)?"
+                      r"(?:gpu_metrics|host_metrics|nic_counters)\b")
+"""Attribution names monitoring that a verdict needed and the dump lacks as ``no WHAT (TABLE
+...)``, its table in the parenthesis (``no DCGM samples (gpu_metrics) for GPU h2/0``)."""
 _GPU = re.compile(r"\bgpu[: ]([\w.-]+/\d+)", re.IGNORECASE)
 
 CLOCKED = SeriesAxis(clock=True, seconds=True, logged=0, first=None, last=None, covered=0,
@@ -81,6 +85,24 @@ def evidence_clauses(evidence: str | None) -> list[str]:
     return [c.strip() for c in (evidence or "").split(EVIDENCE_SEPARATOR) if c.strip()]
 
 
+def missing_monitoring(evidence: str | None) -> list[str]:
+    """What monitoring the evidence says is missing, in its order, each once: ``DCGM
+    samples``, ``RNIC congestion counters``, ..."""
+    return list(dict.fromkeys(_MISSING.findall(evidence or "")))
+
+
+def _unattributed_reason(evidence: str | None) -> str:
+    """Why a culprit's cause is not attributed: all the monitoring missing (``no DCGM samples
+    and no RNIC congestion counters in the dump``), else attribution's last clause."""
+    missing = missing_monitoring(evidence)
+    if missing:
+        named = [f"no {what}" for what in missing]
+        listed = (", ".join(named[:-1]) + " and " + named[-1]) if len(named) > 1 else named[0]
+        return f"{listed} to tell why"
+    clauses = evidence_clauses(evidence)
+    return clauses[-1] if clauses else ""
+
+
 def _duration(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 120 else f"{seconds:.0f} s"
 
@@ -133,7 +155,7 @@ def episode_sentence(row: dict, axis: SeriesAxis = CLOCKED,
     elif who:
         where = KIND_WORDS.get(row.get("kind") or "")
         text += f" on {who}" + (f", in its {where}" if where else "")
-        reason = clauses[-1] if clauses else ""
+        reason = _unattributed_reason(row.get("evidence"))
         text += (f" ({reason})" if reason.startswith("cause ")
                  else f" (cause not attributed: {reason})" if reason else " (cause not attributed)")
     elif cause in NOT_FOUND and clauses:
