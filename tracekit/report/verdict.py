@@ -155,9 +155,12 @@ def episode_sentence(row: dict, axis: SeriesAxis = CLOCKED,
     elif who:
         where = KIND_WORDS.get(row.get("kind") or "")
         text += f" on {who}" + (f", in its {where}" if where else "")
+        # what monitoring did show (a thermal GPU beside a link no counters could check)
         reason = _unattributed_reason(row.get("evidence"))
-        text += (f" ({reason})" if reason.startswith("cause ")
-                 else f" (cause not attributed: {reason})" if reason else " (cause not attributed)")
+        quoted = [c for c in clauses if _CHANGE.search(c) and c != reason][:QUOTED_CLAUSES]
+        said = (reason if reason.startswith("cause ")
+                else f"cause not attributed: {reason}" if reason else "cause not attributed")
+        text += " (" + "; ".join([*quoted, said]) + ")"
     elif cause in NOT_FOUND and clauses:
         text += f" (not attributed: {clauses[-1]})"
     else:
