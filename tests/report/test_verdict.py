@@ -75,6 +75,10 @@ def test_an_unattributed_cause_names_all_the_monitoring_missing():
         "The job ran 20 % slower for 4.5 min from 09:04:15 UTC on rank 4 and the link a–b "
         "(cause not attributed: no DCGM samples and no RNIC congestion counters to tell why); "
         "it cost 45.7 s (6.8 % of the job)."]
+    nowhere = unchecked | {"target": None}
+    assert verdict_sentences(pl.DataFrame([nowhere]), 1.41)[0].endswith(
+        "(not attributed: no DCGM samples and no RNIC congestion counters to tell why); it cost "
+        "45.7 s (6.8 % of the job).")
 
 
 def test_an_unattributed_compound_quotes_what_monitoring_did_show():
@@ -89,4 +93,5 @@ def test_an_unattributed_compound_quotes_what_monitoring_did_show():
     assert verdict_sentences(pl.DataFrame([kept]), 1.41) == [
         "The job ran 20 % slower for 4.5 min from 09:04:15 UTC on rank 1 and the link a–b "
         "(GPU a/1: SM clock 1410 -> 590 MHz; temperature 52 -> 86 C; cause not attributed: no "
-        "RNIC congestion counters to tell why); it cost 45.7 s (6.8 % of the job)."]
+        "RNIC congestion counters (nic_counters) for a, b: cannot confirm congestion); it cost "
+        "45.7 s (6.8 % of the job)."]

@@ -92,15 +92,17 @@ def missing_monitoring(evidence: str | None) -> list[str]:
 
 
 def _unattributed_reason(evidence: str | None) -> str:
-    """Why a culprit's cause is not attributed: all the monitoring missing (``no DCGM samples
-    and no RNIC congestion counters in the dump``), else attribution's last clause."""
-    missing = missing_monitoring(evidence)
-    if missing:
-        named = [f"no {what}" for what in missing]
-        listed = (", ".join(named[:-1]) + " and " + named[-1]) if len(named) > 1 else named[0]
-        return f"{listed} to tell why"
+    """Why a cause is not attributed: attribution's last clause where it names all the
+    monitoring missing, else all of it (``no DCGM samples and no RNIC congestion counters to
+    tell why``)."""
     clauses = evidence_clauses(evidence)
-    return clauses[-1] if clauses else ""
+    last = clauses[-1] if clauses else ""
+    missing = missing_monitoring(evidence)
+    if set(missing) <= set(missing_monitoring(last)):
+        return last
+    named = [f"no {what}" for what in missing]
+    return ", ".join(named[:-1]) + " and " + named[-1] + " to tell why" if len(named) > 1 \
+        else f"{named[0]} to tell why"
 
 
 def _duration(seconds: float) -> str:
@@ -162,7 +164,7 @@ def episode_sentence(row: dict, axis: SeriesAxis = CLOCKED,
                 else f"cause not attributed: {reason}" if reason else "cause not attributed")
         text += " (" + "; ".join([*quoted, said]) + ")"
     elif cause in NOT_FOUND and clauses:
-        text += f" (not attributed: {clauses[-1]})"
+        text += f" (not attributed: {_unattributed_reason(row.get('evidence'))})"
     else:
         text += f" (not attributed: {unattributed})"
     return f"{text}; {axis.cost(row.get('lost_s'), row.get('jct_slowdown'))}."
