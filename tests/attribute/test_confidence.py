@@ -173,12 +173,16 @@ def test_no_cause_by_elimination_where_an_alternative_is_unseen(call_ends):
         "clocks rule out throttling only")
 
 
-@pytest.mark.parametrize(("unseen", "confidence"), [(False, 0.95), (True, 0.2)])
-def test_a_part_left_out_unchecked_caps_the_shown_one(unseen, confidence):
+@pytest.mark.parametrize(("unseen", "link", "cause", "target", "confidence"), [
+    (False, "link:a<->b", "gpu-thermal", "rank:4", 0.95),
+    (True, "link:a<->b", INSUFFICIENT, "rank:4+link:a<->b", 0.85),
+    (True, None, "gpu-thermal", "rank:4", 0.2)])
+def test_a_part_no_monitoring_could_check_stays_in_the_verdict(unseen, link, cause, target,
+                                                               confidence):
     """A slow link beside a thermal GPU: with RNIC counters that stay quiet it is no second
-    cause; with none, it may be one."""
-    link = Verdict("communication", INSUFFICIENT, "link:a<->b", 0.85, "slow groups cross it",
-                   unseen=unseen)
-    verdict = _combined([THERMAL, link])
-    assert (verdict.cause, verdict.target, verdict.confidence) == (
-        "gpu-thermal", "rank:4", confidence)
+    cause and is left out; with none it may be one, so it stays, claimed as a culprit only;
+    where timing could not tell which link (candidates tie), the shown part is capped."""
+    slow = Verdict("communication", INSUFFICIENT, link, 0.85 if link else 0.0,
+                   "slow groups cross it", unseen=unseen)
+    verdict = _combined([THERMAL, slow])
+    assert (verdict.cause, verdict.target, verdict.confidence) == (cause, target, confidence)

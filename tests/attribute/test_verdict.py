@@ -43,6 +43,21 @@ def test_parts_no_signal_confirms_stay_insufficient():
 
 
 
+def test_an_unchecked_part_stays_and_a_checked_quiet_one_is_left_out():
+    """Beside a thermal GPU, a slow link with no RNIC counters is kept as a culprit of unknown
+    cause (on fresh seeds it was a real second cause every time); one whose counters stayed
+    quiet is left out."""
+    unseen = Verdict("communication", INSUFFICIENT, "link:c<->d", 0.85,
+                     "a slow group crosses link:c<->d; no RNIC congestion counters",
+                     unseen=True)
+    verdict = _combined([THERMAL, UNCONFIRMED_LINK, unseen])
+    assert (verdict.kind, verdict.cause, verdict.target, verdict.confidence, verdict.unseen) == (
+        "compound", INSUFFICIENT, "rank:4+link:c<->d", 0.85, True)
+    assert verdict.evidence == ("GPU gpu05/0: hw_thermal set; a slow group crosses link:c<->d; "
+                                "no RNIC congestion counters; not confirmed: a slow group "
+                                "crosses link:a<->b; no CNP surge")
+
+
 def test_a_confirmed_part_is_kept_beside_a_slow_group_that_crosses_no_host():
     """A thermal GPU slows the collectives of its own intra-host group; that group, with no
     link to blame, made the whole verdict insufficient-evidence on rank 5 with confidence 0

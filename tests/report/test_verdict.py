@@ -60,3 +60,38 @@ def test_job_report_opens_with_the_verdict_and_its_evidence(job_dataset):
         "rank 2, GPU h0/2 (SM clock of gpu h0/2 1410 -> 990 MHz); it cost 14.0 s (11.7 % of "
         "the job)."]
     assert verdict.items == ["#1: SM clock of gpu h0/2 1410 -> 990 MHz"]
+
+
+def test_an_unattributed_cause_names_all_the_monitoring_missing():
+    """Not only the last clause's: the DCGM samples named first are missing too."""
+    unchecked = LINK | {"cause": "insufficient-evidence", "target": "rank:4+link:a<->b",
+                        "kind": "compound",
+                        "evidence": "rank 4 computes x1.3; no DCGM samples (gpu_metrics) for GPU "
+                                    "a/0 during the episode: cannot tell thermal throttling "
+                                    "from degradation; 2 of 7 groups slower; no RNIC congestion "
+                                    "counters (nic_counters np_cnp_sent / rp_cnp_handled) for "
+                                    "a, b: cannot confirm congestion"}
+    assert verdict_sentences(pl.DataFrame([unchecked]), 1.41) == [
+        "The job ran 20 % slower for 4.5 min from 09:04:15 UTC on rank 4 and the link a–b "
+        "(cause not attributed: no DCGM samples and no RNIC congestion counters to tell why); "
+        "it cost 45.7 s (6.8 % of the job)."]
+    nowhere = unchecked | {"target": None}
+    assert verdict_sentences(pl.DataFrame([nowhere]), 1.41)[0].endswith(
+        "(not attributed: no DCGM samples and no RNIC congestion counters to tell why); it cost "
+        "45.7 s (6.8 % of the job).")
+
+
+def test_an_unattributed_compound_quotes_what_monitoring_did_show():
+    """A thermal GPU beside a slow link with no RNIC counters: the verdict claims both culprits
+    and no cause; the sentence still quotes the GPU's readings."""
+    kept = LINK | {"cause": "insufficient-evidence", "target": "rank:1+link:a<->b",
+                   "kind": "compound",
+                   "evidence": "rank 1 computes x2.39; GPU a/1: SM clock 1410 -> 590 MHz; "
+                               "temperature 52 -> 86 C; hw_thermal set; link:a<->b is crossed "
+                               "by all 3 slow groups; no RNIC congestion counters (nic_counters) "
+                               "for a, b: cannot confirm congestion"}
+    assert verdict_sentences(pl.DataFrame([kept]), 1.41) == [
+        "The job ran 20 % slower for 4.5 min from 09:04:15 UTC on rank 1 and the link a–b "
+        "(GPU a/1: SM clock 1410 -> 590 MHz; temperature 52 -> 86 C; cause not attributed: no "
+        "RNIC congestion counters (nic_counters) for a, b: cannot confirm congestion); it cost "
+        "45.7 s (6.8 % of the job)."]

@@ -48,8 +48,9 @@ CONFIDENCE_INFERRED = 0.5
 """A cause concluded by elimination (``inferred``): a slower GPU where its clocks, throttle
 reasons and its host's CPU look normal; at most its culprit's timing value."""
 CONFIDENCE_UNCHECKED = 0.2
-"""A verdict shown by a signal that leaves out a part timing also named but no monitoring
-could check (a slow link with no RNIC counters): that part may be a second cause."""
+"""A verdict shown by a signal that leaves out a part timing also named but could not place
+and no monitoring could check (slow groups whose candidate links tie, with no RNIC counters
+to tell them apart): that part may be a second cause, and on fresh seeds it always was."""
 CONFIDENCE_COMPOUND = 0.9
 """A compound verdict's ceiling; below it, its least sure part's value. Its parts are read
 from one window by the same rules, so their errors are not independent (a product under-
@@ -118,28 +119,35 @@ def decide(signals: Signals) -> Verdict:
 
 def _combined(culprits: list[Verdict]) -> Verdict:
     """One verdict from its culprits: several make a compound one (targets and causes joined
-    by ``+``), as sure as its least sure part (:data:`CONFIDENCE_COMPOUND`); it is inferred
-    when any part is. A part that timing alone points at does not hide the parts a signal
-    confirms: a thermal GPU slows the groups it is in, and a slow group with no congestion
-    notifications is no second cause; but where that group's monitoring is missing, it may
-    be one, and the shown part is capped at :data:`CONFIDENCE_UNCHECKED`."""
-    confirmed = [c for c in culprits if c.cause != INSUFFICIENT]
-    if confirmed and len(confirmed) < len(culprits):
-        shown = _combined(confirmed)
-        dropped = [c for c in culprits if c.cause == INSUFFICIENT]
-        confidence = (min(shown.confidence, CONFIDENCE_UNCHECKED)
-                      if any(c.unseen for c in dropped) else shown.confidence)
-        return replace(shown, confidence=confidence, evidence=(
-            f"{shown.evidence}; not confirmed: {'; '.join(c.evidence for c in dropped)}"))
-    if len(culprits) == 1:
-        return culprits[0]
-    causes = [c.cause for c in culprits]
+    by ``+``, the cause ``insufficient-evidence`` when a part's is), as sure as its least sure
+    part (:data:`CONFIDENCE_COMPOUND`); it is inferred when any part is. A part that timing
+    alone points at does not hide the parts a signal confirms: a thermal GPU slows the groups
+    it is in, and a slow group whose links show no congestion notifications is no second cause,
+    so it is left out as "not confirmed". But a part whose monitoring is missing (``unseen``)
+    stays in, claimed as a culprit only: on fresh seeds every such part was a real second
+    cause, so naming only the shown one named a wrong culprit. One with no target to keep
+    caps the verdict at :data:`CONFIDENCE_UNCHECKED`."""
+    confirmed = [c.cause != INSUFFICIENT for c in culprits]
+    kept = [c for c, shown in zip(culprits, confirmed, strict=True)
+            if shown or not any(confirmed) or (c.unseen and c.target is not None)]
+    dropped = [c for c in culprits if not any(c is k for k in kept)]
+    verdict = kept[0] if len(kept) == 1 else _compound(kept)
+    if not dropped:
+        return verdict
+    confidence = (min(verdict.confidence, CONFIDENCE_UNCHECKED)
+                  if any(c.unseen for c in dropped) else verdict.confidence)
+    return replace(verdict, confidence=confidence, evidence=(
+        f"{verdict.evidence}; not confirmed: {'; '.join(c.evidence for c in dropped)}"))
+
+
+def _compound(parts: list[Verdict]) -> Verdict:
+    causes = [c.cause for c in parts]
     cause = INSUFFICIENT if INSUFFICIENT in causes else "+".join(sorted(set(causes)))
-    targets = [c.target for c in culprits if c.target]
+    targets = [c.target for c in parts if c.target]
     return Verdict("compound", cause, "+".join(targets) or None,
-                   min(CONFIDENCE_COMPOUND, *(c.confidence for c in culprits)),
-                   "; ".join(c.evidence for c in culprits),
-                   any(c.inferred for c in culprits), any(c.unseen for c in culprits))
+                   min(CONFIDENCE_COMPOUND, *(c.confidence for c in parts)),
+                   "; ".join(c.evidence for c in parts),
+                   any(c.inferred for c in parts), any(c.unseen for c in parts))
 
 
 def _compute_culprits(signals: Signals) -> list[Verdict]:

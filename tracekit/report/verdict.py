@@ -23,6 +23,10 @@ QUOTED_CLAUSES = 2
 the rest are in the evidence list."""
 
 _CHANGE = re.compile(r"->")
+_MISSING = re.compile(r"\bno ([^;:,()]+?) \((?:[^)]*\b)?"
+                      r"(?:gpu_metrics|host_metrics|nic_counters)\b")
+"""Attribution names monitoring that a verdict needed and the dump lacks as ``no WHAT (TABLE
+...)``, its table in the parenthesis (``no DCGM samples (gpu_metrics) for GPU h2/0``)."""
 _GPU = re.compile(r"\bgpu[: ]([\w.-]+/\d+)", re.IGNORECASE)
 
 CLOCKED = SeriesAxis(clock=True, seconds=True, logged=0, first=None, last=None, covered=0,
@@ -81,6 +85,26 @@ def evidence_clauses(evidence: str | None) -> list[str]:
     return [c.strip() for c in (evidence or "").split(EVIDENCE_SEPARATOR) if c.strip()]
 
 
+def missing_monitoring(evidence: str | None) -> list[str]:
+    """What monitoring the evidence says is missing, in its order, each once: ``DCGM
+    samples``, ``RNIC congestion counters``, ..."""
+    return list(dict.fromkeys(_MISSING.findall(evidence or "")))
+
+
+def _unattributed_reason(evidence: str | None) -> str:
+    """Why a cause is not attributed: attribution's last clause where it names all the
+    monitoring missing, else all of it (``no DCGM samples and no RNIC congestion counters to
+    tell why``)."""
+    clauses = evidence_clauses(evidence)
+    last = clauses[-1] if clauses else ""
+    missing = missing_monitoring(evidence)
+    if set(missing) <= set(missing_monitoring(last)):
+        return last
+    named = [f"no {what}" for what in missing]
+    return ", ".join(named[:-1]) + " and " + named[-1] + " to tell why" if len(named) > 1 \
+        else f"{named[0]} to tell why"
+
+
 def _duration(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 120 else f"{seconds:.0f} s"
 
@@ -133,11 +157,14 @@ def episode_sentence(row: dict, axis: SeriesAxis = CLOCKED,
     elif who:
         where = KIND_WORDS.get(row.get("kind") or "")
         text += f" on {who}" + (f", in its {where}" if where else "")
-        reason = clauses[-1] if clauses else ""
-        text += (f" ({reason})" if reason.startswith("cause ")
-                 else f" (cause not attributed: {reason})" if reason else " (cause not attributed)")
+        # what monitoring did show (a thermal GPU beside a link no counters could check)
+        reason = _unattributed_reason(row.get("evidence"))
+        quoted = [c for c in clauses if _CHANGE.search(c) and c != reason][:QUOTED_CLAUSES]
+        said = (reason if reason.startswith("cause ")
+                else f"cause not attributed: {reason}" if reason else "cause not attributed")
+        text += " (" + "; ".join([*quoted, said]) + ")"
     elif cause in NOT_FOUND and clauses:
-        text += f" (not attributed: {clauses[-1]})"
+        text += f" (not attributed: {_unattributed_reason(row.get('evidence'))})"
     else:
         text += f" (not attributed: {unattributed})"
     return f"{text}; {axis.cost(row.get('lost_s'), row.get('jct_slowdown'))}."
