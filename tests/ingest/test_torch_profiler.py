@@ -281,7 +281,7 @@ def test_a_generated_job_reads_back_with_its_slow_rank(tmp_path):
 
     job = ProfiledJob(world_size=2, steps=3, slow_rank=1, slow_kind="data", slow_ms=150,
                       hidden=32, layers=1, gzip=False)
-    paths = run_profiled_job(job, tmp_path)
+    paths = run_profiled_job(job, tmp_path).traces
     assert [p.name for p in paths] == ["rank0.pt.trace.json", "rank1.pt.trace.json"]
     calls = {rank: read_trace(file_source(path)).chunk.tables["collectives"]
              for rank, path in enumerate(paths)}
@@ -292,6 +292,25 @@ def test_a_generated_job_reads_back_with_its_slow_rank(tmp_path):
         for rank in calls}
     assert min(waits[0]) > 100 and min(waits[0]) > max(waits[1])  # rank 0 waits out the sleep
     assert read_all(READER, file_source(paths[0])).quarantine.height == 0
+
+
+def test_gloo_calls_of_two_process_groups_get_their_groups_from_the_worker_threads(tmp_path):
+    """gloo writes no ``record_param_comms``, so a call names no group; each group's worker
+    threads do: DDP's gradient all-reduces and buffer broadcasts run on the default group's
+    (``0``), the loss all-reduce of a second group (``1``, described ``loss``) on its own."""
+    pytest.importorskip("torch")
+    from tracekit.synth.profiled import ProfiledJob, run_profiled_job
+
+    job = ProfiledJob(world_size=2, steps=2, hidden=32, layers=1, gzip=False,
+                      second_group=True)
+    for rank, path in enumerate(run_profiled_job(job, tmp_path).traces):
+        tables = read_trace(file_source(path)).chunk.tables
+        calls = tables["collectives"].group_by("comm", "op").agg(
+            pl.len(), pl.col("count").unique().sort()).sort("comm", "op")
+        assert calls.rows() == [("0", "allreduce", 2, [1056]), ("0", "broadcast", 2, [1, 3]),
+                                ("1", "allreduce", 2, [1])]
+        assert tables["comms"].select("comm", "comm_name", "comm_rank", "nranks").rows() == [
+            ("0", "default_pg", rank, 2), ("1", "loss", rank, 2)]
 
 
 def test_torch_1x_category_names_and_unix_time_read_the_same(real_dir, tmp_path):
