@@ -337,6 +337,59 @@ def test_torch_1x_category_names_and_unix_time_read_the_same(real_dir, tmp_path)
             assert (difference.abs().max() or 0) <= (250 if column.endswith("_ns") else 1e-6)
 
 
+def _no_distributed_info(trace: dict) -> None:
+    del trace["distributedInfo"]
+
+
+def _cuda_driver(trace: dict) -> None:
+    for event in trace["traceEvents"]:
+        if event.get("cat") == "cuda_runtime":
+            event["cat"] = "cuda_driver"
+
+
+def _title_case_metadata(trace: dict) -> None:
+    for event in trace["traceEvents"]:
+        if event.get("name") == "record_param_comms":
+            event["args"] = {key.title(): value for key, value in event["args"].items()}
+
+
+VARIANTS = {
+    # torch before 2.1 without a distributed job, or a trace cut from a bigger file: the rank
+    # comes from the name, the group from the calls' own metadata
+    "no distributedInfo": (_no_distributed_info,
+                           ["rank taken from the file name (no distributedInfo)"]),
+    # newer CUPTI records launches through the driver API (cuLaunchKernelEx)
+    "cuda_driver launches": (_cuda_driver, []),
+    # converted or re-exported traces spell the metadata keys in title case
+    "Collective Name": (_title_case_metadata, []),
+}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_field_variants_of_a_real_trace_read_the_same(real_dir, tmp_path, variant):
+    """Each variant of the real 2-rank NCCL trace gives the same rows: 21 calls (15
+    all-reduces, 6 broadcasts) of group ``0`` (default_pg), 3753 op traces, each with its
+    launch, 3 iterations."""
+    change, notes = VARIANTS[variant]
+    path = real_dir / "hta-kineto" / "nccl_data_rank0_of_2.json.gz"
+    trace = load(path)
+    change(trace)
+    variant_path = tmp_path / "rank0.pt.trace.json"
+    variant_path.write_text(json.dumps(trace))
+    new, old = (read_trace(file_source(p)).chunk for p in (variant_path, path))
+    for name in ("collectives", "op_traces", "iterations", "comms"):
+        assert new.tables[name].equals(old.tables[name]), name
+    tables = new.tables
+    assert {name: frame.height for name, frame in tables.items()} == {
+        "collectives": 21, "op_traces": 3753, "iterations": 3, "comms": 1, "gpus": 8}
+    assert tables["collectives"].group_by("comm", "op").len().sort("op").rows() == [
+        ("0", "allreduce", 15), ("0", "broadcast", 6)]
+    assert tables["op_traces"]["t_launch_ns"].null_count() == 0
+    assert tables["comms"].select("comm", "comm_rank", "nranks", "comm_name").rows() == [
+        ("0", 0, 2, "default_pg")]
+    assert new.notes == notes + old.notes
+
+
 def test_calls_without_a_c10d_op_or_metadata_are_told_from_waits(real_dir, tmp_path):
     """torch 1.13 wrapped a call in ``record_param_comms`` > ``nccl:*`` with no ``c10d::``
     op and no metadata; a bare ``record_param_comms`` is then a wait."""

@@ -51,6 +51,12 @@ ANNOTATIONS = frozenset({"user_annotation"})
 NCCL_KERNEL = ("ncclKernel", "ncclDevKernel")
 COMM_PREFIXES = ("c10d::", "nccl:", "gloo:")
 PARAM_COMMS = "record_param_comms"
+PARAM_KEYS = {key.lower(): key for key in (
+    "Collective name", "In msg nelems", "Out msg nelems", "dtype", "Group size", "Seq",
+    "Process Group Name", "Process Group Description", "Process Group Ranks", "Src Rank",
+    "Dst Rank", "Root Rank")}
+"""The collective metadata keys as libkineto spells them; other writers (the Python exporter,
+converted traces) differ in case (``Collective Name``), so keys are matched without it."""
 STEP = re.compile(r"^ProfilerStep#(\d+)$")
 RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 ABSOLUTE_US = 1e15
@@ -224,7 +230,7 @@ class _Events:
             cpu["dur"].append(float(dur))
             cpu["annotation"].append(cat in ANNOTATIONS)
             if name == PARAM_COMMS or name.startswith(COMM_PREFIXES):
-                self.args[index] = args
+                self.args[index] = _param_args(args)
         elif cat in GPU_ACTIVITY:
             gpu = self.gpu
             gpu["idx"].append(index)
@@ -236,7 +242,7 @@ class _Events:
             gpu["stream"].append(_int(args.get("stream", event.get("tid"))))
             gpu["correlation"].append(_int(args.get("correlation")))
             if name.startswith(NCCL_KERNEL):
-                self.args[index] = args
+                self.args[index] = _param_args(args)
         elif cat in RUNTIME:
             runtime = self.runtime
             runtime["idx"].append(index)
@@ -798,6 +804,13 @@ def _ranks(value: object) -> list[int]:
 
 def _is_int(value: object) -> bool:
     return type(value) is int and -2**63 <= value < 2**63
+
+
+def _param_args(args: dict) -> dict:
+    """A communication event's arguments with the metadata keys spelled as
+    :data:`PARAM_KEYS` does."""
+    return {PARAM_KEYS.get(key.lower(), key) if isinstance(key, str) else key: value
+            for key, value in args.items()}
 
 
 def _int(value: object) -> int | None:
