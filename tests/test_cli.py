@@ -565,3 +565,19 @@ def test_a_healthy_job_is_labeled_with_an_empty_list(tmp_path):
                for s in json.loads(result.stdout)["sources"]}
     assert formats["labels.json"] == ("labels-json", "ingested")
 
+
+
+def test_attribute_prints_the_time_split_verdict_of_a_profiler_trace(tmp_path):
+    """``attribute`` alone gives the job verdict of a profiler trace's time split, as analyze
+    and the report do (the committed gloo job whose rank 1 sends 30 ms late)."""
+    traces = REPO / "tests" / "data" / "torch_profiler" / "send_python_export"
+    ingest = runner.invoke(app, ["ingest", str(traces), "-o", str(tmp_path / "ds")])
+    assert ingest.exit_code == 0, ingest.output
+    result = runner.invoke(app, ["attribute", str(tmp_path / "ds")], terminal_width=2000)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == "time split: late-send, rank:1"
+    assert lines[1].startswith("  rank 1 spent 44.0 ms per iteration on its own work")
+    shown = json.loads(runner.invoke(app, ["attribute", str(tmp_path / "ds"), "--json"]).stdout)
+    assert {k: shown["time_split"][k] for k in ("kind", "cause", "target", "confidence")} == {
+        "kind": "communication", "cause": "late-send", "target": "rank:1", "confidence": 0.63}

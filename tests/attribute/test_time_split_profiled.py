@@ -2,18 +2,21 @@
 under ``torch.profiler`` by :mod:`tracekit.synth.profiled`, balanced or with one slow rank
 (extra compute, a data-loader sleep, a delayed send), ingested and analysed end to end.
 
-The slowdowns are clear fail-slows (four times the work, 100 ms sleeps in steps of tens of ms):
-the ranks of these CPU jobs share the machine with everything else running on it, and
-scheduling noise moves a balanced rank's own time by up to ~9 % of a step, and by a quarter
-of a 6 ms step on a loaded machine. The balanced and compute cases use 1024-wide layers (steps
-of ~60 ms, where the same noise is a few per cent); with small ones the operators are short
-beside Python's dispatch between them, so extra passes show as gaps on the CPU timeline rather
-than as compute.
+The slowdowns are clear fail-slows (four times the work, 100 ms sleeps in steps of tens of ms).
+The ranks of these CPU jobs share the machine with everything else running on it, so a
+balanced job is balanced as run only when the scheduler held no rank back more than the
+others: on a busy machine it did (one rank's threads waited 30 % of a step longer for a CPU,
+and its trace rightly shows it slower). The balanced case checks the verdict against that
+count, which the operating system keeps and cannot skew (:class:`ProfiledRun.held_s`). The
+balanced and compute cases use 1024-wide layers (steps of ~60 ms); with small ones the
+operators are short beside Python's dispatch between them, so extra passes show as gaps on
+the CPU timeline rather than as compute.
 """
 
 from __future__ import annotations
 
-import os
+import statistics
+import warnings
 
 import pytest
 
@@ -22,8 +25,7 @@ from tracekit.pipeline.analyze import analyze
 pytest.importorskip("torch", reason="torch is not installed (the gpu extra): no profiled jobs")
 from tracekit.synth.profiled import ProfiledJob, run_profiled_job  # noqa: E402
 
-CASES = {
-    "balanced": (ProfiledJob(world_size=2, steps=8, hidden=1024), None, None),
+SLOW = {
     "compute": (ProfiledJob(world_size=2, steps=4, slow_rank=1, slow_kind="compute",
                             slow_factor=4, hidden=1024), "rank:1", ("compute", "slow-compute")),
     "data": (ProfiledJob(world_size=3, steps=4, slow_rank=2, slow_kind="data", slow_ms=100),
@@ -33,22 +35,46 @@ CASES = {
     "send-middle": (ProfiledJob(world_size=3, steps=4, slow_rank=1, slow_kind="send",
                                 slow_ms=100), "rank:1", ("communication", "late-send")),
 }
+BALANCED = ProfiledJob(world_size=2, steps=8, hidden=1024)
+HELD_SHARE = 0.05
+"""A balanced run is balanced as run when no rank's threads waited for a CPU longer than the
+median peer's by 5 % of the iteration (half the straggler threshold, the rest left to noise
+the count does not see: caches, memory bandwidth); one held back by more may be named."""
+ATTEMPTS = 3
+"""Runs of the balanced job until one is balanced as run."""
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", list(SLOW))
 def test_analyze_names_the_slow_rank_and_what_grew(tmp_path, case):
-    job, target, kind_cause = CASES[case]
-    if target is None and len(os.sched_getaffinity(0)) <= job.world_size:
-        pytest.skip(f"a balanced job needs a core per rank and one for this process "
-                    f"({job.world_size + 1}): on {len(os.sched_getaffinity(0))} the scheduler "
-                    "makes one rank up to x2 slower, and its trace says so")
+    job, target, kind_cause = SLOW[case]
     run_profiled_job(job, tmp_path / "traces")
-    result = analyze([tmp_path / "traces"], tmp_path / "ds", write_job_report=False)
-    verdict = result.time_split
+    verdict = analyze([tmp_path / "traces"], tmp_path / "ds", write_job_report=False).time_split
     assert verdict.target == target, verdict.evidence
-    if target is None:
-        assert (verdict.kind, verdict.cause) == ("unknown", "none")
-        assert verdict.evidence.startswith("balanced")
-    else:
-        assert (verdict.kind, verdict.cause) == kind_cause, verdict.evidence
-        assert f"rank {target.removeprefix('rank:')}" in verdict.evidence
+    assert (verdict.kind, verdict.cause) == kind_cause, verdict.evidence
+    assert f"rank {target.removeprefix('rank:')}" in verdict.evidence
+
+
+def test_a_balanced_job_names_no_rank_the_scheduler_did_not_hold_back(tmp_path):
+    """Each run's verdict names no rank, or the one whose threads waited longest for a CPU
+    (by at least :data:`HELD_SHARE` of the iteration); a run where no rank waited that much
+    longer must be balanced. Reruns until one is (at most :data:`ATTEMPTS`)."""
+    held_back = []
+    for attempt in range(ATTEMPTS):
+        run = run_profiled_job(BALANCED, tmp_path / f"traces{attempt}")
+        verdict = analyze([tmp_path / f"traces{attempt}"], tmp_path / f"ds{attempt}",
+                          write_job_report=False).time_split
+        iteration_s = verdict.per_rank["duration_s"].median()
+        held = run.held_s if None not in run.held_s.values() else dict.fromkeys(run.held_s, 0.)
+        excess = {rank: (delay - statistics.median(d for r, d in held.items() if r != rank))
+                  / iteration_s for rank, delay in held.items()}
+        worst = max(excess, key=excess.get)
+        seen = f"run {attempt}: {verdict.evidence}; run delay per step {held}"
+        if verdict.target is not None:
+            assert (verdict.target, excess[worst] >= HELD_SHARE) == (f"rank:{worst}", True), seen
+        if excess[worst] < HELD_SHARE:
+            assert (verdict.kind, verdict.cause) == ("unknown", "none"), seen
+            assert verdict.evidence.startswith("balanced"), seen
+            return
+        held_back.append(f"rank {worst} +{excess[worst]:.0%}")
+    warnings.warn(f"no balanced run in {ATTEMPTS}: the scheduler held back {held_back} of "
+                  "an iteration; each verdict named that rank or none", stacklevel=1)

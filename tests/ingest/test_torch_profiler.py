@@ -281,7 +281,7 @@ def test_a_generated_job_reads_back_with_its_slow_rank(tmp_path):
 
     job = ProfiledJob(world_size=2, steps=3, slow_rank=1, slow_kind="data", slow_ms=150,
                       hidden=32, layers=1, gzip=False)
-    paths = run_profiled_job(job, tmp_path)
+    paths = run_profiled_job(job, tmp_path).traces
     assert [p.name for p in paths] == ["rank0.pt.trace.json", "rank1.pt.trace.json"]
     calls = {rank: read_trace(file_source(path)).chunk.tables["collectives"]
              for rank, path in enumerate(paths)}
@@ -292,6 +292,25 @@ def test_a_generated_job_reads_back_with_its_slow_rank(tmp_path):
         for rank in calls}
     assert min(waits[0]) > 100 and min(waits[0]) > max(waits[1])  # rank 0 waits out the sleep
     assert read_all(READER, file_source(paths[0])).quarantine.height == 0
+
+
+def test_gloo_calls_of_two_process_groups_get_their_groups_from_the_worker_threads(tmp_path):
+    """gloo writes no ``record_param_comms``, so a call names no group; each group's worker
+    threads do: DDP's gradient all-reduces and buffer broadcasts run on the default group's
+    (``0``), the loss all-reduce of a second group (``1``, described ``loss``) on its own."""
+    pytest.importorskip("torch")
+    from tracekit.synth.profiled import ProfiledJob, run_profiled_job
+
+    job = ProfiledJob(world_size=2, steps=2, hidden=32, layers=1, gzip=False,
+                      second_group=True)
+    for rank, path in enumerate(run_profiled_job(job, tmp_path).traces):
+        tables = read_trace(file_source(path)).chunk.tables
+        calls = tables["collectives"].group_by("comm", "op").agg(
+            pl.len(), pl.col("count").unique().sort()).sort("comm", "op")
+        assert calls.rows() == [("0", "allreduce", 2, [1056]), ("0", "broadcast", 2, [1, 3]),
+                                ("1", "allreduce", 2, [1])]
+        assert tables["comms"].select("comm", "comm_name", "comm_rank", "nranks").rows() == [
+            ("0", "default_pg", rank, 2), ("1", "loss", rank, 2)]
 
 
 def test_torch_1x_category_names_and_unix_time_read_the_same(real_dir, tmp_path):
@@ -316,6 +335,59 @@ def test_torch_1x_category_names_and_unix_time_read_the_same(real_dir, tmp_path)
         for column in times:
             difference = converted.tables[name][column] - new.tables[name][column]
             assert (difference.abs().max() or 0) <= (250 if column.endswith("_ns") else 1e-6)
+
+
+def _no_distributed_info(trace: dict) -> None:
+    del trace["distributedInfo"]
+
+
+def _cuda_driver(trace: dict) -> None:
+    for event in trace["traceEvents"]:
+        if event.get("cat") == "cuda_runtime":
+            event["cat"] = "cuda_driver"
+
+
+def _title_case_metadata(trace: dict) -> None:
+    for event in trace["traceEvents"]:
+        if event.get("name") == "record_param_comms":
+            event["args"] = {key.title(): value for key, value in event["args"].items()}
+
+
+VARIANTS = {
+    # torch before 2.1 without a distributed job, or a trace cut from a bigger file: the rank
+    # comes from the name, the group from the calls' own metadata
+    "no distributedInfo": (_no_distributed_info,
+                           ["rank taken from the file name (no distributedInfo)"]),
+    # newer CUPTI records launches through the driver API (cuLaunchKernelEx)
+    "cuda_driver launches": (_cuda_driver, []),
+    # converted or re-exported traces spell the metadata keys in title case
+    "Collective Name": (_title_case_metadata, []),
+}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_field_variants_of_a_real_trace_read_the_same(real_dir, tmp_path, variant):
+    """Each variant of the real 2-rank NCCL trace gives the same rows: 21 calls (15
+    all-reduces, 6 broadcasts) of group ``0`` (default_pg), 3753 op traces, each with its
+    launch, 3 iterations."""
+    change, notes = VARIANTS[variant]
+    path = real_dir / "hta-kineto" / "nccl_data_rank0_of_2.json.gz"
+    trace = load(path)
+    change(trace)
+    variant_path = tmp_path / "rank0.pt.trace.json"
+    variant_path.write_text(json.dumps(trace))
+    new, old = (read_trace(file_source(p)).chunk for p in (variant_path, path))
+    for name in ("collectives", "op_traces", "iterations", "comms"):
+        assert new.tables[name].equals(old.tables[name]), name
+    tables = new.tables
+    assert {name: frame.height for name, frame in tables.items()} == {
+        "collectives": 21, "op_traces": 3753, "iterations": 3, "comms": 1, "gpus": 8}
+    assert tables["collectives"].group_by("comm", "op").len().sort("op").rows() == [
+        ("0", "allreduce", 15), ("0", "broadcast", 6)]
+    assert tables["op_traces"]["t_launch_ns"].null_count() == 0
+    assert tables["comms"].select("comm", "comm_rank", "nranks", "comm_name").rows() == [
+        ("0", 0, 2, "default_pg")]
+    assert new.notes == notes + old.notes
 
 
 def test_calls_without_a_c10d_op_or_metadata_are_told_from_waits(real_dir, tmp_path):

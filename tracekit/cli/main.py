@@ -488,6 +488,18 @@ def _show_frame(frame, title: str) -> None:
     show_table(title, frame.columns, frame.iter_rows())
 
 
+def _say_time_split(verdict) -> None:
+    """The job verdict of a profiler trace's time split (analyze and attribute print it)."""
+    if verdict is not None:
+        say(f"[bold]time split[/]: {verdict.cause}, {verdict.target or 'no culprit'}\n  "
+            f"{verdict.evidence}")
+
+
+def _time_split_json(verdict) -> dict | None:
+    return None if verdict is None else {
+        k: getattr(verdict, k) for k in ("kind", "cause", "target", "confidence", "evidence")}
+
+
 @command()
 def analyze(
     dump: Annotated[list[Path], typer.Argument(help="Files, folders or .tar(.gz) archives of "
@@ -550,9 +562,7 @@ def analyze(
                     "notes": [{"source": s.path, "note": note} for s in result.ingest.sources
                               for note in s.notes],
                     "episodes": result.episodes.to_dicts() if detected else None,
-                    "time_split": None if result.time_split is None else {
-                        k: getattr(result.time_split, k)
-                        for k in ("kind", "cause", "target", "confidence", "evidence")}})
+                    "time_split": _time_split_json(result.time_split)})
     elif not detected:
         detect_stage = next(s for s in result.stages if s.name == "detect")
         say(f"no verdict: detection did not run ({detect_stage.detail}); "
@@ -562,10 +572,8 @@ def analyze(
         if all_detectors:
             _show_every_detector(result.dataset, axis)
         _show_verdict(result.episodes, result.detector, axis)
-    if result.time_split is not None and not as_json:
-        say(f"[bold]time split[/]: {result.time_split.cause}, "
-            f"{result.time_split.target or 'no culprit'}\n  {result.time_split.evidence}")
     if not as_json:
+        _say_time_split(result.time_split)
         say(f"dataset: {result.dataset}\nreport:  {result.report_html}")
     mixed = _mixed_jobs(result.dataset)
     if mixed:
@@ -830,7 +838,8 @@ def attribute(
     if as_json:
         print_json({"episodes": result.episodes.to_dicts(), "verdict": verdict.to_dicts(),
                     "stages": None if result.stages is None
-                    else dataclasses.asdict(result.stages)})
+                    else dataclasses.asdict(result.stages),
+                    "time_split": _time_split_json(result.time_split)})
         return
     shown = episodes if all_detectors else verdict
     if shown.height:
@@ -844,6 +853,7 @@ def attribute(
     if result.stages is not None:
         say(f"[bold]pipeline stages[/]: {result.stages.cause}, "
             f"{result.stages.target or 'no culprit'}\n  {result.stages.evidence}")
+    _say_time_split(result.time_split)
     if result.episodes.is_empty() and result.stages is None:
         from tracekit.core.dataset import open_dataset
 

@@ -51,6 +51,12 @@ ANNOTATIONS = frozenset({"user_annotation"})
 NCCL_KERNEL = ("ncclKernel", "ncclDevKernel")
 COMM_PREFIXES = ("c10d::", "nccl:", "gloo:")
 PARAM_COMMS = "record_param_comms"
+PARAM_KEYS = {key.lower(): key for key in (
+    "Collective name", "In msg nelems", "Out msg nelems", "dtype", "Group size", "Seq",
+    "Process Group Name", "Process Group Description", "Process Group Ranks", "Src Rank",
+    "Dst Rank", "Root Rank")}
+"""The collective metadata keys as libkineto spells them; other writers (the Python exporter,
+converted traces) differ in case (``Collective Name``), so keys are matched without it."""
 STEP = re.compile(r"^ProfilerStep#(\d+)$")
 RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 ABSOLUTE_US = 1e15
@@ -224,7 +230,7 @@ class _Events:
             cpu["dur"].append(float(dur))
             cpu["annotation"].append(cat in ANNOTATIONS)
             if name == PARAM_COMMS or name.startswith(COMM_PREFIXES):
-                self.args[index] = args
+                self.args[index] = _param_args(args)
         elif cat in GPU_ACTIVITY:
             gpu = self.gpu
             gpu["idx"].append(index)
@@ -236,7 +242,7 @@ class _Events:
             gpu["stream"].append(_int(args.get("stream", event.get("tid"))))
             gpu["correlation"].append(_int(args.get("correlation")))
             if name.startswith(NCCL_KERNEL):
-                self.args[index] = args
+                self.args[index] = _param_args(args)
         elif cat in RUNTIME:
             runtime = self.runtime
             runtime["idx"].append(index)
@@ -291,6 +297,8 @@ class _Call:
     parts: list[int] = field(default_factory=list)
     kernels: list[tuple[float, float, int | None, int]] = field(default_factory=list)
     span: tuple[float, float] | None = None
+    worker: str | None = None
+    """The backend's worker thread that ran it (gloo)."""
 
 
 class _Assembly:
@@ -316,6 +324,8 @@ class _Assembly:
         self.fields: dict[int, dict] = {}
         """A call's fields by its anchor event, once worked out."""
         self.calls: list[_Call] = []
+        self.worker_groups: dict[str, str] = {}
+        """gloo worker thread -> its process group (:meth:`_worker_groups`)."""
         self.launch_of_comm: set[int] = set()
         self.step_events: set[int] = set()
 
@@ -432,6 +442,7 @@ class _Assembly:
         comm = cpu.filter(pl.col("idx").is_in(list(self.events.args)))
         self.names = dict(zip(comm["idx"].to_list(), comm["name"].to_list(), strict=True))
         calls, spans = self._call_trees(comm)
+        self.worker_groups = self._worker_groups({span[4] for span in spans})
         by_tid: dict[str, list[_Call]] = defaultdict(list)
         for call in calls:
             by_tid[call.tid].append(call)
@@ -481,7 +492,7 @@ class _Assembly:
                 continue
             open_call = None
             if name.startswith("gloo:"):
-                spans.append((ts, end, _op(name.removeprefix("gloo:")), idx))
+                spans.append((ts, end, _op(name.removeprefix("gloo:")), idx, tid))
             else:
                 open_call = _Call(idx, tid, ts, end, pid)
                 calls.append(open_call)
@@ -516,11 +527,38 @@ class _Assembly:
                 queue.popleft()
                 self.skipped["orphan_span"] += 1
             if queue:
-                ts, end, _, idx = queue.popleft()
+                ts, end, _, idx, call.worker = queue.popleft()
                 call.span = (ts, end)
                 call.parts.append(idx)
                 self.folded["call_part"] += 1
         self.skipped["orphan_span"] += sum(len(q) for q in queues.values())
+
+    def _worker_groups(self, workers: set[str]) -> dict[str, str]:
+        """Worker thread -> process group of a gloo trace with several groups, which names no
+        group on its calls: each ProcessGroupGloo starts its worker threads (2 by default)
+        when it is created, so in thread-id order the workers fall in one cluster per group,
+        in ``pg_config``'s creation order (its names count up). The ids of one group's
+        threads lie close (the node's other ranks take ids in between), so the clusters are
+        split at the largest gaps when each is wider than every gap inside a cluster; else
+        (a tie) the result is empty and the calls' comm stays null. A wrong split is
+        possible where a group's threads lie further apart than two groups do (ranks set up
+        at very different paces)."""
+        names = list(self.groups)
+        if all(name.isdigit() for name in names):
+            names.sort(key=int)
+        by_id = {int(tid): tid for tid in workers if str(tid).isdigit()}
+        ids = sorted(by_id)
+        if len(names) < 2 or len(ids) != len(workers) or len(ids) < len(names):
+            return {}
+        gaps = sorted(range(1, len(ids)), key=lambda i: ids[i] - ids[i - 1], reverse=True)
+        cuts, inside = sorted(gaps[:len(names) - 1]), gaps[len(names) - 1:]
+        widest_inside = max((ids[i] - ids[i - 1] for i in inside), default=0)
+        if any(ids[i] - ids[i - 1] <= widest_inside for i in cuts):
+            return {}
+        bounds = [0, *cuts, len(ids)]
+        spans = zip(bounds, bounds[1:], strict=False)
+        return {by_id[tid]: name for name, (lo, hi) in zip(names, spans, strict=True)
+                for tid in ids[lo:hi]}
 
     def _param_comms(self, call: _Call) -> dict:
         """The collective's metadata: its ``record_param_comms`` arguments, or those the
@@ -563,7 +601,8 @@ class _Assembly:
             count = _numel(anchor_dims[0])
         group = meta.get("Process Group Name")
         group = str(group) if group is not None else (
-            next(iter(self.groups)) if len(self.groups) == 1 else None)
+            next(iter(self.groups)) if len(self.groups) == 1
+            else self.worker_groups.get(call.worker))
         size = meta.get("Group size")
         if not _is_int(size):
             size = (self.groups.get(group) or {}).get("size")
@@ -765,6 +804,13 @@ def _ranks(value: object) -> list[int]:
 
 def _is_int(value: object) -> bool:
     return type(value) is int and -2**63 <= value < 2**63
+
+
+def _param_args(args: dict) -> dict:
+    """A communication event's arguments with the metadata keys spelled as
+    :data:`PARAM_KEYS` does."""
+    return {PARAM_KEYS.get(key.lower(), key) if isinstance(key, str) else key: value
+            for key, value in args.items()}
 
 
 def _int(value: object) -> int | None:

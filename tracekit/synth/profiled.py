@@ -50,6 +50,9 @@ class ProfiledJob:
     batch: int = 64
     layers: int = 3
     gzip: bool = True
+    second_group: bool = False
+    """Also all-reduce each step's loss on a second process group of every rank (described
+    ``loss``), as jobs with several groups (data, tensor, pipeline parallel) do."""
     python_exporter: bool = False
     """Write with torch's Python exporter (2.13+, one event per line) instead of libkineto's."""
     seed: int = 0
@@ -67,12 +70,27 @@ def trace_name(rank: int, job: ProfiledJob) -> str:
     return f"rank{rank}.pt.trace.json" + (".gz" if job.gzip else "")
 
 
-def run_profiled_job(job: ProfiledJob, folder: str | Path) -> list[Path]:
-    """Run ``job`` and write one trace per rank into ``folder``; returns their paths.
+@dataclass(frozen=True)
+class ProfiledRun:
+    """The traces of a run and what the operating system did to each rank meanwhile:
+    ``held_s[rank]``, seconds per profiled step its threads (computing, and gloo's workers)
+    were runnable but waited for a CPU (the kernel's schedstat; None where the system keeps
+    none). A balanced job is balanced as run only when these are alike: on a machine busy
+    with other work the scheduler holds one rank back more than another, and its trace
+    rightly shows it slower."""
+
+    traces: list[Path]
+    held_s: dict[int, float | None]
+
+
+def run_profiled_job(job: ProfiledJob, folder: str | Path) -> ProfiledRun:
+    """Run ``job`` and write one trace per rank into ``folder``.
 
     The ranks are forked from this process (torch is imported once, so a 2-rank job of a few
-    steps takes a few seconds) and meet through a store this process serves. A rank that
-    fails makes this raise with its exit code."""
+    steps takes a few seconds) and meet through a store this process serves; this process only
+    waits meanwhile. The ranks are not pinned to cores: on a machine busy with other work a
+    pinned rank cannot leave a loaded core, and the ranks' run delays grew further apart. A
+    rank that fails makes this raise with its exit code."""
     import torch.distributed as dist  # imported before forking, so children share it
 
     folder = Path(folder)
@@ -82,7 +100,9 @@ def run_profiled_job(job: ProfiledJob, folder: str | Path) -> list[Path]:
                           wait_for_workers=False)
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    ranks = [context.Process(target=_rank_main, args=(rank, job, str(folder), store.port))
+    timings = context.SimpleQueue()
+    ranks = [context.Process(target=_rank_main,
+                             args=(rank, job, str(folder), store.port, timings))
              for rank in range(job.world_size)]
     for process in ranks:
         process.start()
@@ -98,10 +118,12 @@ def run_profiled_job(job: ProfiledJob, folder: str | Path) -> list[Path]:
     if failed:
         raise RuntimeError(f"profiled job failed: rank exit codes {failed} "
                            f"({'hung' if hung else 'crashed'}; job {asdict(job)})")
-    return [folder / trace_name(rank, job) for rank in range(job.world_size)]
+    held = dict(timings.get() for _ in range(job.world_size))
+    return ProfiledRun([folder / trace_name(rank, job) for rank in range(job.world_size)],
+                       held)
 
 
-def _rank_main(rank: int, job: ProfiledJob, folder: str, port: int) -> None:
+def _rank_main(rank: int, job: ProfiledJob, folder: str, port: int, timings) -> None:
     import torch
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
@@ -114,6 +136,8 @@ def _rank_main(rank: int, job: ProfiledJob, folder: str, port: int) -> None:
     for _ in range(job.layers):
         layers += [torch.nn.Linear(job.hidden, job.hidden), torch.nn.ReLU()]
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(*layers))
+    second = (dist.new_group(list(range(job.world_size)), group_desc="loss")
+              if job.second_group else None)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     path = os.path.join(folder, trace_name(rank, job))
 
@@ -126,6 +150,8 @@ def _rank_main(rank: int, job: ProfiledJob, folder: str, port: int) -> None:
                  schedule=schedule(wait=0, warmup=1, active=job.steps),
                  on_trace_ready=export) as profiler:
         for step in range(job.steps + 1):  # step 0 is the warm-up
+            if step == 1:
+                before = _run_delays_ns()
             slow = rank == job.slow_rank and step >= job.slow_from_step + 1
             with record_function("## data ##"):
                 if slow and job.slow_kind == "data":
@@ -135,13 +161,39 @@ def _rank_main(rank: int, job: ProfiledJob, folder: str, port: int) -> None:
             for _ in range(passes - 1):  # the extra work of a slow device, outside DDP's hooks
                 with model.no_sync():
                     model(batch).square().mean().backward()
-            model(batch).square().mean().backward()
+            loss = model(batch).square().mean()
+            loss.backward()
+            if second is not None:
+                dist.all_reduce(loss.detach(), group=second)
             optimizer.step()
             optimizer.zero_grad()
             if job.slow_kind == "send":
                 _chain(rank, job, batch, slow)
+            if step == job.steps:  # before its step() exports the trace
+                after = _run_delays_ns()
             profiler.step()
     dist.destroy_process_group()
+    held = None if before is None or after is None else sum(
+        ns - before.get(task, 0) for task, ns in after.items()) / job.steps / 1e9
+    timings.put((rank, held))
+
+
+def _run_delays_ns() -> dict[str, int] | None:
+    """Per thread of this process, ns it has been runnable without a CPU (the second field of
+    ``/proc/self/task/*/schedstat``); None where the system keeps no such count. A thread
+    that ends between two readings drops out of their difference."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    delays = {}
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/schedstat") as stat:
+                delays[task] = int(stat.read().split()[1])
+        except (OSError, IndexError, ValueError):  # ended since the listing
+            continue
+    return delays or None
 
 
 def _chain(rank: int, job: ProfiledJob, batch, slow: bool) -> None:
