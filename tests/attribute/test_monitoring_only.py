@@ -9,13 +9,17 @@ import polars as pl
 import pytest
 
 from tests.attribute.test_attribute import JOBS, _episodes_from_labels, _monitoring
+from tracekit import attribute
 from tracekit.attribute import attribute_dataset
 from tracekit.attribute.verdict import CONFIDENCE_SIGNAL, INSUFFICIENT
-from tracekit.core.dataset import open_dataset
+from tracekit.core import schema
+from tracekit.core.dataset import create_dataset, open_dataset
 from tracekit.ingest.pipeline import ingest
 from tracekit.synth.faults import Injection
 from tracekit.synth.job import JobSpec, generate_job
 from tracekit.synth.layout import Layout
+
+S = 10**9
 
 
 def _untimed(root: Path, name: str, monitoring: bool = True) -> tuple[dict, pl.DataFrame]:
@@ -53,3 +57,15 @@ def test_without_monitoring_it_stays_insufficient_with_the_reason(tmp_path):
         "unknown", INSUFFICIENT, None)
     assert verdict["evidence"].startswith("no collective calls with timestamps")
     assert "the dump has no DCGM samples (gpu_metrics), no host CPU samples" in verdict["evidence"]
+
+
+def test_the_warm_up_is_counted_in_iterations_on_a_log_of_every_tenth(tmp_path):
+    """Iterations 10, 20, ... 300 at 1 s each: the baseline may start at iteration 30 (the
+    first 20 iterations after the first logged), not at the 21st logged line (iteration 210)."""
+    ds = create_dataset(tmp_path / "sampled", job="sampled")
+    numbers = list(range(10, 310, 10))
+    ds.write_table("iterations", schema.conform("iterations", pl.DataFrame({
+        "job": "sampled", "iteration": numbers, "t_start_ns": [n * S for n in numbers],
+        "t_end_ns": [(n + 1) * S for n in numbers], "duration_s": 1.0})))
+    ds.save_manifest()
+    assert attribute._trace_span(ds, (0, 400 * S)) == (30 * S, 400 * S + 1)
