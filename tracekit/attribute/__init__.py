@@ -8,7 +8,8 @@ compute time (:mod:`.arrival`), cross-group profiling (:mod:`.profiling`), an ep
 reduced from bounded pieces (:mod:`.timing`), link localisation (:mod:`.links`), monitoring
 evidence (:mod:`.evidence`), their combination (:mod:`.verdict`), stage imbalance
 (:mod:`.stages`) and, for profiler traces, the time split per call and iteration with its job
-verdict (:mod:`.time_split`).
+verdict (:mod:`.time_split`). A job whose collective calls have no times is decided from its
+monitoring alone (:func:`_from_monitoring`).
 """
 
 from __future__ import annotations

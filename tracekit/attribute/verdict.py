@@ -5,6 +5,7 @@ cause ``insufficient-evidence`` with what is missing.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 import polars as pl
@@ -224,7 +225,8 @@ def _from_telemetry(signals: Signals) -> Verdict:
                    "link's congestion notifications moved with the slowdown")
 
 
-def _rings_links(rings, rank_hosts: dict[int, str]) -> set[tuple[str, str]]:
+def _rings_links(rings: Iterable[list[int]], rank_hosts: dict[int, str]
+                 ) -> set[tuple[str, str]]:
     """The host pairs that the rings (member ranks in ring order) cross."""
     return set().union(*(ring_links([rank_hosts[r] for r in members if r in rank_hosts])
                          for members in rings))
