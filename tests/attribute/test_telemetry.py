@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import polars as pl
+import pytest
 
 from tracekit.attribute.evidence import Window
 from tracekit.attribute.telemetry import gpu_suspects, host_suspects, link_suspects
@@ -79,3 +80,31 @@ def test_cnp_surge_at_both_ends_with_the_episode_names_the_link_and_decoys_do_no
     found = link_suspects(frame, job, WINDOW)
     assert [(s.cause, s.target) for s in found] == [("network-congestion", "link:h1<->h2")]
     assert link_suspects(frame, ["h3"], WINDOW) == []
+
+
+SHORT = Window(300 * S, 330 * S, 100 * S)
+"""A 30 s episode: its rates' span is 300-345 s, a scrape's tolerance to 360 s, and the span
+after it 360-390 s (two scrapes)."""
+
+
+@pytest.mark.parametrize(("last", "named"), [(360, True), (375, False)])
+def test_a_surge_rate_one_scrape_past_the_end_is_not_a_level_staying_up(last, named):
+    """A monitoring clock a few seconds ahead moves the surge's last rate past the episode:
+    within one scrape it counts neither way; one scrape further it is half the span after."""
+    surge = lambda t: 50_000 if 315 <= t <= last else 5  # noqa: E731
+    frame = pl.DataFrame(_cnp_rows("h1", surge) + _cnp_rows("h2", surge)
+                         + _cnp_rows("h3", lambda t: 5),
+                         schema_overrides={"rate_per_s": pl.Float64})
+    found = link_suspects(frame, ["h1", "h2", "h3"], SHORT)
+    assert [s.target for s in found] == (["link:h1<->h2"] if named else [])
+
+
+@pytest.mark.parametrize(("first", "named"), [(285, True), (270, False)])
+def test_a_thermal_reading_one_scrape_before_the_start_does_not_count_as_before(first, named):
+    """A monitoring clock a few seconds behind moves the first thermal reading before the
+    episode (300 s): at 285 s it is within a scrape and ignored; at 270 s it was hot before."""
+    rows = (_gpu_rows("h1", 0, "clock_event_hw_thermal", lambda t: _in(t, first))
+            + _gpu_rows("h1", 1, "clock_event_hw_thermal", lambda t: 0))
+    ranks = pl.DataFrame({"rank": [0, 1], "host": ["h1", "h1"], "gpu": [0, 1]})
+    found = gpu_suspects(pl.DataFrame(rows), ranks, WINDOW)
+    assert [s.target for s in found] == (["rank:0"] if named else [])

@@ -8,7 +8,8 @@ compute time (:mod:`.arrival`), cross-group profiling (:mod:`.profiling`), an ep
 reduced from bounded pieces (:mod:`.timing`), link localisation (:mod:`.links`), monitoring
 evidence (:mod:`.evidence`), their combination (:mod:`.verdict`), stage imbalance
 (:mod:`.stages`) and, for profiler traces, the time split per call and iteration with its job
-verdict (:mod:`.time_split`).
+verdict (:mod:`.time_split`). A job whose collective calls have no times is decided from its
+monitoring alone (:func:`_from_monitoring`).
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ from tracekit.attribute.timing import episode_timings, shared_reads
 from tracekit.attribute.verdict import (
     CONFIDENCE_TIMING,
     INSUFFICIENT,
+    NO_TIMED_CALLS,
     Signals,
     Verdict,
     decide,
+    from_monitoring,
 )
 from tracekit.attribute.windows import episode_runs
 from tracekit.core import schema
@@ -94,10 +97,7 @@ def _attribute(dataset: Dataset, episodes: pl.DataFrame,
     """The attributed episodes and the partitions of each step."""
     with episode_windows(dataset, episodes, executor) as (job, windows, ranks):
         if windows is None:
-            verdicts = [Verdict("unknown", INSUFFICIENT, None, 0.0,
-                                "no collective calls with timestamps: no timing per group or "
-                                "rank, so the cause is not observable from step times alone "
-                                "(ingest NCCL logs or the hook CSV)")] * episodes.height
+            verdicts = _from_monitoring(dataset, episodes)
         else:
             # A verdict depends on its window only, and the detectors often agree on an
             # episode: each distinct window is decided once, beside those it nearly coincides
@@ -198,9 +198,40 @@ def _rank_gpus(dataset: Dataset, job: JobSignals) -> pl.DataFrame:
     """rank, host, cuda_dev and gpu (the physical GPU: :func:`~tracekit.core.identity.rank_gpus`,
     else the CUDA device) of every rank with matched collectives; found once for all the
     episodes, as it reads the job's whole gpu_metrics (a batch at a time)."""
+    return _with_gpus(dataset, job.ranks)
+
+
+def _with_gpus(dataset: Dataset, ranks: pl.DataFrame) -> pl.DataFrame:
+    """``ranks`` (rank, host, cuda_dev) with the physical GPU of each."""
     gpus = rank_gpus(dataset.table("comms").collect(), dataset.table("gpu_metrics"))
-    return (job.ranks.join(gpus.select("rank", "gpu"), on="rank", how="left")
+    return (ranks.join(gpus.select("rank", "gpu"), on="rank", how="left")
             .with_columns(pl.col("gpu").fill_null(pl.col("cuda_dev"))))
+
+
+def _from_monitoring(dataset: Dataset, episodes: pl.DataFrame) -> list[Verdict]:
+    """The verdicts of a job whose collective calls have no times (NCCL before 2.26 with
+    ``NCCL_DEBUG=INFO``; the iterations come from the training log): each episode's run over
+    the iterations' span, decided from monitoring alone (:func:`.verdict.from_monitoring`),
+    with the ranks, hosts and GPUs and the rings (each communicator's members by their rank
+    in it) from the NCCL Init lines."""
+    comms = dataset.table("comms").filter(pl.col("rank").is_not_null()).collect()
+    ranks = _with_gpus(dataset, comms.sort("rank").unique("rank", keep="first",
+                                                          maintain_order=True)
+                       .select(pl.col("rank").cast(pl.Int32), "host", "cuda_dev"))
+    rings = (comms.sort("comm_rank").group_by(pl.coalesce("comm_id", "comm"))
+             .agg(pl.col("rank").unique(maintain_order=True))["rank"].to_list())
+    steps = (dataset.table("iterations").filter(pl.col("t_start_ns").is_not_null())
+             .select(pl.col("t_start_ns").min(), pl.col("t_end_ns").max()).collect())
+    if steps.height == 0 or steps["t_start_ns"][0] is None:
+        return [Verdict("unknown", INSUFFICIENT, None, 0.0, NO_TIMED_CALLS + "; and the "
+                        "iterations have no times")] * episodes.height
+    start, end = _trace_span(dataset, (steps["t_start_ns"][0],
+                                       steps["t_end_ns"][0] or steps["t_start_ns"][0]))
+    windows = [run.window(start, end) for run in episode_runs(episodes)]
+    decided = {window: from_monitoring(window, ranks, rings,
+                                       *episode_monitoring(dataset, window))
+               for window in set(windows)}
+    return [decided[window] for window in windows]
 
 
 def episode_monitoring(dataset: Dataset, window: Window) -> list[pl.DataFrame]:
@@ -226,8 +257,11 @@ def _trace_span(dataset: Dataset, span_ns: tuple[int, int]) -> tuple[int, int]:
     warm = (dataset.table("iterations").filter(pl.col("t_start_ns").is_not_null())
             .group_by("iteration").agg(pl.col("t_start_ns").min()).sort("iteration")
             .collect())
-    if warm.height > WARMUP_ITERATIONS:
-        start = max(start, warm["t_start_ns"][WARMUP_ITERATIONS])
+    # by iteration number: a training log that prints every 10th iteration has a tenth of
+    # the rows
+    warm = warm.filter(pl.col("iteration") >= pl.col("iteration").first() + WARMUP_ITERATIONS)
+    if warm.height:
+        start = max(start, warm["t_start_ns"][0])
     return start, end + 1
 
 

@@ -61,6 +61,13 @@ THERMAL_LAG_SCRAPES = 2
 is at most one collect old (30 s, two 15 s scrapes). One reading being enough, the longer
 DCGM lag let the onset of a thermal episode a minute after a CPU one count for the CPU one."""
 
+EDGE_SCRAPES = 1
+"""A sample less than this many scrapes outside the episode's span counts neither before nor
+after it: a monitoring clock some seconds off the steps' clock (hosts without NTP, an
+exporter's container) moves the reading at an edge across it, and a surge's last rate read
+after the end is taken for a level that stays up (on fresh seeds, a +7 s offset rejected
+both ends of the congested link)."""
+
 CLOCK_READINGS = 2
 """A clock drop without a thermal reason counts in at least this many distinct readings:
 a single power-cap blip drops the clock for one collect."""
@@ -80,7 +87,8 @@ class Suspect:
 
 @dataclass(frozen=True)
 class _Spans:
-    """The telemetry windows of one episode: before it, during it (lag included), after it."""
+    """The telemetry windows of one episode: before it, during it (lag included), after it,
+    with :data:`EDGE_SCRAPES` between them."""
 
     before: tuple[int, int]
     during: tuple[int, int]
@@ -88,11 +96,11 @@ class _Spans:
 
     @classmethod
     def of(cls, window: Window, interval_ns: int, lag_scrapes: int = 1) -> _Spans:
-        lag = lag_scrapes * interval_ns
+        lag, edge = lag_scrapes * interval_ns, EDGE_SCRAPES * interval_ns
         end = window.end_ns + lag
         length = max(window.end_ns - window.start_ns, lag)
-        return cls((window.before_start_ns, window.start_ns), (window.start_ns, end),
-                   (end, end + length))
+        return cls((window.before_start_ns, max(window.before_start_ns, window.start_ns - edge)),
+                   (window.start_ns, end), (end + edge, end + edge + length))
 
     def label(self, closed: str = "left") -> pl.Expr:
         """The span of each sample's ``ts_ns``; ``closed="right"`` for rates, which describe
@@ -223,6 +231,19 @@ def gpu_suspects(gpu_metrics: pl.DataFrame, ranks: pl.DataFrame, window: Window)
                            f"GPU {host}/{gpu}" + (f" (rank {rank[0]})" if rank.len() else "")
                            + ": " + "; ".join(parts)))
     return out
+
+
+def monitoring_suspects(window: Window, ranks: pl.DataFrame, links: set[tuple[str, str]],
+                        gpu_metrics: pl.DataFrame, host_metrics: pl.DataFrame,
+                        nic_counters: pl.DataFrame) -> list[Suspect]:
+    """Every unit of the job whose telemetry moved with the episode: GPUs with new thermal
+    reasons, other GPUs whose clock dropped, hosts whose CPU rose and the link of ``links``
+    (the host pairs its rings cross) whose two ends surged. ``ranks``: rank, host, gpu."""
+    hosts = sorted(set(ranks["host"].drop_nulls()))
+    thermal = gpu_suspects(gpu_metrics, ranks, window)
+    return (thermal + clock_suspects(gpu_metrics, ranks, window, {s.target for s in thermal})
+            + host_suspects(host_metrics, hosts, window)
+            + link_suspects(nic_counters, hosts, window, links))
 
 
 def clock_drops(gpu_metrics: pl.DataFrame, window: Window) -> pl.DataFrame:

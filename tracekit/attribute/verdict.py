@@ -5,6 +5,7 @@ cause ``insufficient-evidence`` with what is missing.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 import polars as pl
@@ -12,13 +13,7 @@ import polars as pl
 from tracekit.attribute import evidence as ev
 from tracekit.attribute.links import LinkVerdict, localise, ring_links
 from tracekit.attribute.profiling import SUSPECT_RATIO
-from tracekit.attribute.telemetry import (
-    Suspect,
-    clock_suspects,
-    gpu_suspects,
-    host_suspects,
-    link_suspects,
-)
+from tracekit.attribute.telemetry import Suspect, link_suspects, monitoring_suspects
 from tracekit.attribute.timing import EpisodeTiming
 from tracekit.core.identity import link_target
 
@@ -201,15 +196,9 @@ def _from_telemetry(signals: Signals) -> Verdict:
     """The verdict when the calls carry issue times only: the GPUs, hosts and links whose
     telemetry moved with the slowdown (:mod:`.telemetry`); with none, what is missing, or that
     nothing moved."""
-    hosts = sorted(set(signals.rank_hosts.values()))
-    links = set().union(*(ring_links([signals.rank_hosts[r] for r in members
-                                      if r in signals.rank_hosts])
-                          for members in signals.timing.members["members"]))
-    thermal = gpu_suspects(signals.gpu_metrics, signals.ranks, signals.window)
-    suspects = (thermal + clock_suspects(signals.gpu_metrics, signals.ranks, signals.window,
-                                         {s.target for s in thermal})
-                + host_suspects(signals.host_metrics, hosts, signals.window)
-                + link_suspects(signals.nic_counters, hosts, signals.window, links))
+    links = _rings_links(signals.timing.members["members"], signals.rank_hosts)
+    suspects = monitoring_suspects(signals.window, signals.ranks, links, signals.gpu_metrics,
+                                   signals.host_metrics, signals.nic_counters)
     skew = signals.timing.skew
     if suspects:
         return _combined([_suspect_verdict(s, _arrival_text(skew, s.target))
@@ -242,6 +231,44 @@ def _from_telemetry(signals: Signals) -> Verdict:
     return Verdict("unknown", "unknown", None, 0.0,
                    f"{no_ends}; no GPU's thermal reasons, no host's CPU busy share and no "
                    "link's congestion notifications moved with the slowdown")
+
+
+def _rings_links(rings: Iterable[list[int]], rank_hosts: dict[int, str]
+                 ) -> set[tuple[str, str]]:
+    """The host pairs that the rings (member ranks in ring order) cross."""
+    return set().union(*(ring_links([rank_hosts[r] for r in members if r in rank_hosts])
+                         for members in rings))
+
+
+NO_TIMED_CALLS = ("no collective calls with timestamps: no timing per group or rank (NCCL "
+                  "before 2.26 prints Init and Channel lines but no call times), so only "
+                  "monitoring can tell the culprit")
+
+
+def from_monitoring(window: ev.Window, ranks: pl.DataFrame, rings: list[list[int]],
+                    gpu_metrics: pl.DataFrame, host_metrics: pl.DataFrame,
+                    nic_counters: pl.DataFrame) -> Verdict:
+    """The verdict of an episode of a job without timed collective calls: the GPUs, hosts
+    and links whose telemetry moved with it (:func:`.telemetry.monitoring_suspects`; ``ranks``
+    from the NCCL Init lines, ``rings``: the communicators' members in rank order), at the
+    confidence of a signal alone; with none, insufficient evidence, saying what was read."""
+    rank_hosts = dict(ranks.select("rank", "host").iter_rows())
+    suspects = monitoring_suspects(window, ranks, _rings_links(rings, rank_hosts),
+                                   gpu_metrics, host_metrics, nic_counters)
+    if suspects:
+        return _combined([_suspect_verdict(s, "", "no timed collective calls: from monitoring "
+                                           "alone") for s in suspects])
+    missing = [what for what, frame in (
+        ("DCGM samples (gpu_metrics)", gpu_metrics),
+        ("host CPU samples (host_metrics)", host_metrics),
+        ("RNIC congestion counters (nic_counters)", nic_counters)) if frame.is_empty()]
+    seen = ("no GPU's thermal reasons or clock, no host's CPU busy share and no crossed link's "
+            "congestion notifications moved with the slowdown" if not missing else
+            f"the dump has no {', no '.join(missing)}" if len(missing) == 3 else
+            f"no monitoring moved with the slowdown, and the dump has no {', no '.join(missing)}")
+    return Verdict("unknown", INSUFFICIENT, None, 0.0,
+                   f"{NO_TIMED_CALLS}; {seen} (ingest NCCL 2.26+ logs or the hook CSV for call "
+                   "times)")
 
 
 def _eliminated(gpu: ev.Finding, unseen: list[str]) -> ev.Finding:
@@ -291,9 +318,10 @@ def _arrival_text(skew: pl.DataFrame, target: str) -> str:
             f"{row['last_share_before'][0]:.0%} before")
 
 
-def _suspect_verdict(suspect: Suspect, timing: str) -> Verdict:
+def _suspect_verdict(suspect: Suspect, timing: str,
+                     source: str = "the calls have issue times only") -> Verdict:
     return Verdict(suspect.kind, suspect.cause, suspect.target, CONFIDENCE_SIGNAL,
-                   f"{suspect.text}{timing} (the calls have issue times only)")
+                   f"{suspect.text}{timing} ({source})")
 
 
 def _communication_culprits(signals: Signals) -> list[Verdict]:
