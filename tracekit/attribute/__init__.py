@@ -142,6 +142,12 @@ def episode_windows(dataset: Dataset, episodes: pl.DataFrame, executor: Executor
                _rank_gpus(dataset, job))
 
 
+UNTIMED_STEPS = ("no collective calls with timestamps: no timing per group or rank, so the "
+                 "cause is not observable from step times alone (ingest NCCL logs or the hook "
+                 "CSV)")
+"""Why an episode of steps without a clock is not attributed: no monitoring can be read at
+its time either."""
+
 NOT_OBSERVABLE = ("cause not observable from step times alone: no collective calls, op traces "
                   "or monitoring on the steps' clock say whether its compute or its "
                   "communication grew")
@@ -223,8 +229,7 @@ def _from_monitoring(dataset: Dataset, episodes: pl.DataFrame) -> list[Verdict]:
     steps = (dataset.table("iterations").filter(pl.col("t_start_ns").is_not_null())
              .select(pl.col("t_start_ns").min(), pl.col("t_end_ns").max()).collect())
     if steps.height == 0 or steps["t_start_ns"][0] is None:
-        return [Verdict("unknown", INSUFFICIENT, None, 0.0, NO_TIMED_CALLS + "; and the "
-                        "iterations have no times")] * episodes.height
+        return [Verdict("unknown", INSUFFICIENT, None, 0.0, UNTIMED_STEPS)] * episodes.height
     start, end = _trace_span(dataset, (steps["t_start_ns"][0],
                                        steps["t_end_ns"][0] or steps["t_start_ns"][0]))
     windows = [run.window(start, end) for run in episode_runs(episodes)]
