@@ -30,7 +30,6 @@ from tracekit.attribute.timing import episode_timings, shared_reads
 from tracekit.attribute.verdict import (
     CONFIDENCE_TIMING,
     INSUFFICIENT,
-    NO_TIMED_CALLS,
     Signals,
     Verdict,
     decide,
