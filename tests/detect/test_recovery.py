@@ -12,6 +12,7 @@ import pytest
 from tracekit.core.thresholds import FAIL_SLOW_MIN_ITERATIONS
 from tracekit.detect.episodes import find_episodes
 from tracekit.detect.registry import make_detector
+from tracekit.detect.spans import in_iterations
 from tracekit.detect.verdict import JOB_LEVEL_DETECTOR
 
 
@@ -108,3 +109,42 @@ def test_a_sampled_log_counts_the_iterations_its_points_stand_for():
     (row,) = episodes(series, step=10).rows(named=True)
     assert (row["start_iteration"], row["end_iteration"]) == (1000, 1070)
     assert (row["iterations"], row["points"]) == (80, 8)
+
+
+def sampled_episodes(series: np.ndarray, step: int, scaled: bool = True) -> pl.DataFrame:
+    """:func:`episodes` of a log of every ``step``-th iteration, the detector's point counts
+    read as iterations (as ``detect_dataset`` runs it) or as given."""
+    numbers = np.arange(1, series.size + 1) * step
+    frame = pl.DataFrame({"iteration": numbers, "t_start_ns": numbers * 10**9,
+                          "t_end_ns": (numbers + step) * 10**9, "duration_s": series})
+    detector = make_detector(JOB_LEVEL_DETECTOR)
+    if scaled:
+        detector = in_iterations(detector, numbers)
+    changes, _ = detector.confirm(series)
+    return find_episodes("j", JOB_LEVEL_DETECTOR, frame, changes, 0.05)
+
+
+def test_point_counts_are_iterations_on_a_sampled_log():
+    """BOCD+V's 20-point normalisation and 10-point confirmation are 200 and 100 iterations of
+    a log printing every 10th: a 300-iteration job's 50-iteration fault was never confirmed."""
+    detector = make_detector(JOB_LEVEL_DETECTOR)
+    assert in_iterations(detector, np.arange(1, 301)) is detector
+    scaled = in_iterations(detector, np.arange(1, 31) * 10)
+    assert (scaled.warmup, scaled.min_points, scaled.min_duration, scaled.baseline_window) == (
+        5, 2, 3, 5)
+    # a synthesized 300-iteration job's Megatron log (NCCL without call times), over its
+    # median: x2.9 on a link at iterations 128-158 and 167-204, diluted in the step averages
+    series = np.array([1.255, 0.996, 1.0, 0.993, 0.993, 1.002, 1.0, 0.994, 0.996, 1.0, 0.996,
+                       1.004, 1.098, 1.329, 1.333, 1.26, 1.12, 1.315, 1.315, 1.314, 1.125,
+                       1.006, 0.999, 0.996, 0.999, 0.992, 0.998, 1.002, 0.997, 1.0])
+    assert sampled_episodes(series, 10, scaled=False).is_empty()
+    (row,) = sampled_episodes(series, 10).rows(named=True)
+    assert (row["start_iteration"], row["end_iteration"], row["iterations"]) == (140, 200, 70)
+
+
+@pytest.mark.parametrize(("points", "found"), [(2, 0), (3, 1)])
+def test_two_sampled_points_can_be_one_burst(points, found):
+    """x1.5 for six iterations across a log boundary reads as two points at x1.15, as twenty
+    iterations at x1.15 would: a sampled stretch needs three points."""
+    series = levels((12, 1.0), (points, 1.15), (16, 1.0), seed=1, noise=0.005)
+    assert sampled_episodes(series, 10).height == found

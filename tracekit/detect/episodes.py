@@ -41,12 +41,12 @@ from tracekit.core.parallel import (
     rank_scans,
     record_build,
 )
-from tracekit.core.thresholds import FAIL_SLOW_MIN_ITERATIONS, FAIL_SLOW_RATIO, WARMUP_ITERATIONS
+from tracekit.core.thresholds import FAIL_SLOW_RATIO, WARMUP_ITERATIONS
 from tracekit.detect.base import Detector
 from tracekit.detect.peers import NAME as PEER_DETECTOR
 from tracekit.detect.peers import straggler_episodes
 from tracekit.detect.registry import make_detector
-from tracekit.detect.spans import reach
+from tracekit.detect.spans import holds_a_fail_slow, in_iterations, reach
 from tracekit.detect.verdict import VERDICT_DETECTOR, VERDICT_SOURCES
 
 SOURCE_PREFERENCE = ("acf", "framework")
@@ -202,13 +202,14 @@ def find_episodes(job: str, detector: str, series: pl.DataFrame, changepoints: n
                                                                     strict=True)])
     long = np.diff(bounds) >= MIN_BASELINE_POINTS
     baseline = float(levels[long].min() if long.any() else levels.min())
-    covers = reach(series["iteration"].to_numpy())[bounds]  # iteration where each segment starts
+    numbers = series["iteration"].to_numpy()
+    covers = reach(numbers)[bounds]  # iteration where each segment starts
     past_warmup = covers[1:] - covers[0] > WARMUP_ITERATIONS  # the segment reaches past it
     rows = []
     for first, stop, healthy in _slow_stretches(levels, long, past_warmup, baseline,
                                                 min_slowdown):
         iterations = int(covers[stop] - covers[first])
-        if iterations >= FAIL_SLOW_MIN_ITERATIONS:
+        if holds_a_fail_slow(numbers, int(bounds[stop] - bounds[first]), iterations):
             rows.append(_episode(series, durations, int(bounds[first]), int(bounds[stop]),
                                  iterations, healthy, rank_events))
     frame = pl.DataFrame(rows, schema_overrides={"t_end_ns": pl.Int64, "ranks": pl.String})
@@ -429,8 +430,10 @@ def detect_dataset(dataset: Dataset | str | Path, detectors: list[str] | None = 
     if VERDICT_DETECTOR in names:  # the verdict is made of its sources' episodes
         names = list(dict.fromkeys(n for name in names for n in (
             VERDICT_SOURCES if name == VERDICT_DETECTOR else (name,))))
-    chosen = {name: make_detector(name, **(params or {})) for name in names
-              if name != PEER_DETECTOR}
+    numbers = series.job["iteration"].to_numpy()  # parameters given are the user's, as given
+    chosen = {name: make_detector(name, **params) if params else
+              in_iterations(make_detector(name), numbers)
+              for name in names if name != PEER_DETECTOR}
     executor = executor or LocalExecutor()
     # the job-level series first: each is one long partition (point by point), the blocks fill in
     levels = [_JobLevel(dataset.job, name, detector, series.job)

@@ -10,6 +10,8 @@ iterations are not.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from tracekit.core.thresholds import FAIL_SLOW_MIN_ITERATIONS
@@ -30,6 +32,38 @@ def usual_step(numbers: np.ndarray) -> int:
     """The median gap between consecutive logged iteration numbers (1 for a dense log)."""
     gaps = np.diff(np.asarray(numbers, dtype=np.int64))
     return max(int(np.median(gaps)), 1) if gaps.size else 1
+
+
+POINT_COUNTS = {"warmup": 5, "min_points": 2, "min_duration": 3, "baseline_window": 5,
+                "window": 5, "persist": 2}
+"""Detector parameters counted in the series' points, each with the fewest points it may
+shrink to on a sampled log (a level needs a few points, a rise at least three)."""
+
+
+def in_iterations(detector, numbers: np.ndarray):
+    """``detector`` with its :data:`POINT_COUNTS` read as iterations of a log whose points
+    stand for ``usual_step`` iterations each: BOCD+V's 10-point confirmation and 20-point
+    normalisation are 100 and 200 iterations of a log printing every 10th, longer than most
+    fail-slows and most short jobs. A dense log keeps the detector as it is."""
+    step = usual_step(numbers)
+    if step == 1:
+        return detector
+    return dataclasses.replace(detector, **{
+        name: max(floor, -(-getattr(detector, name) // step))
+        for name, floor in POINT_COUNTS.items() if hasattr(detector, name)})
+
+
+SAMPLED_EPISODE_POINTS = 3
+"""The fewest logged points of a slow stretch on a sampled log: two points a log boundary
+apart can be one burst of a few iterations shared between their averages (x1.5 for six
+iterations logs as two points at x1.15, as twenty iterations at x1.15 would)."""
+
+
+def holds_a_fail_slow(numbers: np.ndarray, points: int, iterations: int) -> bool:
+    """Whether a slow stretch of ``points`` logged points standing for ``iterations``
+    iterations is long enough to be a fail-slow."""
+    return iterations >= FAIL_SLOW_MIN_ITERATIONS and (
+        usual_step(numbers) == 1 or points >= SAMPLED_EPISODE_POINTS)
 
 
 def fail_slow_points(numbers: np.ndarray) -> int:
