@@ -20,7 +20,7 @@ def test_the_definition_on_numbers_and_columns():
 
 def test_every_stage_reads_the_same_definition():
     from tracekit import attribute
-    from tracekit.detect import episodes, peers
+    from tracekit.detect import episodes, peers, spans
     from tracekit.synth.faults import LabelPolicy
 
     policy = LabelPolicy()
@@ -28,7 +28,7 @@ def test_every_stage_reads_the_same_definition():
                                                                FAIL_SLOW_MIN_ITERATIONS)
     assert episodes.WARMUP_ITERATIONS == attribute.WARMUP_ITERATIONS == \
         thresholds.WARMUP_ITERATIONS
-    assert episodes.FAIL_SLOW_MIN_ITERATIONS == peers.FAIL_SLOW_MIN_ITERATIONS == \
+    assert spans.FAIL_SLOW_MIN_ITERATIONS == peers.FAIL_SLOW_MIN_ITERATIONS == \
         FAIL_SLOW_MIN_ITERATIONS
 
 
