@@ -151,6 +151,15 @@ class Chunk:
     (:mod:`tracekit.ingest.hosts`)."""
 
 
+def read_parquet(source: Source) -> pl.DataFrame:
+    """A Parquet source as one frame; a file that is not Parquet is one error naming it."""
+    try:
+        with source.open() as stream:
+            return pl.read_parquet(stream)
+    except (OSError, ValueError, pl.exceptions.PolarsError) as error:
+        raise InputError(f"not a readable Parquet file: {error}", source.name) from None
+
+
 class Reader:
     """Base of all format readers. Subclasses set the class attributes and implement
     :meth:`sniff` and :meth:`read`."""

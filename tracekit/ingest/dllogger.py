@@ -17,14 +17,12 @@ import polars as pl
 
 from tracekit.core import schema
 from tracekit.ingest.base import Chunk, Reader, Source, iter_line_batches, quarantine_frame
-from tracekit.ingest.numbers import bad_number_note, finite_number
+from tracekit.ingest.numbers import bad_number_note, finite_number, tagged_json
 
 DLLL_TAG = "DLLL "
 STEP_TIMING_KEYS = ("train_step_timing in s", "train_step_timing")
 """Keys of a step's own duration in seconds: NeMo's TimingCallback metric (its name since NeMo
 1.x), and the same without unit."""
-NON_FINITE = r"(:\s*)-?(?:NaN|Infinity)\b"
-"""Python's json writes non-finite floats as bare NaN / Infinity, which JSON forbids."""
 
 
 class DlloggerReader(Reader):
@@ -43,10 +41,7 @@ class DlloggerReader(Reader):
 
 
 def _parse(source: Source, lines: pl.DataFrame, bytes_read: int) -> Chunk:
-    records = lines.filter(pl.col("line").str.contains(DLLL_TAG, literal=True)).with_columns(
-        pl.col("line").str.split_exact(DLLL_TAG, 1).struct.field("field_1").str.strip_chars()
-        .alias("json"),
-    ).with_columns(pl.col("json").str.replace_all(NON_FINITE, "${1}null").alias("_json"))
+    records = tagged_json(lines, DLLL_TAG)
     field = {name: pl.col("_json").str.json_path_match(path) for name, path in {
         "timestamp": "$.timestamp", "type": "$.type", "step": "$.step",
         **{key: f'$.data["{key}"]' for key in STEP_TIMING_KEYS}}.items()}

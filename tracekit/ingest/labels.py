@@ -21,7 +21,7 @@ from tracekit.core.identity import (
     link_name,
     link_target,
 )
-from tracekit.ingest.base import Chunk, Reader, Source
+from tracekit.ingest.base import Chunk, Reader, Source, read_parquet
 from tracekit.ingest.limits import check_json
 
 TRUTH_COLUMNS = ("iteration", "t_start_ns", "t_end_ns", "duration_s", "healthy_s", "slow")
@@ -38,14 +38,6 @@ def _parquet_columns(source: Source) -> set[str]:
             return set(pl.read_parquet_schema(stream))
     except (OSError, ValueError, pl.exceptions.PolarsError):
         return set()
-
-
-def _read_parquet(source: Source) -> pl.DataFrame:
-    try:
-        with source.open() as stream:
-            return pl.read_parquet(stream)
-    except (OSError, ValueError, pl.exceptions.PolarsError) as error:
-        raise InputError(f"not a readable Parquet file: {error}", source.name) from None
 
 
 def _cast(frame: pl.DataFrame, name: str, source: Source) -> pl.DataFrame:
@@ -70,7 +62,7 @@ class LabelsReader(Reader):
         return set(LABEL_COLUMNS) <= _parquet_columns(source)
 
     def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
-        frame = _read_parquet(source)
+        frame = read_parquet(source)
         labels, notes = current_link_targets(schema.conform("labels",
                                                             _cast(frame, "labels", source)))
         labels = canonical_target_hosts(labels)
@@ -163,7 +155,7 @@ class TruthReader(Reader):
         return set(TRUTH_COLUMNS) <= _parquet_columns(source)
 
     def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
-        frame = _read_parquet(source)
+        frame = read_parquet(source)
         yield Chunk(tables={"iterations": truth_iterations(frame)}, lines=frame.height,
                     bytes_read=source.size)
 

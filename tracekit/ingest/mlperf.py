@@ -16,12 +16,11 @@ import polars as pl
 
 from tracekit.core import schema
 from tracekit.ingest.base import Chunk, Reader, Source, iter_line_batches, quarantine_frame
-from tracekit.ingest.numbers import bad_number_note, finite_number
+from tracekit.ingest.numbers import bad_number_note, finite_number, tagged_json
 
 MLLOG_TAG = ":::MLLOG "
 STEP_TIMING_KEY = "train_step_timing"
 NS_PER_MS = 1_000_000
-NON_FINITE = r"(:\s*)-?(?:NaN|Infinity)\b"
 
 
 class MlperfLogReader(Reader):
@@ -43,18 +42,13 @@ class MlperfLogReader(Reader):
 def _parse(source: Source, lines: pl.DataFrame, bytes_read: int, stride: list[int]) -> Chunk:
     """``stride`` holds the step counter's increment per iteration once known (the greatest
     common divisor of the first batch's steps), so later batches number iterations alike."""
-    records = lines.filter(pl.col("line").str.contains(MLLOG_TAG, literal=True)).with_columns(
-        pl.col("line").str.split_exact(MLLOG_TAG, 1).struct.field("field_1").alias("json"),
-    ).with_columns(
-        # Python's json writes non-finite floats as bare NaN / Infinity, which JSON forbids.
-        pl.col("json").str.replace_all(NON_FINITE, "${1}null").alias("_json"),
-    )
+    records = tagged_json(lines, MLLOG_TAG)
     field = {name: pl.col("_json").str.json_path_match(path) for name, path in {
         "key": "$.key", "time_ms": "$.time_ms", "event_type": "$.event_type",
         "value": "$.value", "timing": f"$.value.{STEP_TIMING_KEY}",
         "step": "$.metadata.step"}.items()}
     records = records.with_columns(**field)
-    valid = (pl.col("json").str.strip_chars().str.ends_with("}") & pl.col("key").is_not_null()
+    valid = (pl.col("json").str.ends_with("}") & pl.col("key").is_not_null()
              & pl.col("time_ms").cast(pl.Int64, strict=False).is_not_null())
     bad = records.filter(~valid).select(
         "line_no", "line", pl.lit("truncated or invalid MLLOG record").alias("reason"))

@@ -45,3 +45,16 @@ def json_objects(pairs: pl.DataFrame, by: str, key: str = "key",
         .agg(pl.col("_pair").str.join(", "))
         .select(pl.col(by), pl.concat_str(pl.lit("{"), pl.col("_pair"), pl.lit("}")).alias("json"))
     )
+
+
+NON_FINITE_JSON = r"(:\s*)-?(?:NaN|Infinity)\b"
+"""Python's json writes non-finite floats as bare NaN / Infinity, which JSON forbids."""
+
+
+def tagged_json(lines: pl.DataFrame, tag: str) -> pl.DataFrame:
+    """The ``lines`` that hold ``tag`` (``:::MLLOG``, ``DLLL``), with ``json``, the record after
+    it, and ``_json``, that record with non-finite numbers as null so JSON paths read it."""
+    return lines.filter(pl.col("line").str.contains(tag, literal=True)).with_columns(
+        pl.col("line").str.split_exact(tag, 1).struct.field("field_1").str.strip_chars()
+        .alias("json"),
+    ).with_columns(pl.col("json").str.replace_all(NON_FINITE_JSON, "${1}null").alias("_json"))

@@ -25,6 +25,7 @@ from tracekit.ingest.base import (
     Source,
     iter_line_batches,
     quarantine_frame,
+    read_parquet,
     split_on_reason,
 )
 from tracekit.ingest.numbers import bad_number_note, finite_number, is_bad_number
@@ -81,7 +82,7 @@ class StepTableReader(Reader):
     def read(self, source: Source, options: dict[str, str]) -> Iterator[Chunk]:
         seen = [pl.DataFrame(schema={"_rank": pl.Int64, "_step": pl.Int64})]
         if _is_parquet(source):
-            table = _read_parquet(source)
+            table = read_parquet(source)
             names = table.columns
             mapping = _mapping(source, names, options, _typed_units(table))
             yield _parse(source, _parquet_fields(table, mapping), source.size, names, mapping,
@@ -106,14 +107,6 @@ def _parquet_names(source: Source) -> tuple[list[str], list[str]]:
     except (OSError, ValueError, pl.exceptions.PolarsError):
         return [], []
     return list(columns), [n for n, dtype in columns.items() if isinstance(dtype, pl.Duration)]
-
-
-def _read_parquet(source: Source) -> pl.DataFrame:
-    try:
-        with source.open() as stream:
-            return pl.read_parquet(stream)
-    except (OSError, ValueError, pl.exceptions.PolarsError) as error:
-        raise InputError(f"not a readable Parquet file: {error}", source.name) from None
 
 
 def _typed_units(table: pl.DataFrame) -> dict[str, str]:
