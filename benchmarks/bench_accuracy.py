@@ -1,6 +1,7 @@
 """Accuracy on fresh seeds: a corpus drawn anew each run (:mod:`benchmarks.accuracy_corpus`:
-2-8 hosts, several dump layouts, single, compound, back-to-back and two-cause episodes,
-decoys), analysed end to end, scored against its labels.
+2-8 hosts, dump layouts of many sites and partial monitoring, single, compound, back-to-back,
+two-cause, near-threshold, short and on/off episodes, decoys and benign slowdowns), analysed
+end to end, scored against its labels.
 
 Prints, for the verdict detector: jobs right and FPR (overall and per dump layout), found /
 culprit / cause per labeled cause (full and partial monitoring apart), and the reliability of
