@@ -430,7 +430,7 @@ def _component(cause: str, layout: Layout, rng: np.random.Generator) -> Componen
         return Component(cause, "rank", str(int(rng.integers(layout.world))))
     if cause == "cpu-contention":
         return Component(cause, "host", str(int(rng.integers(layout.hosts))))
-    crossed = sorted({hop for c in layout.communicators for hop in layout.ring_links(c.ranks)})
+    crossed = layout.crossed_links()
     a, b = crossed[int(rng.integers(len(crossed)))]
     return Component(cause, "link", f"{a}-{b}")
 

@@ -225,7 +225,7 @@ def _target(component: Component, layout: Layout, rng: np.random.Generator,
         return {"host": host}
     if key not in (None, "link", "nic"):
         raise TracekitError(f"{cause} targets a link (link=A-B) or a NIC (nic=H)")
-    crossed = sorted({hop for c in layout.communicators for hop in layout.ring_links(c.ranks)})
+    crossed = layout.crossed_links()
     if cause == DECOY:
         return _decoy_target(key, value, layout, crossed, rng, hosts)
     if not crossed:

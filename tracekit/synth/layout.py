@@ -210,5 +210,10 @@ class Layout:
         hops = {tuple(sorted((hosts[i], hosts[(i + 1) % len(hosts)]))) for i in range(len(hosts))}
         return sorted(hops)
 
+    def crossed_links(self) -> list[tuple[int, int]]:
+        """Every inter-host hop of the job's rings (:meth:`ring_links` of each communicator),
+        sorted: the links a congestion can slow."""
+        return sorted({hop for c in self.communicators for hop in self.ring_links(c.ranks)})
+
     def crosses_hosts(self, ranks: tuple[int, ...]) -> bool:
         return len({self.host_of(r) for r in ranks}) > 1
