@@ -25,6 +25,12 @@ def ring_links(hosts_in_order: list[str]) -> set[tuple[str, str]]:
             for i in range(len(distinct))}
 
 
+def member_links(members: list[int], rank_hosts: dict[int, str]) -> set[tuple[str, str]]:
+    """:func:`ring_links` of a communicator's ``members`` (ranks in ring order), their hosts
+    from ``rank_hosts`` (a rank without one is left out)."""
+    return ring_links([rank_hosts[r] for r in members if r in rank_hosts])
+
+
 @dataclass(frozen=True)
 class LinkVerdict:
     """Where the slow groups meet: ``target`` (``link:a<->b`` or ``nic:h``), the hosts whose NICs
@@ -45,7 +51,7 @@ def localise(groups: pl.DataFrame, rank_hosts: dict[int, str]) -> LinkVerdict:
     (with their ``members``) to a link or NIC; ``target`` is None when nothing crosses hosts."""
     crossing = []
     for row in groups.iter_rows(named=True):
-        links = ring_links([rank_hosts[r] for r in row["members"] if r in rank_hosts])
+        links = member_links(row["members"], rank_hosts)
         if links:
             crossing.append((bool(row["suspect"]), links))
     slow = [links for suspect, links in crossing if suspect]

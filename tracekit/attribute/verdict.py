@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 import polars as pl
 
 from tracekit.attribute import evidence as ev
-from tracekit.attribute.links import LinkVerdict, localise, ring_links
+from tracekit.attribute.links import LinkVerdict, localise, member_links
 from tracekit.attribute.profiling import SUSPECT_RATIO
 from tracekit.attribute.telemetry import Suspect, link_suspects, monitoring_suspects
 from tracekit.attribute.timing import EpisodeTiming
@@ -236,8 +236,7 @@ def _from_telemetry(signals: Signals) -> Verdict:
 def _rings_links(rings: Iterable[list[int]], rank_hosts: dict[int, str]
                  ) -> set[tuple[str, str]]:
     """The host pairs that the rings (member ranks in ring order) cross."""
-    return set().union(*(ring_links([rank_hosts[r] for r in members if r in rank_hosts])
-                         for members in rings))
+    return set().union(*(member_links(members, rank_hosts) for members in rings))
 
 
 NO_TIMED_CALLS = ("no collective calls with timestamps: no timing per group or rank (NCCL "
