@@ -188,6 +188,15 @@ def thermal_onsets(gpu_metrics: pl.DataFrame, window: Window) -> pl.DataFrame:
         .unique().sort().alias("flags"))
 
 
+def _gpu_unit(ranks: pl.DataFrame, host: str, gpu) -> tuple[str, str]:
+    """A GPU's target (``rank:N``, or ``gpu:H/G`` when no rank runs on it) and its name in
+    evidence (``GPU H/G (rank N)``). ``ranks`` maps (host, gpu) to ranks."""
+    rank = ranks.filter(pl.col("host") == host, pl.col("gpu") == gpu)["rank"]
+    if rank.len():
+        return f"rank:{rank[0]}", f"GPU {host}/{gpu} (rank {rank[0]})"
+    return f"gpu:{host}/{gpu}", f"GPU {host}/{gpu}"
+
+
 def gpu_suspects(gpu_metrics: pl.DataFrame, ranks: pl.DataFrame, window: Window) -> list[Suspect]:
     """GPUs whose thermal clock-event reasons appear with the episode: set in none of the
     healthy readings before it, in at least :data:`THERMAL_READINGS` distinct readings during
@@ -225,11 +234,8 @@ def gpu_suspects(gpu_metrics: pl.DataFrame, ranks: pl.DataFrame, window: Window)
             parts.append(f"SM clock down to {low:.0f} MHz (peers {peer:.0f} MHz)")
         if temp.height and temp["worst_temp"][0] is not None and temp["before"][0] is not None:
             parts.append(f"temperature {temp['before'][0]:.0f} -> {temp['worst_temp'][0]:.0f} C")
-        rank = ranks.filter(pl.col("host") == host, pl.col("gpu") == gpu)["rank"]
-        target = f"rank:{rank[0]}" if rank.len() else f"gpu:{host}/{gpu}"
-        out.append(Suspect("compute", "gpu-thermal", target,
-                           f"GPU {host}/{gpu}" + (f" (rank {rank[0]})" if rank.len() else "")
-                           + ": " + "; ".join(parts)))
+        target, name = _gpu_unit(ranks, host, gpu)
+        out.append(Suspect("compute", "gpu-thermal", target, f"{name}: " + "; ".join(parts)))
     return out
 
 
@@ -285,13 +291,11 @@ def clock_suspects(gpu_metrics: pl.DataFrame, ranks: pl.DataFrame, window: Windo
         pl.col("peers").is_null() | (pl.col("lowest") < pl.col("peers") * (1 - CLOCK_DROP)))
     out = []
     for row in drops.iter_rows(named=True):
-        rank = ranks.filter(pl.col("host") == row["host"], pl.col("gpu") == row["gpu"])["rank"]
-        target = f"rank:{rank[0]}" if rank.len() else f"gpu:{row['host']}/{row['gpu']}"
+        target, name = _gpu_unit(ranks, row["host"], row["gpu"])
         if target in thermal:
             continue
         out.append(Suspect("compute", "gpu-degradation", target, (
-            f"GPU {row['host']}/{row['gpu']}" + (f" (rank {rank[0]})" if rank.len() else "")
-            + f": SM clock {row['before']:.0f} -> {row['lowest']:.0f} MHz in {row['dropped']} "
+            f"{name}: SM clock {row['before']:.0f} -> {row['lowest']:.0f} MHz in {row['dropped']} "
             "readings of the episode"
             + (f" (peers {row['peers']:.0f} MHz)" if row["peers"] is not None else "")
             + ", no thermal reason")))
