@@ -653,7 +653,7 @@ def _numbered_by_line(samples: pl.DataFrame, raw: bytes, depth: int) -> pl.DataF
     if len(lines) != samples.select(is_pair.sum()).item():
         return samples.with_columns(pl.lit(1, pl.Int64).alias("line_no"))
     index = (is_pair.cum_sum() - 1).clip(0)
-    return samples.with_columns(pl.lit(pl.Series(lines, dtype=pl.Int64)).get(index)
+    return samples.with_columns(pl.lit(pl.Series(lines, dtype=pl.Int64)).gather(index)
                                 .alias("line_no") if len(lines) else pl.lit(1, pl.Int64)
                                 .alias("line_no"))
 
