@@ -59,16 +59,18 @@ def _listed(name: str, default: tuple[str, ...]) -> tuple[str, ...]:
     return default if value is None else tuple(v for v in value.split(",") if v)
 
 
-def _analyse(task: tuple[DrawnJob, str]) -> str:
-    """Write one job and analyse it into ``work/<job>/dataset``; the dataset's path."""
+def _analyse(task: tuple[DrawnJob, str]) -> tuple[str, list[str]]:
+    """Write one job and analyse it into ``work/<job>/dataset``; the dataset's path and the
+    errors of the sources it could not read (a reader that fails on a layout loses its
+    monitoring, and every verdict that needed it, without another trace)."""
     from tracekit.pipeline.analyze import analyze
 
     job, work = task
     root = Path(work) / job.name
     folder = write_job(job, root)
     target = root / "dataset"
-    analyze([folder], target, job=job.name, write_job_report=False)
-    return str(target)
+    result = analyze([folder], target, job=job.name, write_job_report=False)
+    return str(target), result.failed_sources
 
 
 def verdicts(evaluation, episodes: pl.DataFrame, detector: str) -> pl.DataFrame:
@@ -151,12 +153,16 @@ def main() -> None:
     with (tempfile.TemporaryDirectory(prefix="tracekit-accuracy-") if keep is None
           else nullcontext(keep)) as work:
         with ProcessPoolExecutor(workers) as pool:
-            datasets = list(pool.map(_analyse, [(job, work) for job in jobs]))
+            analysed = list(pool.map(_analyse, [(job, work) for job in jobs]))
+        datasets = [path for path, _ in analysed]
+        failed = [error for _, errors in analysed for error in errors]
         corpus = load_corpus([Path(p) for p in datasets])
         # the verdict detector counted even where it stayed silent on every job
         evaluation = score_corpus(corpus, Path(work), include_detectors=[VERDICT_DETECTOR])
         elapsed = time.perf_counter() - started
         _print(count, seed, elapsed, workers, jobs, corpus, evaluation)
+        if failed:
+            print(f"{len(failed)} sources could not be read, first: {failed[0]}")
         print_margins([Path(p) for p in datasets], jobs)
 
 
