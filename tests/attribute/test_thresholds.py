@@ -232,3 +232,18 @@ def _skew(rise: float) -> pl.DataFrame:
 def test_issue_times_name_the_rank_whose_imposed_wait_rose_by_the_minimum(rise, named):
     found = _waited_for(_skew(rise), {0: "h1", 1: "h2"})
     assert (found[0] if found else None) == (1 if named else None)
+
+
+def test_another_detectors_neighbour_joins_the_run_and_a_persistent_straggler_does_not():
+    """``y`` sees a slowdown 19 iterations before ``x``'s episode: ``x``'s baseline starts
+    before it, not inside it. A persistent straggler spanning everything stays apart."""
+    gap = NEIGHBOUR_GAP_ITERATIONS - 1
+    episodes = _episodes(gap).with_columns(
+        detector=pl.Series(["y", "x"]), persistent=pl.lit(None, pl.Boolean))
+    straggler = pl.DataFrame({
+        "detector": ["peers"], "t_start_ns": [0], "t_end_ns": [400 * S],
+        "start_iteration": [0], "end_iteration": [399], "persistent": [True]})
+    runs = episode_runs(pl.concat([episodes, straggler]))
+    assert runs[0] == runs[1] != runs[2]
+    assert runs[1].window(-10**12, 10**12).before_start_ns == (100 - 4 * 101) * S
+    assert (runs[2].start_ns, runs[2].end_ns) == (0, 400 * S)

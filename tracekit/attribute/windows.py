@@ -2,11 +2,15 @@
 
 A detector can split one slow stretch into episodes a few iterations apart (a congestion that
 eases for a moment). Judged alone, the second one's baseline would be the first, where the
-link already surged, and neither would hold enough of the surge to name it. So a detector's
-episodes separated by less than :data:`NEIGHBOUR_GAP_ITERATIONS` healthy iterations form one
-run, every episode of a run is judged on the whole run, and the run's baseline is the
-healthy time before its first episode: at most :data:`BASELINE_SPAN` run lengths, never
-reaching into the previous run of the same detector nor the warm-up.
+link already surged, and neither would hold enough of the surge to name it. Detectors also
+disagree on a stretch: one sees a slowdown under the fail-slow threshold that another leaves
+out, and the second's baseline then reaches into it (a thermal GPU "already throttled before").
+So the episodes of every detector separated by less than :data:`NEIGHBOUR_GAP_ITERATIONS`
+healthy iterations form one run, every episode of a run is judged on the whole run, and the
+run's baseline is the healthy time before its first episode: at most :data:`BASELINE_SPAN` run
+lengths, never reaching into the previous run nor the warm-up. A persistent straggler (slow all
+run, :mod:`tracekit.detect.peers`) is no stretch of slowness: its episodes form runs of their
+own.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ fail-slow (the labels' 20 iterations) is too short to be anyone's baseline."""
 @dataclass(frozen=True)
 class Run:
     """The slow stretch ``[start_ns, end_ns)`` an episode belongs to (``end_ns`` None: to the
-    trace end), and the end of the detector's previous run (None for its first)."""
+    trace end), and the end of the previous run (None for the first)."""
 
     start_ns: int
     end_ns: int | None
@@ -53,11 +57,14 @@ class Run:
 
 def episode_runs(episodes: pl.DataFrame) -> list[Run]:
     """The run of each row of ``episodes`` (detector, t_start_ns, t_end_ns, start_iteration,
-    end_iteration), in row order."""
+    end_iteration and optionally persistent), in row order."""
+    persistent = (pl.col("persistent").fill_null(False) if "persistent" in episodes.columns
+                  else pl.lit(False))
     rows = episodes.with_row_index("_row").select(
-        "_row", "detector", "t_start_ns", "t_end_ns", "start_iteration", "end_iteration")
+        "_row", "t_start_ns", "t_end_ns", "start_iteration", "end_iteration",
+        pl.when(persistent).then(pl.col("detector")).alias("_stretches"))
     runs: dict[int, Run] = {}
-    for (_,), mine in rows.sort("t_start_ns").group_by("detector", maintain_order=True):
+    for (_,), mine in rows.sort("t_start_ns").group_by("_stretches", maintain_order=True):
         members: list[dict] = []
         previous_end = None
         for row in [*mine.iter_rows(named=True), None]:
