@@ -13,7 +13,7 @@ from tracekit.core.thresholds import SUSPECT_RATIO
 
 S = 10**9
 SCRAPES = range(0, 600, 15)
-WINDOW = Window(300 * S, 420 * S, 100 * S)
+WINDOW = Window(300 * S, 420 * S, 100 * S, 300 * S)
 """The episode runs 300-420 s, its baseline 100-300 s; DCGM reads 4 scrapes past its end."""
 
 

@@ -228,7 +228,7 @@ def test_verdicts_read_only_their_slice_of_monitoring(tmp_path, monkeypatch, col
     assert sliced.equals(attribute_episodes(ds, episodes))
     assert sliced["cause"][0] == cause
     row = labeled.row(0, named=True)
-    window = Window(row["t_start_ns"], row["t_end_ns"], row["t_start_ns"])
+    window = Window(row["t_start_ns"], row["t_end_ns"], row["t_start_ns"], row["t_start_ns"])
     monkeypatch.undo()
     read = attribute.episode_monitoring(ds, window)
     assert all(f.height < w.height // 5 for f, w in zip(read, whole, strict=True))
@@ -367,3 +367,25 @@ def test_cpu_contention_from_the_synthesizers_node_exporter(tmp_path):
     verdict = attribute_dataset(tmp_path / "ds").episodes.row(0, named=True)
     assert (verdict["cause"], verdict["target"]) == ("cpu-contention", "host:gpu02")
     assert "host gpu02: CPU (no sample before) 77 % (peers 3 %)" in verdict["evidence"]
+
+
+@pytest.mark.parametrize(("collectives", "injection", "cause", "target"), [
+    ("hook", "thermal:rank=3@21+120x2.0", "gpu-thermal", "rank:3"),
+    ("nccl", "cpu:host=1@22+120x2.0", "cpu-contention", "host:gpu02"),
+])
+def test_a_fail_slow_right_after_the_warm_up_is_judged_against_the_time_after_it(
+        tmp_path, collectives, injection, cause, target):
+    """One or two iterations of healthy time lie between the warm-up and the episode: too few
+    collectives and no scrape to compare with, so the verdict was "too few matched
+    collectives" (call ends) or nothing moved (issue times); the healthy time after it is the
+    baseline."""
+    spec = JobSpec(Layout.parse("tp2-dp2-pp2", gpus_per_host=2), ITERATIONS, 5,
+                   (Injection.parse(injection),), collectives=collectives, job="early")
+    result = generate_job(tmp_path / "job", spec)
+    ingest([tmp_path / "job" / "ranks", tmp_path / "job" / "monitoring"], tmp_path / "ds")
+    reconstruct_dataset(open_dataset(tmp_path / "ds"))  # where the warm-up ends
+    with open_dataset(tmp_path / "ds").updating() as written:
+        written.write_table("episodes", _episodes_from_labels("early", result.labels))
+    verdict = attribute_dataset(tmp_path / "ds").episodes.row(0, named=True)
+    assert (verdict["cause"], verdict["target"]) == (cause, target), verdict["evidence"]
+    assert "s after the episode: too little healthy time past the warm-up" in verdict["evidence"]

@@ -13,7 +13,8 @@ from tracekit.attribute.verdict import INSUFFICIENT, Signals, Verdict, _combined
 from tracekit.core import schema
 
 S = 1_000_000_000
-WINDOW = Window(start_ns=120 * S, end_ns=240 * S, before_start_ns=0)
+WINDOW = Window(start_ns=120 * S, end_ns=240 * S, baseline_start_ns=0,
+                baseline_end_ns=120 * S)
 """A healthy 120 s, then a 120 s episode; the monitoring samples every 15 s over 6 minutes."""
 HOSTS = {0: "h1", 1: "h2"}
 RANKS = pl.DataFrame({"rank": [0, 1], "host": ["h1", "h2"], "cuda_dev": [0, 0], "gpu": [0, 0]},

@@ -68,4 +68,5 @@ def test_the_warm_up_is_counted_in_iterations_on_a_log_of_every_tenth(tmp_path):
         "job": "sampled", "iteration": numbers, "t_start_ns": [n * S for n in numbers],
         "t_end_ns": [(n + 1) * S for n in numbers], "duration_s": 1.0})))
     ds.save_manifest()
-    assert attribute._trace_span(ds, (0, 400 * S)) == (30 * S, 400 * S + 1)
+    assert attribute._trace_span(ds, (0, 400 * S), attribute._warmup_end(ds)) == (30 * S,
+                                                                            400 * S + 1)

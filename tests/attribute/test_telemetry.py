@@ -12,7 +12,7 @@ from tracekit.attribute.telemetry import gpu_suspects, host_suspects, link_suspe
 S = 10**9
 SCRAPES = range(0, 600, 15)
 """A 15 s scrape from 0 to 585 s; the episode runs 300-420 s, its baseline 100-300 s."""
-WINDOW = Window(300 * S, 420 * S, 100 * S)
+WINDOW = Window(300 * S, 420 * S, 100 * S, 300 * S)
 
 
 def _in(t: int, start: int = 300, end: int = 420) -> bool:
@@ -82,7 +82,7 @@ def test_cnp_surge_at_both_ends_with_the_episode_names_the_link_and_decoys_do_no
     assert link_suspects(frame, ["h3"], WINDOW) == []
 
 
-SHORT = Window(300 * S, 330 * S, 100 * S)
+SHORT = Window(300 * S, 330 * S, 100 * S, 300 * S)
 """A 30 s episode: its rates' span is 300-345 s, a scrape's tolerance to 360 s, and the span
 after it 360-390 s (two scrapes)."""
 

@@ -33,7 +33,13 @@ from tracekit.attribute.verdict import (
     _waited_for,
     decide,
 )
-from tracekit.attribute.windows import NEIGHBOUR_GAP_ITERATIONS, episode_runs
+from tracekit.attribute.windows import (
+    MEASURABLE_GAP_NS,
+    MIN_BASELINE_SHARE,
+    NEIGHBOUR_GAP_ITERATIONS,
+    Run,
+    episode_runs,
+)
 from tracekit.core.thresholds import SUSPECT_RATIO
 
 RANKS = pl.DataFrame({"rank": [0, 1], "host": ["h1", "h2"], "gpu": [0, 0]})
@@ -135,25 +141,47 @@ def test_clock_drop_is_a_signal_of_its_own_and_normal_clocks_an_inference(clock,
     assert (finding.cause, finding.inferred) == ("gpu-degradation", inferred)
 
 
-def _episodes(gap: int) -> pl.DataFrame:
-    """Two episodes of one detector, 40 iterations each (1 s apart), ``gap`` healthy between."""
-    second = 141 + gap
+def _episodes(gap: int, iteration_s: int = 2) -> pl.DataFrame:
+    """Two episodes of one detector, 40 iterations each (``iteration_s`` apart), ``gap``
+    healthy iterations between."""
+    second, t = 141 + gap, iteration_s * S
     return pl.DataFrame({
-        "detector": ["x", "x"], "t_start_ns": [100 * S, second * S],
-        "t_end_ns": [141 * S, (second + 41) * S], "start_iteration": [100, second],
+        "detector": ["x", "x"], "t_start_ns": [100 * t, second * t],
+        "t_end_ns": [141 * t, (second + 41) * t], "start_iteration": [100, second],
         "end_iteration": [140, second + 40]})
+
+
+T = 2 * S
+"""The iteration of :func:`_episodes` by default."""
 
 
 def test_episodes_closer_than_the_gap_are_one_run_judged_from_before_the_first():
     first, second = episode_runs(_episodes(NEIGHBOUR_GAP_ITERATIONS - 1))
     assert first == second
-    assert first.window(-10**12, 10**12) == Window(100 * S, 201 * S, (100 - 4 * 101) * S)
+    assert first.window(-10**13, 10**13) == Window(100 * T, 201 * T, (100 - 4 * 101) * T,
+                                                   100 * T)
 
 
 def test_episodes_a_gap_apart_are_two_runs_and_the_second_baseline_stops_at_the_first():
     first, second = episode_runs(_episodes(NEIGHBOUR_GAP_ITERATIONS))
-    assert first.window(-10**12, 10**12) == Window(100 * S, 141 * S, (100 - 4 * 41) * S)
-    assert second.window(-10**12, 10**12) == Window(161 * S, 202 * S, 141 * S)
+    assert first.window(-10**13, 10**13) == Window(100 * T, 141 * T, (100 - 4 * 41) * T, 100 * T)
+    assert second.window(-10**13, 10**13) == Window(161 * T, 202 * T, 141 * T, 161 * T)
+
+
+@pytest.mark.parametrize(("gap", "iteration_s", "inherited"), [
+    (NEIGHBOUR_GAP_ITERATIONS, 1, True), (30, 1, False), (NEIGHBOUR_GAP_ITERATIONS, 2, False)])
+def test_after_a_gap_too_short_to_measure_the_baseline_is_the_previous_runs(
+        gap, iteration_s, inherited):
+    """20 healthy iterations of 1 s hold one 15 s scrape, whose rate still covers the first
+    run: the second run keeps its own span and takes the first's baseline. 30 s
+    (MEASURABLE_GAP_NS) or 20 iterations of 2 s are a baseline of their own."""
+    assert MEASURABLE_GAP_NS == 30 * S
+    t = iteration_s * S
+    first, second = episode_runs(_episodes(gap, iteration_s))
+    window = second.window(-10**13, 10**13)
+    assert first != second and window.start_ns == (141 + gap) * t
+    assert window.baseline == ((first.window(-10**13, 10**13).baseline) if inherited
+                               else (141 * t, (141 + gap) * t))
 
 
 @pytest.mark.parametrize(("set_in", "cause"), [(4, "gpu-thermal"), (3, "gpu-degradation")])
@@ -230,7 +258,7 @@ def _skew(rise: float) -> pl.DataFrame:
 @pytest.mark.parametrize(("rise", "named"), [(WAIT_RISE_MIN, True),
                                              (WAIT_RISE_MIN - 0.001, False)])
 def test_issue_times_name_the_rank_whose_imposed_wait_rose_by_the_minimum(rise, named):
-    found = _waited_for(_skew(rise), {0: "h1", 1: "h2"})
+    found = _waited_for(_skew(rise), {0: "h1", 1: "h2"}, "before")
     assert (found[0] if found else None) == (1 if named else None)
 
 
@@ -238,12 +266,28 @@ def test_another_detectors_neighbour_joins_the_run_and_a_persistent_straggler_do
     """``y`` sees a slowdown 19 iterations before ``x``'s episode: ``x``'s baseline starts
     before it, not inside it. A persistent straggler spanning everything stays apart."""
     gap = NEIGHBOUR_GAP_ITERATIONS - 1
-    episodes = _episodes(gap).with_columns(
+    episodes = _episodes(gap, 1).with_columns(
         detector=pl.Series(["y", "x"]), persistent=pl.lit(None, pl.Boolean))
     straggler = pl.DataFrame({
         "detector": ["peers"], "t_start_ns": [0], "t_end_ns": [400 * S],
         "start_iteration": [0], "end_iteration": [399], "persistent": [True]})
     runs = episode_runs(pl.concat([episodes, straggler]))
     assert runs[0] == runs[1] != runs[2]
-    assert runs[1].window(-10**12, 10**12).before_start_ns == (100 - 4 * 101) * S
+    assert runs[1].window(-10**12, 10**12).baseline_start_ns == (100 - 4 * 101) * S
     assert (runs[2].start_ns, runs[2].end_ns) == (0, 400 * S)
+
+
+@pytest.mark.parametrize(("healthy_before_s", "after"), [(25, False), (24, True)])
+def test_a_run_with_too_little_healthy_time_before_it_is_judged_against_the_time_after(
+        healthy_before_s, after):
+    """A 100 s run with a quarter of its length (MIN_BASELINE_SHARE) after the warm-up keeps
+    its baseline before it; a second less takes the 4 run lengths after it, up to the next
+    run."""
+    assert MIN_BASELINE_SHARE == 0.25
+    run = Run(1000 * S, 1100 * S, None, 1300 * S)
+    window = run.window((1000 - healthy_before_s) * S, 10**13)
+    expected = ((1100 * S, 1300 * S) if after
+                else ((1000 - healthy_before_s) * S, 1000 * S))
+    assert (window.baseline, window.baseline_after, window.then) == (
+        expected, after, "after" if after else "before")
+    assert run.widest((1000 - healthy_before_s) * S)[1] == (1300 if after else 1100) * S

@@ -46,7 +46,7 @@ def test_pieces_give_what_the_whole_job_gives(job, tmp_path):
     assert (len(job.instance_parts), len(job.gap_parts)) == (7, 8)
     start, end = job.span_ns
     third = (end - start) // 3
-    window = Window(start + third, start + 2 * third, start)
+    window = Window(start + third, start + 2 * third, start, start + third)
     ranks = job.ranks.with_columns(pl.col("cuda_dev").alias("gpu"))
     [pieces] = episode_timings(job, [window], ranks)
     [whole] = episode_timings(replace(
@@ -68,8 +68,8 @@ def test_calls_without_end_times_have_no_own_time(job, tmp_path):
     pl.read_ipc(job.gap_parts[0]).clear().write_ipc(tmp_path / "none.arrow")
     issue_only = replace(job, gap_parts=[str(tmp_path / "none.arrow")],
                          any_gap=job.any_gap.clear())
-    [timing] = episode_timings(issue_only, [Window(start + (end - start) // 2, end, start)],
-                               job.ranks)
+    middle = start + (end - start) // 2
+    [timing] = episode_timings(issue_only, [Window(middle, end, start, middle)], job.ranks)
     assert timing.own is None and timing.instances_during > 0
 
 
@@ -85,7 +85,8 @@ def test_windows_read_together_give_what_each_gives_alone(job):
     iteration), and one inside them, read each part once for all."""
     start, end = job.span_ns
     third = (end - start) // 3
-    windows = [Window(start + third, start + 2 * third + shift, start + shift // 2)
+    windows = [Window(start + third, start + 2 * third + shift, start + shift // 2,
+                      start + third)
                for shift in (0, third // 40, -third // 40)]
     ranks = job.ranks.with_columns(pl.col("cuda_dev").alias("gpu"))
     together = episode_timings(job, windows, ranks)
@@ -95,12 +96,12 @@ def test_windows_read_together_give_what_each_gives_alone(job):
 
 
 def test_only_windows_that_nearly_coincide_are_read_together():
-    episode = Window(1_000, 2_000, 0)  # reads 2,000 ns
-    later_end = Window(1_000, 2_100, 0)
-    far = Window(5_000, 6_000, 4_000)
-    longer = Window(1_000, 2_000 + int(2_000 * (SHARED_READ - 1)) + 1, 0)
+    episode = Window(1_000, 2_000, 0, 1_000)  # reads 2,000 ns
+    later_end = Window(1_000, 2_100, 0, 1_000)
+    far = Window(5_000, 6_000, 4_000, 5_000)
+    longer = Window(1_000, 2_000 + int(2_000 * (SHARED_READ - 1)) + 1, 0, 1_000)
     assert shared_reads([far, later_end, episode]) == [[episode, later_end], [far]]
     assert shared_reads([episode, longer]) == [[episode], [longer]]
     # a group grows while it spans little more than its shortest member, not link by link
-    chain = [Window(1_000 + 300 * k, 2_000 + 300 * k, 300 * k) for k in range(4)]
+    chain = [Window(1_000 + 300 * k, 2_000 + 300 * k, 300 * k, 1_000 + 300 * k) for k in range(4)]
     assert shared_reads(chain) == [chain[:2], chain[2:]]

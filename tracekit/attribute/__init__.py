@@ -131,12 +131,13 @@ def episode_windows(dataset: Dataset, episodes: pl.DataFrame, executor: Executor
     The signals' parts last while the context is open; :func:`.timing.episode_timings` reads
     them (the verdicts, and the margins of ``benchmarks/accuracy_margins.py``)."""
     runs = episode_runs(episodes)
+    warm = _warmup_end(dataset)
     with scratch_folder(dataset) as scratch:
-        job = signals_in_windows(dataset, [run.widest() for run in runs], executor, scratch)
+        job = signals_in_windows(dataset, [run.widest(warm) for run in runs], executor, scratch)
         if not job.instance_count:
             yield job, None, None
             return
-        trace_start, trace_end = _trace_span(dataset, job.span_ns)
+        trace_start, trace_end = _trace_span(dataset, job.span_ns, warm)
         yield (job, [run.window(trace_start, trace_end) for run in runs],
                _rank_gpus(dataset, job))
 
@@ -230,7 +231,8 @@ def _from_monitoring(dataset: Dataset, episodes: pl.DataFrame) -> list[Verdict]:
     if steps.height == 0 or steps["t_start_ns"][0] is None:
         return [Verdict("unknown", INSUFFICIENT, None, 0.0, UNTIMED_STEPS)] * episodes.height
     start, end = _trace_span(dataset, (steps["t_start_ns"][0],
-                                       steps["t_end_ns"][0] or steps["t_start_ns"][0]))
+                                       steps["t_end_ns"][0] or steps["t_start_ns"][0]),
+                             _warmup_end(dataset))
     windows = [run.window(start, end) for run in episode_runs(episodes)]
     decided = {window: from_monitoring(window, ranks, rings,
                                        *episode_monitoring(dataset, window))
@@ -254,19 +256,23 @@ def episode_monitoring(dataset: Dataset, window: Window) -> list[pl.DataFrame]:
         read = min(read[0], start), max(read[1], end)
 
 
-def _trace_span(dataset: Dataset, span_ns: tuple[int, int]) -> tuple[int, int]:
+def _trace_span(dataset: Dataset, span_ns: tuple[int, int],
+                warmup_end_ns: int | None) -> tuple[int, int]:
     """Where a healthy baseline may start (after the warm-up iterations) and the trace end,
     from the first and last collective instance."""
     start, end = span_ns
+    return (start if warmup_end_ns is None else max(start, warmup_end_ns)), end + 1
+
+
+def _warmup_end(dataset: Dataset) -> int | None:
+    """The start of the first iteration past the warm-up (None without timed iterations)."""
     warm = (dataset.table("iterations").filter(pl.col("t_start_ns").is_not_null())
             .group_by("iteration").agg(pl.col("t_start_ns").min()).sort("iteration")
             .collect())
     # by iteration number: a training log that prints every 10th iteration has a tenth of
     # the rows
     warm = warm.filter(pl.col("iteration") >= pl.col("iteration").first() + WARMUP_ITERATIONS)
-    if warm.height:
-        start = max(start, warm["t_start_ns"][0])
-    return start, end + 1
+    return warm["t_start_ns"][0] if warm.height else None
 
 
 def _with_cost(dataset: Dataset, episodes: pl.DataFrame) -> pl.DataFrame:

@@ -37,11 +37,33 @@ CONGESTION_COUNTERS = ("np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_pack
 
 @dataclass(frozen=True)
 class Window:
-    """The episode ``[start_ns, end_ns)`` and the healthy stretch before it."""
+    """The episode ``[start_ns, end_ns)`` and its healthy baseline ``[baseline_start_ns,
+    baseline_end_ns)``: the stretch before it, or after it where too little precedes it (an
+    episode right after the warm-up, :mod:`.windows`)."""
 
     start_ns: int
     end_ns: int
-    before_start_ns: int
+    baseline_start_ns: int
+    baseline_end_ns: int
+
+    @property
+    def baseline(self) -> tuple[int, int]:
+        return self.baseline_start_ns, self.baseline_end_ns
+
+    @property
+    def baseline_after(self) -> bool:
+        return self.baseline_start_ns >= self.end_ns
+
+    @property
+    def then(self) -> str:
+        """The baseline in words: "before" (it) or "after"."""
+        return "after" if self.baseline_after else "before"
+
+    @property
+    def reach(self) -> tuple[int, int]:
+        """The time the episode and its baseline span together."""
+        return (min(self.start_ns, self.baseline_start_ns),
+                max(self.end_ns, self.baseline_end_ns))
 
 
 @dataclass(frozen=True)
@@ -60,8 +82,7 @@ def _stats(frame: pl.DataFrame, window: Window, value: pl.Expr, by: list[str]) -
     return frame.group_by(by).agg(
         value.filter(t.is_between(window.start_ns, window.end_ns, closed="left")).median()
         .alias("during"),
-        value.filter(t.is_between(window.before_start_ns, window.start_ns, closed="left"))
-        .median().alias("before"))
+        value.filter(t.is_between(*window.baseline, closed="left")).median().alias("before"))
 
 
 SCRAPE_NS = 15_000_000_000
@@ -164,7 +185,7 @@ def host_finding(host_metrics: pl.DataFrame, host: str, window: Window) -> Findi
     over_peers = own["during"] - peers if peers is not None else None
     rise = own["during"] - before if before is not None else over_peers
     text = (f"host {host}: CPU "
-            + (f"{before:.0f} -> " if before is not None else "(no sample before) ")
+            + (f"{before:.0f} -> " if before is not None else f"(no sample {window.then}) ")
             + f"{own['during']:.0f} %" + (f" (peers {peers:.0f} %)" if peers is not None else ""))
     if rise is not None and rise >= CPU_RISE_PCT and (over_peers is None
                                                        or over_peers >= CPU_RISE_PCT):

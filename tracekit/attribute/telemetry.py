@@ -87,8 +87,9 @@ class Suspect:
 
 @dataclass(frozen=True)
 class _Spans:
-    """The telemetry windows of one episode: before it, during it (lag included), after it,
-    with :data:`EDGE_SCRAPES` between them."""
+    """The telemetry windows of one episode: its baseline (``before``), during it (lag
+    included), after it, with :data:`EDGE_SCRAPES` between them. A baseline after the episode
+    is the after span too: a signal absent there has ended with the episode."""
 
     before: tuple[int, int]
     during: tuple[int, int]
@@ -98,8 +99,13 @@ class _Spans:
     def of(cls, window: Window, interval_ns: int, lag_scrapes: int = 1) -> _Spans:
         lag, edge = lag_scrapes * interval_ns, EDGE_SCRAPES * interval_ns
         end = window.end_ns + lag
+        if window.baseline_after:
+            start = max(window.baseline_start_ns, end + edge)
+            baseline = start, max(start, window.baseline_end_ns)
+            return cls(baseline, (window.start_ns, end), baseline)
         length = max(window.end_ns - window.start_ns, lag)
-        return cls((window.before_start_ns, max(window.before_start_ns, window.start_ns - edge)),
+        start = window.baseline_start_ns
+        return cls((start, max(start, min(window.baseline_end_ns, window.start_ns - edge))),
                    (window.start_ns, end), (end + edge, end + edge + length))
 
     def label(self, closed: str = "left") -> pl.Expr:
@@ -118,7 +124,8 @@ def monitoring_reach(window: Window, interval_ns: int) -> tuple[int, int]:
     :mod:`.evidence` read the baseline and the episode only, inside it."""
     spans = _Spans.of(window, interval_ns, DCGM_LAG_SCRAPES)
     margin = MARGIN_SCRAPES * interval_ns
-    return spans.before[0] - margin, spans.after[1] + margin
+    return (min(spans.before[0], spans.during[0]) - margin,
+            max(spans.after[1], spans.during[1]) + margin)
 
 
 def _rated_spans(rates: pl.DataFrame, value: str, window: Window) -> pl.DataFrame:
@@ -228,7 +235,7 @@ def gpu_suspects(gpu_metrics: pl.DataFrame, ranks: pl.DataFrame, window: Window)
         peer = others["median_clock"].median()
         flags = "/".join(f.removeprefix("clock_event_") for f in row["flags"])
         parts = [f"{flags} set in {row['set_during']} of {row['readings_during']} readings "
-                 "during the episode, none before"]
+                 f"during the episode, none {window.then}"]
         if clock.height and clock["worst_clock"][0] is not None and peer:
             low = clock["worst_clock"][0]
             parts.append(f"SM clock down to {low:.0f} MHz (peers {peer:.0f} MHz)")
@@ -352,7 +359,8 @@ def host_suspects(host_metrics: pl.DataFrame, hosts: list[str], window: Window) 
         return []
     return [Suspect("compute", "cpu-contention", f"host:{row['host']}", (
         f"host {row['host']}: CPU busy "
-        + (f"{row['before']:.0f} -> " if row["before"] is not None else "(no scrape before) ")
+        + (f"{row['before']:.0f} -> " if row["before"] is not None
+           else f"(no scrape {window.then}) ")
         + f"{row['during']:.0f} % "
         + (f"(peers {row['peers']:.0f} %) " if row["peers"] is not None else "")
         + f"in {row['share']:.0%} of the episode's scrapes"))

@@ -61,7 +61,7 @@ def shared_reads(windows: Iterable[Window]) -> list[list[Window]]:
     """``windows`` in the groups :func:`episode_timings` reads together (:data:`SHARED_READ`),
     in the order they start reading."""
     groups: list[list[Window]] = []
-    for window in sorted(windows, key=lambda w: (w.before_start_ns, w.end_ns)):
+    for window in sorted(windows, key=lambda w: w.reach):
         joined = [*groups[-1], window] if groups else [window]
         if groups and _read_ns(joined) <= SHARED_READ * min(_read_ns([w]) for w in joined):
             groups[-1].append(window)
@@ -72,7 +72,7 @@ def shared_reads(windows: Iterable[Window]) -> list[list[Window]]:
 
 def _read_ns(windows: Sequence[Window]) -> int:
     """How long a stretch of time ``windows`` read together: their baselines and episodes."""
-    return max(w.end_ns for w in windows) - min(w.before_start_ns for w in windows)
+    return max(w.reach[1] for w in windows) - min(w.reach[0] for w in windows)
 
 
 def episode_timings(job: JobSignals, windows: Sequence[Window],
@@ -80,12 +80,12 @@ def episode_timings(job: JobSignals, windows: Sequence[Window],
     """The timing of each of ``windows`` from ``job``'s parts, one part at a time, each read
     once for all the windows (:func:`shared_reads`); ``ranks`` (rank, host, cuda_dev) are
     those whose own times count."""
-    # Each window has two sides, its episode and the baseline before it. Every part of the
+    # Each window has two sides, its episode and its baseline. Every part of the
     # instances is read once per side for all the windows together and each window's cut of
     # it is reduced on the spot (_Side.add); the own times likewise, per part of gaps. Only
     # then are the reductions of all the parts combined into one timing per window.
     tallies = [_Tally(_Side(w.start_ns, w.end_ns, keeps_members=True),
-                      _Side(w.before_start_ns, w.start_ns)) for w in windows]
+                      _Side(*w.baseline)) for w in windows]
     for part in job.instance_parts:
         one = replace(job, instance_parts=[part])
         # the episodes' and the baselines' instances are read apart: cutting one frame of
@@ -101,7 +101,7 @@ def episode_timings(job: JobSignals, windows: Sequence[Window],
     if timed:
         for part in job.gap_parts:
             gaps = replace(job, gap_parts=[part]).gaps(
-                min(w.before_start_ns for w in windows), max(w.end_ns for w in windows))
+                min(w.reach[0] for w in windows), max(w.reach[1] for w in windows))
             for tally in tallies:
                 tally.own.append(own_time_change(gaps, ranks, tally.during.span,
                                                  tally.before.span))

@@ -96,12 +96,25 @@ class Signals:
 
 def decide(signals: Signals) -> Verdict:
     """The verdict of one episode from its signals."""
+    return _baseline_named(_decided(signals), signals.window)
+
+
+def _baseline_named(verdict: Verdict, window: ev.Window) -> Verdict:
+    """``verdict`` saying, when it was judged against the time after its episode, why."""
+    if not window.baseline_after:
+        return verdict
+    return replace(verdict, evidence=f"{verdict.evidence} (judged against the "
+                   f"{(window.baseline_end_ns - window.baseline_start_ns) / 1e9:.0f} s after the "
+                   "episode: too little healthy time past the warm-up before it)")
+
+
+def _decided(signals: Signals) -> Verdict:
     timing = signals.timing
     if timing.instances_during < MIN_INSTANCES or timing.instances_before < MIN_INSTANCES:
         return Verdict("unknown", INSUFFICIENT, None, 0.0,
                        f"too few matched collectives: {timing.instances_during} in the episode, "
-                       f"{timing.instances_before} before it (need {MIN_INSTANCES} each, with the "
-                       "communicator of every call)")
+                       f"{timing.instances_before} {signals.window.then} it (need "
+                       f"{MIN_INSTANCES} each, with the communicator of every call)")
     if timing.own is None:
         return _from_telemetry(signals)
     culprits = _compute_culprits(signals) + _communication_culprits(signals)
@@ -150,15 +163,15 @@ def _compute_culprits(signals: Signals) -> list[Verdict]:
     ranks of one host (with more than one rank) make that host the culprit."""
     w = signals.window
     skew = signals.timing.skew
-    arrival = pl.format("arrived last in {}% of its collectives vs {}% before",
+    arrival = pl.format(f"arrived last in {{}}% of its collectives vs {{}}% {w.then}",
                         (pl.col("last_share") * 100).round(0).cast(pl.Int64),
                         (pl.col("last_share_before") * 100).round(0).cast(pl.Int64))
     own = signals.timing.own
     late = (own.filter(pl.col("relative") > SUSPECT_RATIO).join(skew, on="rank", how="left")
             .join(signals.ranks.select("rank", "gpu"), on="rank", how="left"))
     late = late.with_columns(pl.format(
-        "rank {} ({}/{}) spent {}% of the time computing vs {}% before (x{} relative to its "
-        "peers)", "rank", "host", "gpu",
+        f"rank {{}} ({{}}/{{}}) spent {{}}% of the time computing vs {{}}% {w.then} (x{{}} "
+        "relative to its peers)", "rank", "host", "gpu",
         (pl.col("own_share") * 100).round(0).cast(pl.Int64),
         (pl.col("own_share_before") * 100).round(0).cast(pl.Int64),
         pl.col("relative").round(2)).add(pl.lit(", ").add(arrival).fill_null(""))
@@ -196,14 +209,15 @@ def _from_telemetry(signals: Signals) -> Verdict:
     """The verdict when the calls carry issue times only: the GPUs, hosts and links whose
     telemetry moved with the slowdown (:mod:`.telemetry`); with none, what is missing, or that
     nothing moved."""
+    w = signals.window
     links = _rings_links(signals.timing.members["members"], signals.rank_hosts)
-    suspects = monitoring_suspects(signals.window, signals.ranks, links, signals.gpu_metrics,
+    suspects = monitoring_suspects(w, signals.ranks, links, signals.gpu_metrics,
                                    signals.host_metrics, signals.nic_counters)
     skew = signals.timing.skew
     if suspects:
-        return _combined([_suspect_verdict(s, _arrival_text(skew, s.target))
+        return _combined([_suspect_verdict(s, _arrival_text(skew, s.target, w.then))
                           for s in suspects])
-    straggler = _waited_for(skew, signals.rank_hosts)
+    straggler = _waited_for(skew, signals.rank_hosts, w.then)
     if straggler is not None:
         rank, timing = straggler
         host = signals.rank_hosts[rank]
@@ -255,8 +269,9 @@ def from_monitoring(window: ev.Window, ranks: pl.DataFrame, rings: list[list[int
     suspects = monitoring_suspects(window, ranks, _rings_links(rings, rank_hosts),
                                    gpu_metrics, host_metrics, nic_counters)
     if suspects:
-        return _combined([_suspect_verdict(s, "", "no timed collective calls: from monitoring "
-                                           "alone") for s in suspects])
+        return _baseline_named(_combined([_suspect_verdict(
+            s, "", "no timed collective calls: from monitoring alone") for s in suspects]),
+            window)
     missing = [what for what, frame in (
         ("DCGM samples (gpu_metrics)", gpu_metrics),
         ("host CPU samples (host_metrics)", host_metrics),
@@ -283,8 +298,10 @@ def _eliminated(gpu: ev.Finding, unseen: list[str]) -> ev.Finding:
                       "rule out throttling only")
 
 
-def _waited_for(skew: pl.DataFrame, rank_hosts: dict[int, str]) -> tuple[int, str] | None:
-    """The rank the others waited for (see :data:`WAIT_MARGIN`), with the numbers, or None."""
+def _waited_for(skew: pl.DataFrame, rank_hosts: dict[int, str], then: str
+                ) -> tuple[int, str] | None:
+    """The rank the others waited for (see :data:`WAIT_MARGIN`), with the numbers, or None;
+    ``then`` names the baseline (:attr:`.evidence.Window.then`)."""
     skew = skew.drop_nulls(
         ["excess_rate", "last_share_before"]).with_columns(
         (pl.col("last_share") - pl.col("last_share_before")).alias("last_rise"))
@@ -298,14 +315,15 @@ def _waited_for(skew: pl.DataFrame, rank_hosts: dict[int, str]) -> tuple[int, st
         return None
     return top["rank"], (
         f"rank {top['rank']} ({rank_hosts[top['rank']]}) made its peers wait "
-        f"{top['blame_rate']:.0%} of the time vs {top['blame_rate_before']:.0%} before and "
+        f"{top['blame_rate']:.0%} of the time vs {top['blame_rate_before']:.0%} {then} and "
         f"arrived last in {top['last_share']:.0%} of its collectives vs "
-        f"{top['last_share_before']:.0%} (+{top['last_rise']:.0%}; no other rank more than "
+        f"{top['last_share_before']:.0%} {then} (+{top['last_rise']:.0%}; no other rank more than "
         f"+{runner_up:.0%}), from issue times")
 
 
-def _arrival_text(skew: pl.DataFrame, target: str) -> str:
-    """How often a suspect rank arrived last at its collectives, during and before: the timing
+def _arrival_text(skew: pl.DataFrame, target: str, then: str) -> str:
+    """How often a suspect rank arrived last at its collectives, during and ``then`` (its
+    baseline, :attr:`.evidence.Window.then`): the timing
     that issue times do give, quoted beside the telemetry (it alone is too weak to blame: CPU
     run-ahead and waiting along the pipeline blur who arrives last)."""
     if not target.startswith("rank:"):
@@ -314,7 +332,7 @@ def _arrival_text(skew: pl.DataFrame, target: str) -> str:
     if row.is_empty() or row["last_share_before"][0] is None:
         return ""
     return (f"; it arrived last in {row['last_share'][0]:.0%} of its collectives vs "
-            f"{row['last_share_before'][0]:.0%} before")
+            f"{row['last_share_before'][0]:.0%} {then}")
 
 
 def _suspect_verdict(suspect: Suspect, timing: str,
@@ -332,8 +350,9 @@ def _communication_culprits(signals: Signals) -> list[Verdict]:
     link = localise(groups, signals.rank_hosts)
     worst = slow.sort("self_ratio", descending=True, nulls_last=True).row(0, named=True)
     timing = (f"{slow.height} of {groups.height} communication groups transfer more than "
-              f"{SUSPECT_RATIO - 1:.0%} slower (worst x{worst['self_ratio'] or 0:.2f} over its own "
-              f"time before, x{worst['cluster_ratio']:.2f} over its comparable cluster)")
+              f"{SUSPECT_RATIO - 1:.0%} slower (worst x{worst['self_ratio'] or 0:.2f} over its "
+              f"own time {signals.window.then}, x{worst['cluster_ratio']:.2f} over its "
+              "comparable cluster)")
     if not link.crossed:
         return [Verdict("communication", INSUFFICIENT, None, 0.0,
                         timing + "; the slow groups do not cross hosts, no link to blame")]
