@@ -59,10 +59,13 @@ def test_analyze_names_the_slow_rank_and_what_grew(tmp_path, case):
 
 
 def test_a_balanced_job_names_no_rank_the_scheduler_did_not_hold_back(tmp_path):
-    """Each run's verdict names no rank, or the one whose threads waited longest for a CPU
-    (by at least :data:`HELD_SHARE` of the iteration); a run where no rank waited that much
-    longer must be balanced. Reruns until one is (at most :data:`ATTEMPTS`)."""
-    held_back = []
+    """A run where no rank's threads waited for a CPU longer than the others' by
+    :data:`HELD_SHARE` of the iteration is balanced as run, and its verdict must say so. A
+    run the verdict finds unbalanced is run again (at most :data:`ATTEMPTS`): the named rank
+    was held back, or was slowed by what the count does not see (on 2 cores with 4 other busy
+    processes, one rank 12 % slower with 4 % more run delay than its peer, the other way round);
+    a verdict that names a rank in every run is a false alarm, not the machine."""
+    seen = []
     for attempt in range(ATTEMPTS):
         run = run_profiled_job(BALANCED, tmp_path / f"traces{attempt}")
         verdict = analyze([tmp_path / f"traces{attempt}"], tmp_path / f"ds{attempt}",
@@ -72,13 +75,13 @@ def test_a_balanced_job_names_no_rank_the_scheduler_did_not_hold_back(tmp_path):
         excess = {rank: (delay - statistics.median(d for r, d in held.items() if r != rank))
                   / iteration_s for rank, delay in held.items()}
         worst = max(excess, key=excess.get)
-        seen = f"run {attempt}: {verdict.evidence}; run delay per step {held}"
-        if verdict.target is not None:
-            assert (verdict.target, excess[worst] >= HELD_SHARE) == (f"rank:{worst}", True), seen
-        if excess[worst] < HELD_SHARE:
-            assert (verdict.kind, verdict.cause) == ("unknown", "none"), seen
-            assert verdict.evidence.startswith("balanced"), seen
+        seen.append(f"run {attempt}: {verdict.evidence}; run delay per step {held}")
+        if verdict.target is None:
+            assert (verdict.kind, verdict.cause) == ("unknown", "none"), seen[-1]
+            assert verdict.evidence.startswith("balanced"), seen[-1]
             return
-        held_back.append(f"rank {worst} +{excess[worst]:.0%}")
-    warnings.warn(f"no balanced run in {ATTEMPTS}: the scheduler held back {held_back} of "
-                  "an iteration; each verdict named that rank or none", stacklevel=1)
+        if excess[worst] >= HELD_SHARE:  # held back: that rank is the one to name
+            assert verdict.target == f"rank:{worst}", seen[-1]
+        else:
+            warnings.warn(f"a balanced run named {verdict.target}: {seen[-1]}", stacklevel=1)
+    pytest.fail("every run of the balanced job named a rank: " + " | ".join(seen))
