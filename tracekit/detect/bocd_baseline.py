@@ -12,10 +12,19 @@ points, the mean iteration time since its onset exceeds the level before it by m
 ``min_change`` (10 %, the paper's threshold and the labels' definition of a fail-slow); it is
 dropped when the CUSUM falls back to zero (the job is healthy again).
 Lone slow iterations (GC pauses, checkpoints, evaluation) fail BOCD+V's judgement and barely
-move the clipped CUSUM. Where a slowdown under 10 % ends (a segment judged no change when the
-job returns from it, a fall judged no change that ends a slow excursion), later candidates are
-compared with the points since, not with a median it holds up: on and off faults of x1.07
-then x1.12 on one target are one benign stretch and one fail-slow.
+move the clipped CUSUM.
+
+A slowdown under 10 % next to a fail-slow holds up the level the fail-slow is measured
+against. Where one ends (a segment judged no change when the job returns from it, or a
+candidate judged no change whose own first points are the job back at its healthy level),
+later candidates are compared with the points since, not with a median it holds up: on and
+off faults of x1.07 then x1.12 on one target are one benign stretch and one fail-slow. A
+return judged no change because the next slowdown began within the points it was judged on
+(a fail-slow then, a few iterations later, a slowdown under 10 %: the return measured only
+their difference) has the slowdown it ended judged again, whole, by the labels' measure, and
+kept when a fail-slow. A return is seen on the median of its first ``min_points`` points, so
+one shorter than that is none: the two slowdowns are one stretch, a ramp, judged whole as the
+labels judge a ramp.
 """
 
 from __future__ import annotations
@@ -25,9 +34,15 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from tracekit.detect.base import reference_level
-from tracekit.detect.bocd_verify import BocdVerify, SegmentVerifier
-from tracekit.detect.cusum import CUSUM_CLIP, CUSUM_INTERVAL, cusum_steps, last_zero
+from tracekit.detect.base import median, reference_level
+from tracekit.detect.bocd_verify import (
+    BocdVerify,
+    SegmentVerifier,
+    back_at,
+    labels_slowdown,
+    shift_error,
+)
+from tracekit.detect.cusum import CUSUM_CLIP, CUSUM_INTERVAL, cusum_steps
 
 DRIFT_POINT_CAP = 2.0
 """In a drift's mean an iteration counts as at most twice the level before the drift: one
@@ -87,22 +102,104 @@ class BaselineVerifier(SegmentVerifier):
             kept += self.on_due(due)
 
     def unchanged(self, candidate: int, stop: int, returned: bool = False) -> list[int]:
-        """A slowdown under 10 % that ended: a rise whose segment the job returned from at
-        ``stop``, or a fall judged no change that ends a slow excursion. Later candidates are
-        judged against the points since (:meth:`window_start`)."""
-        rise = self.level(candidate, stop) > self.previous_level(candidate)
-        if rise and returned:
+        """A candidate judged no change on the points up to ``stop``: where a slowdown ended,
+        when its segment (a rise) was ended by the job's return at ``stop``, or when its own
+        first points are the job back from one (:meth:`returned_from`). When the next
+        slowdown began within those points, the judgement measured the return against it, so
+        the slowdown is judged again, whole, by the labels' measure (:meth:`fail_slow`), and
+        kept when a fail-slow. Otherwise the judgement stands: a slowdown under 10 % ended
+        there, and later candidates are judged against the points since
+        (:meth:`window_start`)."""
+        if returned and self.level(candidate, stop) > self.previous_level(candidate):
             self.settled = stop
-        elif not rise and self.excursion_start(candidate, self.level(candidate, stop)) \
-                is not None:
-            self.settled = candidate
+            return []
+        start = self.returned_from(candidate)
+        if start is None:
+            return []
+        back_until = self.return_end(candidate, stop)
+        if back_until < stop and \
+                self.fail_slow(start, candidate, self.returned_level(start, candidate, back_until)):
+            return self.keep_slowdown(start, candidate)
+        self.settled = candidate
         return []
 
-    def dropped(self, candidate: int, stop: int) -> list[int]:
-        """A candidate under 10 %: it opens a drift when its level left the healthy band while
-        the segment before it was still inside it; faster than the band, it re-baselines."""
+    def returned_from(self, candidate: int) -> int | None:
+        """First point of the slowdown that the first ``min_points`` points from ``candidate``
+        are the job back from, at its healthy level (:func:`back_at`); None when they are not.
+        The slowdown is the excursion of the CUSUM against the healthy level since the last
+        kept change, past its decision interval, at least ``min_duration`` points long (a
+        burst of GC pauses is over sooner), its level above theirs beyond the confidence
+        interval (:func:`shift_error`, at the slowdown's own spread, not the warm-up's: four
+        points of jitter inside a ramp's first small step are no return)."""
+        d, healthy = self.detector, self.healthy_level()
+        start, cusum = self.cusum_since(self.segment_start(), candidate, healthy)
+        if cusum <= CUSUM_INTERVAL or candidate - start < d.min_duration:
+            return None
+        slowdown = np.asarray(self.values[start:candidate], dtype=np.float64)
+        level, after = median(slowdown), self.level(candidate, candidate + d.min_points)
+        error = shift_error(max(self.spread(slowdown), d.min_noise), slowdown.size,
+                            d.min_points)
+        return start if level / after - 1.0 > error and back_at(after, healthy, level) \
+            else None
+
+    def return_end(self, candidate: int, stop: int) -> int:
+        """Where the job's return at ``candidate`` ended, judged on the points up to ``stop``:
+        where the next slowdown began (the last zero of the CUSUM against the healthy level
+        since ``candidate``, when past its decision interval), else ``stop``."""
+        back_until, cusum = self.cusum_since(candidate, stop, self.healthy_level())
+        return back_until if cusum > CUSUM_INTERVAL else stop
+
+    def returned_level(self, start: int, candidate: int, back_until: int) -> float:
+        """The level a slowdown from ``start``, that the job was back from at ``candidate``
+        until ``back_until``, is judged against: that of the return, when it lasted
+        ``min_points``; else the level the job left at ``start`` (one iteration back before a
+        slowdown under 10 % measures that one's level); else the healthy level."""
+        if back_until - candidate >= self.detector.min_points:
+            return self.level(candidate, back_until)
+        left = self.level_left_at(start)
+        return self.healthy_level() if left is None else left
+
+    def level_left_at(self, start: int) -> float | None:
+        """Level the job left at ``start``: that of the points :meth:`previous_level` takes,
+        or, when ``start`` is the last kept change, of the segment before it; None when fewer
+        than ``min_points`` (two points after a kept return are no level)."""
         d = self.detector
-        self.unchanged(candidate, stop)
+        if start > self.segment_start():
+            first = self.window_start(start)
+        else:
+            first = max(self.accepted[-2] if len(self.accepted) > 1 else 0,
+                        start - d.baseline_window)
+        return self.level(first, start) if start - first >= d.min_points else None
+
+    def fail_slow(self, start: int, stop: int, healthy: float) -> bool:
+        """Whether the slowdown from ``start`` to the job's return at ``stop`` is a fail-slow,
+        judged whole as a segment the job returned from: the labels' measure against the
+        ``healthy`` level over ``min_change``, with ``min_duration`` slow points. The warm-up
+        is never a fail-slow."""
+        d = self.detector
+        return start >= d.warmup and \
+            labels_slowdown(self.mean(start, stop), self.level(start, stop) - healthy) > \
+            d.min_change and \
+            self.slow_points(start, stop, healthy, self.healthy_noise()) >= d.min_duration
+
+    def keep_slowdown(self, start: int, stop: int) -> list[int]:
+        """Keep the fail-slow from ``start`` to the job's return at ``stop``: its first point,
+        unless it is the last kept change (the return then ends that one), and its end, dated
+        on the return's first points (the next slowdown may follow them)."""
+        kept = [start] if start > self.segment_start() else []
+        kept.append(self.dated(stop, stop + self.detector.min_points))
+        self.accepted += kept
+        self.drift = None
+        return kept
+
+    def dropped(self, candidate: int, stop: int) -> list[int]:
+        """A candidate under 10 %: a return that ends a fail-slow keeps it (:meth:`unchanged`);
+        otherwise it opens a drift when its level left the healthy band while the segment
+        before it was still inside it; faster than the band, it re-baselines."""
+        d = self.detector
+        kept = self.unchanged(candidate, stop)
+        if kept:
+            return kept
         healthy = self.healthy_level()
         relative = self.level(candidate, stop) / healthy - 1.0
         if relative < -d.drift_floor:
@@ -121,10 +218,8 @@ class BaselineVerifier(SegmentVerifier):
         change, when the CUSUM has risen past its decision interval by ``candidate``; else
         ``candidate`` (no drift before it, or one as old as the last change: the warm-up)."""
         first = self.segment_start()
-        steps = cusum_steps(self.values[first:candidate], self.healthy_level(),
-                            self.healthy_noise())
-        zero, cusum = last_zero(steps)
-        return candidate if cusum <= CUSUM_INTERVAL or zero == 0 else first + zero
+        start, cusum = self.cusum_since(first, candidate, self.healthy_level())
+        return candidate if cusum <= CUSUM_INTERVAL or start == first else start
 
     def follow_drift(self, until: int) -> list[int]:
         """Absorb the points up to ``until`` into the open drift, all at once, stopping at the

@@ -72,6 +72,27 @@ exceeds 6 deviations less than once in 10^3, simulated). Spikes of x1.5-3 in a r
 of GC pauses, a checkpoint then a pause) spread by tens of percent and wait until then."""
 
 
+def labels_slowdown(slow_mean: float, shift: float) -> float:
+    """The labels' realised slowdown of a stretch whose mean is ``slow_mean`` and whose level
+    is ``shift`` above the level around it: total time over total time less the time the
+    shift added, minus one."""
+    healthy_mean = slow_mean - shift
+    return math.inf if healthy_mean <= 0 else slow_mean / healthy_mean - 1.0
+
+
+def shift_error(noise: float, points: int, others: int) -> float:
+    """Half-width of the confidence interval of the relative shift between the medians of
+    ``points`` and ``others`` points of relative ``noise``: ``CONFIDENCE_Z`` standard errors
+    of their difference."""
+    return CONFIDENCE_Z * MEDIAN_STANDARD_ERROR * noise * math.sqrt(1 / points + 1 / others)
+
+
+def back_at(level: float, before: float, slowdown: float) -> bool:
+    """Whether ``level`` is back at ``before`` from ``slowdown``: within half the shift
+    between them, nearer the level before than the slowdown's."""
+    return abs(level - before) < abs(slowdown - before) / 2
+
+
 class SegmentVerifier:
     """Judges BOCD candidates of one series against the segment before them.
 
@@ -181,10 +202,9 @@ class SegmentVerifier:
     def interval_verdict(self, candidate: int, stop: int, before: float) -> bool | None:
         d = self.detector
         points = np.asarray(self.values[candidate:stop], dtype=np.float64)
-        after, spread = median(points), self.spread(points)
-        before_points = candidate - self.window_start(candidate)
-        error = (CONFIDENCE_Z * MEDIAN_STANDARD_ERROR * max(self.healthy_noise(), spread)
-                 * math.sqrt(1 / points.size + 1 / before_points))
+        after = median(points)
+        error = shift_error(max(self.healthy_noise(), self.spread(points)), points.size,
+                            candidate - self.window_start(candidate))
         relative = abs(after - before) / min(after, before)
         if relative - error > d.min_change and (after < before or self.persistent(candidate, stop)):
             return True
@@ -225,7 +245,7 @@ class SegmentVerifier:
             return None
         after = self.level(following, following + d.min_points)
         before, level = self.previous_level(first), self.level(first, following)
-        if abs(after - before) < abs(level - before) / 2:
+        if back_at(after, before, level):
             return "return"
         if abs(after - level) / min(after, level) > d.min_change:
             return "new"
@@ -312,12 +332,17 @@ class SegmentVerifier:
         above ``reference`` (a burst of GC pauses, an evaluation step and a checkpoint, whose
         clipped steps hold the CUSUM up for a few points: no fail-slow lasts so little). A
         gradual ramp starts at its first step, even one BOCD missed."""
-        first = self.segment_start()
-        steps = cusum_steps(self.values[first:candidate], reference, self.healthy_noise())
-        zero, cusum = last_zero(steps)
-        start = first + zero
+        start, cusum = self.cusum_since(self.segment_start(), candidate, reference)
         slow = self.slow_points(start, candidate, reference, self.healthy_noise())
         return start if cusum > CUSUM_INTERVAL and slow >= self.detector.min_duration else None
+
+    def cusum_since(self, first: int, stop: int, reference: float) -> tuple[int, float]:
+        """The tabular CUSUM of the excess over ``reference`` of the points from ``first`` to
+        ``stop``: the point after its last zero (where the excursion began), and its value
+        at the end."""
+        zero, cusum = last_zero(cusum_steps(self.values[first:stop], reference,
+                                            self.healthy_noise()))
+        return first + zero, cusum
 
     def before_level(self, candidate: int, stop: int) -> float:
         """Level of the stretch before ``candidate`` it is compared with: the recent window,
@@ -332,8 +357,7 @@ class SegmentVerifier:
         start = self.fallen_from(candidate, stop)
         before, after = self.before_level(candidate, stop), self.level(candidate, stop)
         slow_mean = self.mean(candidate, stop) if start is None else self.mean(start, candidate)
-        healthy_mean = slow_mean - abs(after - before)
-        return math.inf if healthy_mean <= 0 else slow_mean / healthy_mean - 1.0
+        return labels_slowdown(slow_mean, abs(after - before))
 
     # -- measures of a stretch of points
 
