@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import polars as pl
@@ -233,32 +233,36 @@ def _from_monitoring(dataset: Dataset, episodes: pl.DataFrame) -> list[Verdict]:
     start, end = _trace_span(dataset, (steps["t_start_ns"][0],
                                        steps["t_end_ns"][0] or steps["t_start_ns"][0]),
                              _warmup_end(dataset))
-    windows = [run.window(start, end) for run in episode_runs(_since_logged(dataset, episodes))]
+    runs = [run if since is None else replace(run, healthy_until_ns=min(
+                run.start_ns if run.healthy_until_ns is None else run.healthy_until_ns, since))
+            for run, since in zip(episode_runs(episodes), _logged_since(dataset, episodes),
+                                  strict=True)]
+    windows = [run.window(start, end) for run in runs]
     decided = {window: from_monitoring(window, ranks, rings,
                                        *episode_monitoring(dataset, window))
                for window in set(windows)}
     return [decided[window] for window in windows]
 
 
-def _since_logged(dataset: Dataset, episodes: pl.DataFrame) -> pl.DataFrame:
-    """``episodes`` starting where the logged point before each ended, on a log that prints
-    every n-th iteration: a point averages the iterations since the one before it (Megatron's
-    elapsed time per iteration over its log interval), so a slowdown dated at a logged point
-    may have begun just after the previous one (a thermal GPU 7 iterations before it, whose
-    throttle readings then counted as "before" and named a degradation)."""
+def _logged_since(dataset: Dataset, episodes: pl.DataFrame) -> list[int | None]:
+    """Per episode, on a log that prints every n-th iteration, where the logged point before
+    it ended (None on a dense log): a point averages the iterations since the one before it
+    (Megatron's elapsed time per iteration over its log interval), so a slowdown dated at a
+    logged point may have begun anywhere after the previous one, and the time between is
+    neither healthy nor the episode's (a thermal GPU throttled 7 iterations before the point
+    that showed it had its readings counted "before" and was named a degradation; counted in
+    the episode, a congestion's surge held in too few of its scrapes)."""
     logged = (dataset.table("iterations")
               .filter(pl.col("source") != "truth", pl.col("t_end_ns").is_not_null())
               .group_by("iteration").agg(pl.col("t_end_ns").max()).sort("iteration").collect())
     if logged.height < 2 or logged["iteration"].diff().median() <= 1:
-        return episodes
-    before = (episodes.select(pl.int_range(pl.len()).alias("_row"),
-                              (pl.col("start_iteration") - 1).alias("_logged"))
-              .sort("_logged")
-              .join_asof(logged.rename({"iteration": "_logged", "t_end_ns": "_since"}),
-                         on="_logged", strategy="backward")
-              .sort("_row"))
-    return episodes.with_columns(t_start_ns=pl.min_horizontal(
-        "t_start_ns", pl.Series(before["_since"], dtype=pl.Int64)))
+        return [None] * episodes.height
+    return (episodes.select(pl.int_range(pl.len()).alias("_row"),
+                            (pl.col("start_iteration") - 1).alias("_logged"))
+            .sort("_logged")
+            .join_asof(logged.rename({"iteration": "_logged", "t_end_ns": "_since"}),
+                       on="_logged", strategy="backward")
+            .sort("_row")["_since"].to_list())
 
 
 def episode_monitoring(dataset: Dataset, window: Window) -> list[pl.DataFrame]:
