@@ -72,11 +72,12 @@ def test_the_warm_up_is_counted_in_iterations_on_a_log_of_every_tenth(tmp_path):
                                                                             400 * S + 1)
 
 
-def test_a_sampled_logs_baseline_ends_where_the_logged_point_before_the_episode_ended(
+def test_a_sampled_logs_baseline_ends_a_logged_point_before_the_episodes_first(
         tmp_path):
-    """Iterations 10, 20, ... 300, each logged with its last iteration's 1 s: the point at 160
-    averages iterations 151-160, so an episode dated at 160 may have begun right after 150's
-    end, and its baseline stops there; on a dense log nothing is set apart."""
+    """Iterations 10, 20, ... 300, each logged with its last iteration's 1 s: the point at 150
+    averages iterations 141-150, a slowdown from 148 under the threshold, so an episode dated
+    at 160 may have begun right after 140's end, and its baseline stops there; on a dense log
+    nothing is set apart."""
     def job(numbers: list[int]) -> list[int | None]:
         ds = create_dataset(tmp_path / f"every{numbers[1] - numbers[0]}", job="j")
         ds.write_table("iterations", schema.conform("iterations", pl.DataFrame({
@@ -87,5 +88,5 @@ def test_a_sampled_logs_baseline_ends_where_the_logged_point_before_the_episode_
         episodes = pl.DataFrame({"start_iteration": [160, None], "t_start_ns": [160 * S, 5 * S]})
         return attribute._logged_since(ds, episodes)
 
-    assert job(list(range(10, 310, 10))) == [151 * S, None]
+    assert job(list(range(10, 310, 10))) == [141 * S, None]
     assert job(list(range(1, 301))) == [None, None]

@@ -245,20 +245,22 @@ def _from_monitoring(dataset: Dataset, episodes: pl.DataFrame) -> list[Verdict]:
 
 
 def _logged_since(dataset: Dataset, episodes: pl.DataFrame) -> list[int | None]:
-    """Per episode, on a log that prints every n-th iteration, where the logged point before
-    it ended (None on a dense log): a point averages the iterations since the one before it
-    (Megatron's elapsed time per iteration over its log interval), so a slowdown dated at a
-    logged point may have begun anywhere after the previous one, and the time between is
-    neither healthy nor the episode's (a thermal GPU throttled 7 iterations before the point
-    that showed it had its readings counted "before" and was named a degradation; counted in
-    the episode, a congestion's surge held in too few of its scrapes)."""
+    """Per episode, on a log that prints every n-th iteration, where the logged point two
+    before it ended (None on a dense log): a point averages the iterations since the one
+    before it (Megatron's elapsed time per iteration over its log interval), so the point
+    before the episode's first may hold the slowdown's first iterations averaged under the
+    threshold, and the time since the point before that is neither healthy nor the episode's
+    (a thermal GPU throttled 7 iterations before the point that showed it, or 2 iterations
+    before the point before, had its readings counted "before" and was named a degradation;
+    counted in the episode, a congestion's surge held in too few of its scrapes)."""
     logged = (dataset.table("iterations")
               .filter(pl.col("source") != "truth", pl.col("t_end_ns").is_not_null())
               .group_by("iteration").agg(pl.col("t_end_ns").max()).sort("iteration").collect())
-    if logged.height < 2 or logged["iteration"].diff().median() <= 1:
+    step = logged["iteration"].diff().median() if logged.height > 1 else None
+    if step is None or step <= 1:
         return [None] * episodes.height
     return (episodes.select(pl.int_range(pl.len()).alias("_row"),
-                            (pl.col("start_iteration") - 1).alias("_logged"))
+                            (pl.col("start_iteration") - int(step) - 1).alias("_logged"))
             .sort("_logged")
             .join_asof(logged.rename({"iteration": "_logged", "t_end_ns": "_since"}),
                        on="_logged", strategy="backward")
