@@ -6,15 +6,17 @@ The slowdowns are clear fail-slows (four times the work, 100 ms sleeps in steps 
 The ranks of these CPU jobs share the machine with everything else running on it, so a
 balanced job is balanced as run only when the scheduler held no rank back more than the
 others: on a busy machine it did (one rank's threads waited 30 % of a step longer for a CPU,
-and its trace rightly shows it slower). The balanced case checks the verdict against that
-count, which the operating system keeps and cannot skew (:class:`ProfiledRun.held_s`). The
-balanced and compute cases use 1024-wide layers; with small ones the operators are short
-beside Python's dispatch between them, so extra passes show as gaps on the CPU timeline
-rather than as compute. The balanced job computes on batches of 256, so the gradient
-all-reduce (12 MB through gloo's worker threads, whose scheduling the count sees less well
-than the computing thread's) is a small part of a step: with batches of 64, 4 of 5 runs on a
-machine at 9-14 runnable processes per core named a rank 10-13 % of a step slower, its own
-communication or compute grown, that the run delays did not show held back.
+and its trace rightly shows it slower). The balanced case runs again while its verdict names
+a rank, quoting that count (:class:`ProfiledRun.held_s`), which the operating system keeps but
+which does not tell every rank a run slowed: on 2 cores it once showed the named rank 8 % of
+an iteration less held back than its peer. The balanced and compute cases use 1024-wide
+layers; with small ones the operators are short beside Python's dispatch between them, so
+extra passes show as gaps on the CPU timeline rather than as compute. The balanced job
+computes on batches of 256, so the gradient all-reduce (12 MB through gloo's worker threads,
+whose scheduling the count sees less well than the computing thread's) is a small part of a
+step: with batches of 64, 4 of 5 runs on a machine at 9-14 runnable processes per core named
+a rank 10-13 % of a step slower, its own communication or compute grown, that the run delays
+did not show held back.
 """
 
 from __future__ import annotations
@@ -40,12 +42,8 @@ SLOW = {
                                 slow_ms=100), "rank:1", ("communication", "late-send")),
 }
 BALANCED = ProfiledJob(world_size=2, steps=6, hidden=1024, batch=256)
-HELD_SHARE = 0.05
-"""A balanced run is balanced as run when no rank's threads waited for a CPU longer than the
-median peer's by 5 % of the iteration (half the straggler threshold, the rest left to noise
-the count does not see: caches, memory bandwidth); one held back by more may be named."""
 ATTEMPTS = 3
-"""Runs of the balanced job until one is balanced as run."""
+"""Runs of the balanced job until one is found balanced."""
 
 
 @pytest.mark.parametrize("case", list(SLOW))
@@ -59,12 +57,13 @@ def test_analyze_names_the_slow_rank_and_what_grew(tmp_path, case):
 
 
 def test_a_balanced_job_names_no_rank_the_scheduler_did_not_hold_back(tmp_path):
-    """A run where no rank's threads waited for a CPU longer than the others' by
-    :data:`HELD_SHARE` of the iteration is balanced as run, and its verdict must say so. A
-    run the verdict finds unbalanced is run again (at most :data:`ATTEMPTS`): the named rank
-    was held back, or was slowed by what the count does not see (on 2 cores with 4 other busy
-    processes, one rank 12 % slower with 4 % more run delay than its peer, the other way round);
-    a verdict that names a rank in every run is a false alarm, not the machine."""
+    """A balanced job's verdict says so. A run the verdict finds unbalanced is run again (at
+    most :data:`ATTEMPTS`), with the scheduler's count in the warning: a rank can run slower
+    than its peer on a busy machine, held back or slowed by what the count does not see (on
+    2 cores, one rank named 11-12 % slower with 4 % more run delay than its peer, and once with
+    8 % less: the count does not say which rank a run slowed, so it cannot excuse or convict
+    the verdict). A verdict that names a rank in every run is a false alarm, not the
+    machine."""
     seen = []
     for attempt in range(ATTEMPTS):
         run = run_profiled_job(BALANCED, tmp_path / f"traces{attempt}")
@@ -80,8 +79,6 @@ def test_a_balanced_job_names_no_rank_the_scheduler_did_not_hold_back(tmp_path):
             assert (verdict.kind, verdict.cause) == ("unknown", "none"), seen[-1]
             assert verdict.evidence.startswith("balanced"), seen[-1]
             return
-        if excess[worst] >= HELD_SHARE:  # held back: that rank is the one to name
-            assert verdict.target == f"rank:{worst}", seen[-1]
-        else:
-            warnings.warn(f"a balanced run named {verdict.target}: {seen[-1]}", stacklevel=1)
+        warnings.warn(f"a balanced run named {verdict.target} (rank {worst} held back "
+                      f"{excess[worst]:+.0%} of an iteration): {seen[-1]}", stacklevel=1)
     pytest.fail("every run of the balanced job named a rank: " + " | ".join(seen))
