@@ -294,23 +294,40 @@ def test_a_generated_job_reads_back_with_its_slow_rank(tmp_path):
     assert read_all(READER, file_source(paths[0])).quarantine.height == 0
 
 
+GROUP_ATTEMPTS = 3
+"""Runs of the two-group job until both ranks' worker threads split into their groups."""
+
+
 def test_gloo_calls_of_two_process_groups_get_their_groups_from_the_worker_threads(tmp_path):
     """gloo writes no ``record_param_comms``, so a call names no group; each group's worker
     threads do: DDP's gradient all-reduces and buffer broadcasts run on the default group's
-    (``0``), the loss all-reduce of a second group (``1``, described ``loss``) on its own."""
+    (``0``), the loss all-reduce of a second group (``1``, described ``loss``) on its own.
+    The threads are told apart by their ids, which the operating system hands out: where
+    another process took ids between them so that the split ties, the reader leaves the
+    groups unnamed rather than guess (seen once in a clean-clone suite run), and the job is
+    run again, at most :data:`GROUP_ATTEMPTS` times. A wrong group is never accepted."""
     pytest.importorskip("torch")
     from tracekit.synth.profiled import ProfiledJob, run_profiled_job
 
     job = ProfiledJob(world_size=2, steps=2, hidden=32, layers=1, gzip=False,
                       second_group=True)
-    for rank, path in enumerate(run_profiled_job(job, tmp_path).traces):
-        tables = read_trace(file_source(path)).chunk.tables
-        calls = tables["collectives"].group_by("comm", "op").agg(
-            pl.len(), pl.col("count").unique().sort()).sort("comm", "op")
-        assert calls.rows() == [("0", "allreduce", 2, [1056]), ("0", "broadcast", 2, [1, 3]),
-                                ("1", "allreduce", 2, [1])]
-        assert tables["comms"].select("comm", "comm_name", "comm_rank", "nranks").rows() == [
-            ("0", "default_pg", rank, 2), ("1", "loss", rank, 2)]
+    expected = [("0", "allreduce", 2, [1056]), ("0", "broadcast", 2, [1, 3]),
+                ("1", "allreduce", 2, [1])]
+    for attempt in range(GROUP_ATTEMPTS):
+        named = []
+        for rank, path in enumerate(run_profiled_job(job, tmp_path / str(attempt)).traces):
+            tables = read_trace(file_source(path)).chunk.tables
+            assert tables["comms"].select("comm", "comm_name", "comm_rank", "nranks").rows() \
+                == [("0", "default_pg", rank, 2), ("1", "loss", rank, 2)]
+            calls = tables["collectives"]
+            if calls["comm"].null_count() == calls.height:  # a tie: no group named
+                continue
+            assert calls.group_by("comm", "op").agg(
+                pl.len(), pl.col("count").unique().sort()).sort("comm", "op").rows() == expected
+            named.append(rank)
+        if named == [0, 1]:
+            return
+    pytest.fail(f"the worker threads' groups were left unnamed in {GROUP_ATTEMPTS} runs")
 
 
 def test_torch_1x_category_names_and_unix_time_read_the_same(real_dir, tmp_path):
