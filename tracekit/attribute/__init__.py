@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -233,8 +233,7 @@ def _from_monitoring(dataset: Dataset, episodes: pl.DataFrame) -> list[Verdict]:
     start, end = _trace_span(dataset, (steps["t_start_ns"][0],
                                        steps["t_end_ns"][0] or steps["t_start_ns"][0]),
                              _warmup_end(dataset))
-    runs = [run if since is None else replace(run, healthy_until_ns=min(
-                run.start_ns if run.healthy_until_ns is None else run.healthy_until_ns, since))
+    runs = [run if since is None else run.healthy_by(since)
             for run, since in zip(episode_runs(episodes), _logged_since(dataset, episodes),
                                   strict=True)]
     windows = [run.window(start, end) for run in runs]

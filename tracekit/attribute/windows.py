@@ -17,7 +17,7 @@ is no stretch of slowness: its episodes form runs of their own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import polars as pl
 
@@ -58,6 +58,15 @@ class Run:
     next_start_ns: int | None = None
     healthy_until_ns: int | None = None
 
+    @property
+    def healthy_end_ns(self) -> int:
+        """Where the healthy time before the run ends."""
+        return self.start_ns if self.healthy_until_ns is None else self.healthy_until_ns
+
+    def healthy_by(self, until_ns: int) -> Run:
+        """The run with its healthy time before ending by ``until_ns`` at the latest."""
+        return replace(self, healthy_until_ns=min(self.healthy_end_ns, until_ns))
+
     def widest(self, usable_from_ns: int | None) -> tuple[int | None, int | None]:
         """Everything the run's window can hold before the trace end is known, its baseline
         usable from ``usable_from_ns`` (the warm-up's end; None: unknown, so the baseline may
@@ -76,7 +85,7 @@ class Run:
         return self._window(end, trace_start_ns, trace_end_ns)
 
     def _window(self, end: int, usable_from: int | None, trace_end: int | None) -> Window:
-        until = self.start_ns if self.healthy_until_ns is None else self.healthy_until_ns
+        until = self.healthy_end_ns
         span = int(BASELINE_SPAN * (end - self.start_ns))
         before = min(until, max(b for b in (until - span, self.previous_end_ns, usable_from)
                                 if b is not None))
@@ -118,8 +127,7 @@ def _after(previous: Run | None, start: int, end: int | None, next_start: int | 
     if previous is None:
         return Run(start, end, None, next_start)
     if start - previous.end_ns < MEASURABLE_GAP_NS:
-        return Run(start, end, previous.previous_end_ns, next_start,
-                   previous.healthy_until_ns or previous.start_ns)
+        return Run(start, end, previous.previous_end_ns, next_start, previous.healthy_end_ns)
     return Run(start, end, previous.end_ns, next_start)
 
 
